@@ -1,0 +1,122 @@
+"""Everything specc knows about SGLang, in one place.
+
+Read from SGLang 0.5.x (early 2026) source: ``python/sglang/srt/server_args.py``,
+``srt/entrypoints/http_server.py``, ``srt/speculative/eagle_worker.py``,
+``srt/configs/model_config.py``, ``test/test_utils.py``, ``bench_serving.py``.
+When SGLang changes, this file (and only this file) changes.
+"""
+
+from __future__ import annotations
+
+SGLANG_VERSION_READ = "0.5.x (early 2026)"
+
+# --- readiness semantics ---------------------------------------------------
+HEALTH_PATH = "/health_generate"
+#: SGLANG_HEALTH_CHECK_TIMEOUT: /health runs a 1-token generation and waits this long.
+HEALTH_CHECK_TIMEOUT_S = 20.0
+READY_LINE = "The server is fired up and ready to roll!"
+#: (phase, begin marker, end marker) in the order SGLang logs them.  The draft's
+#: phases only appear with speculation; draft CUDA graphs only with num_steps > 1.
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("load_weights", "Load weight begin", "Load weight end"),
+    ("kv_cache", "KV Cache is allocated", "Memory pool end"),
+    ("capture_cuda_graph", "Capture cuda graph begin", "Capture cuda graph end"),
+    ("load_draft_weights", "Load weight begin", "Load weight end"),
+    ("capture_draft_cuda_graph", "Capture draft cuda graph begin", "Capture draft cuda graph end"),
+    ("capture_draft_extend_cuda_graph", "Capture draft extend cuda graph begin",
+     "Capture draft extend cuda graph end"),
+    ("warmup", "Uvicorn running on", READY_LINE),
+)
+FATAL_PATTERNS: tuple[str, ...] = (
+    "Scheduler hit an exception",
+    "Received sigquit from a child process",
+    "Traceback (most recent call last)",
+    "torch.OutOfMemoryError",
+    "CUDA out of memory",
+    "ValueError: ",
+    "RuntimeError: ",
+)
+
+
+def startup_phases(*, speculative: bool, num_steps: int | None) -> list[str]:
+    """The phases a server goes through, in log order."""
+    names = ["load_weights", "kv_cache", "capture_cuda_graph"]
+    if speculative:
+        names.append("load_draft_weights")
+        if (num_steps or 0) > 1:
+            names.append("capture_draft_cuda_graph")
+        names.append("capture_draft_extend_cuda_graph")
+    names.append("warmup")
+    return names
+
+
+def estimate_phase_seconds(*, weight_gb_per_gpu: float, draft_weight_gb_per_gpu: float,
+                           speculative: bool, num_steps: int | None) -> dict[str, float]:
+    """Typical wall time of each startup phase on H200-class hardware.
+
+    Calibrated on the scenario's Kimi-K2.5 TP8 log: ~69 GB of INT4 weights per
+    GPU loaded in 228 s from local NVMe (~0.3 GB/s per rank, ranks share the
+    disk); CUDA-graph capture 1-2 s per graph set; warm-up a few seconds.
+    Used both for the compiler's readiness budgets and the simulator's timing,
+    so the two can never disagree.
+    """
+    est = {
+        "load_weights": 5.0 + weight_gb_per_gpu / 0.3,
+        "kv_cache": 2.0,
+        "capture_cuda_graph": 1.5,
+        "warmup": 3.0,
+    }
+    if speculative:
+        est["load_draft_weights"] = 2.0 + draft_weight_gb_per_gpu / 0.3
+        if (num_steps or 0) > 1:
+            est["capture_draft_cuda_graph"] = 1.5
+        est["capture_draft_extend_cuda_graph"] = 1.2
+    return {p: est[p] for p in startup_phases(speculative=speculative, num_steps=num_steps)}
+
+
+# --- model facts as SGLang derives them (srt/configs/model_config.py) -----
+CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                "max_position_embeddings")
+FALLBACK_CONTEXT_LEN = 2048
+ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+
+
+def derived_context_length(hf_config: dict) -> int:
+    """SGLang's ``get_context_length``: first present key, times the rope factor.
+
+    The factor is ignored when ``original_max_position_embeddings`` is present
+    (the length already includes it) or the rope type is ``llama3``.
+    """
+    rope = hf_config.get("rope_scaling") or {}
+    factor = 1.0
+    if rope and "original_max_position_embeddings" not in rope:
+        rope_type = rope.get("rope_type", rope.get("type"))
+        if rope_type != "llama3":
+            factor = float(rope.get("factor", 1.0) or 1.0)
+    for key in CONTEXT_KEYS:
+        value = hf_config.get(key)
+        if value is not None:
+            return int(factor * int(value))
+    return FALLBACK_CONTEXT_LEN
+
+
+def context_mismatch_message(target_len: int, draft_len: int) -> str:
+    """The exact ValueError SGLang raises at startup (eagle_worker / model_config)."""
+    return (
+        f"Warning: Target model's context_length ({target_len}) is greater than the derived "
+        f"context_length ({draft_len}). This may lead to incorrect model outputs or CUDA errors. "
+        "Note that the derived context_length may differ from max_position_embeddings in the "
+        "model's config. To allow overriding this maximum, set the env var "
+        f"{ALLOW_LONGER_CONTEXT_ENV}=1"
+    )
+
+
+def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
+    """(num_steps, topk, num_draft_tokens) SGLang picks when none are given."""
+    if target_architecture == "LlamaForCausalLM":
+        return (5, 4, 8)
+    return (3, 1, 4)
+
+
+#: With speculation and no --max-running-requests, SGLang caps running requests here.
+SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
