@@ -120,3 +120,101 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
 
 #: With speculation and no --max-running-requests, SGLang caps running requests here.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+
+# --- the adapter -------------------------------------------------------------
+import json as _json  # noqa: E402
+
+from .base import Engine, flag_args  # noqa: E402
+
+
+class SGLang(Engine):
+    """`python -m sglang.launch_server`."""
+
+    name = "sglang"
+    module = "sglang.launch_server"
+    version_read = SGLANG_VERSION_READ
+    default_port = 30000
+    health_path = HEALTH_PATH
+    health_timeout_s = HEALTH_CHECK_TIMEOUT_S
+    ready_line = READY_LINE
+    fatal_patterns = FATAL_PATTERNS
+    draft_context_policy = "error"
+    rewrites_topk1_draft_tokens = True
+    spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+    launch_budget_s = 300.0
+    accept_length_source = "sglang_server_info"
+    flush_cache_path = "/flush_cache"
+    #: SGLang's mem_fraction_static is chosen automatically; ~0.85 on 80-141 GB GPUs.
+    auto_mem_fraction = 0.85
+    #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
+    eagle_reserve_gb = 2.0
+
+    def argv(self, spec, *, host, port):
+        mp, hw, eng, sp = spec.model_pair, spec.hardware, spec.engine, spec.speculation
+        args = ["python", "-m", self.module] + flag_args([
+            ("--model-path", mp["target"]["path"]),
+            ("--tp-size", hw["tp"]),
+            ("--dp-size", hw.get("dp") if hw.get("dp", 1) > 1 else None),
+            ("--pp-size", hw.get("pp") if hw.get("pp", 1) > 1 else None),
+            ("--ep-size", hw.get("ep") if hw.get("ep", 1) > 1 else None),
+            ("--host", host),
+            ("--port", port),
+            ("--trust-remote-code", bool(mp["target"].get("trust_remote_code"))),
+            ("--context-length", mp.get("context_length")),
+            ("--mem-fraction-static", eng.get("mem_fraction_static")),
+            ("--max-running-requests", eng.get("max_running_requests")),
+            ("--cuda-graph-max-bs", eng.get("cuda_graph_max_bs")),
+            ("--attention-backend", eng.get("attention_backend")),
+            ("--dtype", eng.get("dtype")),
+            ("--kv-cache-dtype", eng.get("kv_cache_dtype")),
+            ("--quantization", eng.get("quantization")),
+            ("--enable-metrics", bool(eng.get("enable_metrics"))),
+        ])
+        if spec.speculative:
+            args += flag_args([
+                ("--speculative-algorithm", sp["algorithm"]),
+                ("--speculative-draft-model-path",
+                 mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None),
+                ("--speculative-num-steps", sp.get("num_steps")),
+                ("--speculative-eagle-topk", sp.get("topk")),
+                ("--speculative-num-draft-tokens", sp.get("num_draft_tokens")),
+            ])
+        return args + [str(a) for a in eng.get("extra_args") or []]
+
+    def env(self, spec, gpus):
+        env, secrets = super().env(spec, gpus)
+        if spec.uses_draft_model and spec.model_pair.get("draft_context_override"):
+            env[ALLOW_LONGER_CONTEXT_ENV] = "1"
+        return env, secrets
+
+    def memory_fraction(self, spec):
+        value = spec.engine.get("mem_fraction_static")
+        if value is not None:
+            return float(value), "engine.mem_fraction_static"
+        return self.auto_mem_fraction, "SGLang auto (assumed ~0.85)"
+
+    def max_running_requests(self, spec):
+        value = spec.engine.get("max_running_requests")
+        if value is not None:
+            return int(value), "engine.max_running_requests"
+        if spec.speculative:
+            return self.spec_default_max_running, "SGLang's default with speculation"
+        return None, "SGLang auto (from KV cache size)"
+
+    def phases(self, spec):
+        marks = {name: (begin, end) for name, begin, end in PHASES}
+        est = estimate_phase_seconds(
+            weight_gb_per_gpu=spec.weight_gb_per_gpu("target"),
+            draft_weight_gb_per_gpu=spec.weight_gb_per_gpu("draft"),
+            speculative=spec.uses_draft_model, num_steps=spec.speculation.get("num_steps"))
+        return [{"name": name, "begin": marks[name][0], "end": marks[name][1], "estimate_s": sec}
+                for name, sec in est.items()]
+
+    def sim_facts_json(self, facts) -> str:
+        """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""
+        values = dict(facts.values)
+        arch = values.pop("architecture", None)
+        if arch:
+            values["architectures"] = [arch]
+        return _json.dumps(values, sort_keys=True, separators=(",", ":"))

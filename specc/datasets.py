@@ -1,0 +1,210 @@
+"""Prompt datasets for specc's built-in load generator.
+
+Three kinds, following SGLang's ``bench_serving`` where it has an equivalent:
+
+- ``random``: synthetic prompts; input and output lengths uniform in
+  ``[max(1, int(len * range_ratio)), len]`` (bench_serving's random dataset).
+  Text is whitespace-separated words: the simulator counts one word as one token.
+- ``jsonl``: one JSON object per line with ``"prompt"`` (or ``"text"``) and an
+  optional ``"output_len"`` / ``"max_tokens"``; input tokens = word count.
+- ``sharegpt``: a ShareGPT JSON list of ``{"conversations": [{"from", "value"}, ...]}``;
+  the first human turn is the prompt, the following gpt reply gives the output
+  length (unless ``output_len > 0`` overrides it, as ``--sharegpt-output-len``);
+  pairs with prompt or output shorter than 4 tokens are skipped.
+
+Token counts are word counts (what the simulator counts); against a real engine
+they are an approximation, and the load generator takes the engine's reported
+usage for output tokens whenever the stream carries it.
+
+When a file yields fewer usable prompts than ``num``, its prompts are reused in
+order until ``num`` are returned (sharegpt: after a seeded shuffle).
+User-fixable problems raise :class:`DatasetError` with a one-line message that
+names the file (and line where there is one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+
+__all__ = ["Prompt", "DatasetError", "load_prompts", "KINDS"]
+
+KINDS = ("random", "jsonl", "sharegpt")
+
+#: bench_serving skips ShareGPT pairs shorter than this (prompt or reply tokens).
+MIN_SHAREGPT_TOKENS = 4
+
+# A fixed vocabulary so "random" text is deterministic and cheap to build.
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her an were are "
+    "which this be or has had not but what all when there can one more been if "
+    "will would who each about many then them these so some into time only two "
+    "new could other than first any may also after most over such where through "
+    "model token draft target speculative decode server engine batch cache graph "
+    "kernel tensor layer expert router accept length prompt output stream latency"
+).split()
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    input_tokens: int
+    output_tokens: int  # requested output length
+
+
+class DatasetError(ValueError):
+    """A user-fixable dataset problem (missing file, empty dataset, bad JSON)."""
+
+
+def count_tokens(text: str) -> int:
+    """Word count: the simulator's token count."""
+    return len(text.split())
+
+
+def load_prompts(kind: str, *, num: int, input_len: int, output_len: int,
+                 range_ratio: float = 1.0, path: str | None = None,
+                 seed: int = 0) -> list[Prompt]:
+    if num < 0:
+        raise DatasetError(f"num must be >= 0, got {num}")
+    if kind == "random":
+        return _random(num, input_len, output_len, range_ratio, seed)
+    if kind == "jsonl":
+        return _fill(_jsonl(_need_path(kind, path), output_len), num, path)
+    if kind == "sharegpt":
+        items = _sharegpt(_need_path(kind, path), output_len)
+        random.Random(seed).shuffle(items)
+        return _fill(items, num, path)
+    raise DatasetError(f"unknown dataset kind {kind!r} (expected one of {', '.join(KINDS)})")
+
+
+# --------------------------------------------------------------------------- random
+
+def _bounds(length: int, range_ratio: float, what: str) -> tuple[int, int]:
+    if length < 1:
+        raise DatasetError(f"random dataset: {what} must be >= 1, got {length}")
+    if not 0.0 <= range_ratio <= 1.0:
+        raise DatasetError(f"random dataset: range_ratio must be in [0, 1], got {range_ratio}")
+    return max(1, int(length * range_ratio)), length
+
+
+def _random(num: int, input_len: int, output_len: int, range_ratio: float,
+            seed: int) -> list[Prompt]:
+    ilo, ihi = _bounds(input_len, range_ratio, "input_len")
+    olo, ohi = _bounds(output_len, range_ratio, "output_len")
+    rng = random.Random(seed)
+    words = _WORDS
+    nw = len(words)
+    out = []
+    for i in range(num):
+        n_in = rng.randint(ilo, ihi)
+        n_out = rng.randint(olo, ohi)
+        # A per-prompt offset keeps prompts distinct (no accidental prefix caching).
+        off = rng.randrange(nw)
+        text = " ".join(words[(off + j * 7 + i) % nw] for j in range(n_in))
+        out.append(Prompt(text=text, input_tokens=n_in, output_tokens=n_out))
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+def _need_path(kind: str, path: str | None) -> str:
+    if not path:
+        raise DatasetError(f"{kind} dataset: a path is required")
+    if not os.path.isfile(path):
+        raise DatasetError(f"{path}: no such file ({kind} dataset)")
+    return path
+
+
+def _fill(items: list[Prompt], num: int, path: str | None) -> list[Prompt]:
+    if not items:
+        raise DatasetError(f"{path}: dataset has no usable prompts")
+    if num <= len(items):
+        return items[:num]
+    return [items[i % len(items)] for i in range(num)]
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def _positive_int(value, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DatasetError(f"{where}: {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _jsonl(path: str, output_len: int) -> list[Prompt]:
+    out = []
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"{where}: bad JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        text = obj.get("prompt", obj.get("text"))
+        if not isinstance(text, str) or not text.strip():
+            raise DatasetError(f"{where}: needs a non-empty string \"prompt\" (or \"text\")")
+        n_out = None
+        for key in ("output_len", "max_tokens"):
+            if obj.get(key) is not None:
+                n_out = _positive_int(obj[key], where, key)
+                break
+        if n_out is None:
+            if output_len < 1:
+                raise DatasetError(f"{where}: no \"output_len\"/\"max_tokens\" and no output_len given")
+            n_out = output_len
+        out.append(Prompt(text=text, input_tokens=count_tokens(text), output_tokens=n_out))
+    if not out:
+        raise DatasetError(f"{path}: dataset is empty")
+    return out
+
+
+def _sharegpt(path: str, output_len: int) -> list[Prompt]:
+    raw = _read_text(path)
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}:{e.lineno}: bad JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: ShareGPT file must hold a JSON list of conversations")
+    if not data:
+        raise DatasetError(f"{path}: dataset is empty")
+    out = []
+    for entry in data:
+        conv = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(conv, list):
+            continue
+        prompt = reply = None
+        for i, turn in enumerate(conv):
+            if isinstance(turn, dict) and turn.get("from") == "human" \
+                    and isinstance(turn.get("value"), str):
+                prompt = turn["value"]
+                nxt = conv[i + 1] if i + 1 < len(conv) else None
+                if isinstance(nxt, dict) and nxt.get("from") == "gpt" \
+                        and isinstance(nxt.get("value"), str):
+                    reply = nxt["value"]
+                break
+        if prompt is None or (reply is None and output_len <= 0):
+            continue
+        n_in = count_tokens(prompt)
+        n_out = output_len if output_len > 0 else count_tokens(reply)
+        if n_in < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
+            continue
+        out.append(Prompt(text=prompt, input_tokens=n_in, output_tokens=n_out))
+    if not out:
+        raise DatasetError(f"{path}: no usable conversations (need a human turn of >= "
+                           f"{MIN_SHAREGPT_TOKENS} words and a gpt reply of >= "
+                           f"{MIN_SHAREGPT_TOKENS} words)")
+    return out

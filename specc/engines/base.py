@@ -1,0 +1,146 @@
+"""What every engine adapter provides, and the parts they share.
+
+An adapter turns a ServerSpec into a launch command, environment and
+readiness plan, and states the engine's rules as data the semantic rules read
+(so rules.py holds no engine facts).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..spec import ServerSpec
+
+#: Environment variable names whose values are never written or printed.
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def is_secret(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def env_reference(name: str) -> str:
+    """How a secret appears in a plan: a reference the executor resolves at launch."""
+    return "${" + name + "}"
+
+
+def flag_args(pairs) -> list[str]:
+    """`[(flag, value)]` -> argv, skipping None; True means a bare store_true flag."""
+    out: list[str] = []
+    for flag, value in pairs:
+        if value is None or value is False:
+            continue
+        out.append(flag)
+        if value is not True:
+            out.append(str(value))
+    return out
+
+
+class Engine:
+    """Base adapter. Subclasses set the facts and implement `argv`."""
+
+    name = "engine"
+    version_read = ""
+    default_port = 30000
+    health_path = "/health"
+    health_timeout_s = 0.0
+    ready_line: str | None = None
+    fatal_patterns: tuple[str, ...] = ()
+    #: "error": startup dies when the draft's context is shorter; "cap": silently capped.
+    draft_context_policy = "error"
+    #: topk == 1 silently resets num_draft_tokens to num_steps + 1.
+    rewrites_topk1_draft_tokens = False
+    #: max running requests when speculation is on and none is given (None: no cap).
+    spec_default_max_running: int | None = None
+    #: Budget for the launch pseudo-phase: process start to the first phase marker.
+    launch_budget_s = 300.0
+    #: What each probe answer means while starting.
+    answers = {"refused": "starting", "503": "warming", "200": "ready"}
+    #: Where the acceptance length is read: "sglang_server_info" or "vllm_metrics".
+    accept_length_source = ""
+    #: Endpoint that drops the prefix cache between points (None: not supported).
+    flush_cache_path: str | None = None
+    #: Target architectures allowed per algorithm (None: any).
+    algorithm_targets: dict[str, tuple[str, ...]] = {}
+
+    # -- launch ---------------------------------------------------------------
+    def argv(self, spec: ServerSpec, *, host: str, port: int) -> list[str]:
+        raise NotImplementedError  # pragma: no cover - every adapter overrides it
+
+    def env(self, spec: ServerSpec, gpus: list[int]) -> tuple[dict, list[str]]:
+        """(env for the server, names of secrets referenced rather than written)."""
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+        secrets = []
+        for name, value in (spec.engine.get("env") or {}).items():
+            if is_secret(name):
+                env[name] = env_reference(name)
+                secrets.append(name)
+            else:
+                env[name] = value if isinstance(value, str) else str(value).lower() \
+                    if isinstance(value, bool) else str(value)
+        return env, secrets
+
+    def memory_fraction(self, spec: ServerSpec) -> tuple[float, str]:
+        raise NotImplementedError  # pragma: no cover
+
+    def max_running_requests(self, spec: ServerSpec) -> tuple[int | None, str]:
+        """(effective cap on running requests or None, where it comes from)."""
+        raise NotImplementedError  # pragma: no cover
+
+    # -- readiness ------------------------------------------------------------
+    def phases(self, spec: ServerSpec) -> list[dict]:
+        """[{name, begin, end, estimate_s}] in log order."""
+        return []
+
+    def budget(self, spec: ServerSpec, estimate_s: float) -> float:
+        r = spec.readiness
+        return round(max(estimate_s * r.get("phase_budget_factor", 3.0),
+                         r.get("phase_budget_floor_s", 120.0)), 1)
+
+    def readiness(self, spec: ServerSpec) -> dict:
+        r = spec.readiness
+        phases = [{"name": "launch", "begin": None, "end": None, "estimate_s": None,
+                   "budget_s": self.launch_budget_s}]
+        for p in self.phases(spec):
+            phases.append({**p, "estimate_s": round(p["estimate_s"], 1),
+                           "budget_s": self.budget(spec, p["estimate_s"])})
+        budgets = sum(p["budget_s"] for p in phases)
+        return {
+            "probe": {"method": "GET", "path": self.health_path,
+                      "interval_s": r.get("probe_interval_s", 0.1),
+                      "timeout_s": r.get("probe_timeout_s", 30.0),
+                      "success_threshold": r.get("success_threshold", 1)},
+            "answers": dict(self.answers),
+            "engine_health_timeout_s": self.health_timeout_s,
+            "ready_log": self.ready_line,
+            "phases": phases,
+            "fatal_patterns": list(self.fatal_patterns),
+            "estimated_start_s": round(sum(p["estimate_s"] or 0 for p in phases), 1),
+            "deadline_s": float(r.get("deadline_s") or round(budgets, 1)),
+        }
+
+    # -- benchmarking ----------------------------------------------------------
+    def served_model(self, spec: ServerSpec) -> str:
+        return spec.model_pair["target"]["path"]
+
+    def bench_serving_argv(self, spec: ServerSpec, *, host: str, port: int, bench: dict,
+                           num_prompts: int, output_file: str) -> list[str]:
+        """SGLang's own client, usable against any OpenAI-compatible server."""
+        backend = {"sglang": "sglang", "sim": "sglang"}.get(self.name, "vllm")
+        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}[bench["dataset"]]
+        rate = bench.get("request_rate")
+        return ["python", "-m", "sglang.bench_serving", "--backend", backend,
+                "--host", host, "--port", str(port), "--model", self.served_model(spec),
+                "--dataset-name", dataset,
+                *(["--dataset-path", bench["dataset_path"]] if bench.get("dataset_path") else []),
+                "--random-input-len", str(bench["input_len"]),
+                "--random-output-len", str(bench["output_len"]),
+                "--random-range-ratio", str(bench.get("range_ratio", 1.0)),
+                "--num-prompts", str(num_prompts),
+                "--max-concurrency", str(bench["concurrency"]),
+                "--request-rate", "inf" if rate is None else str(rate),
+                "--seed", str(bench.get("seed", 0)),
+                "--warmup-requests", str(bench.get("warmup_requests", 1)),
+                "--output-file", output_file]

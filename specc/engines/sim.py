@@ -1,0 +1,43 @@
+"""specc's simulator: SGLang's flags and semantics, startup scaled by a time scale."""
+
+from __future__ import annotations
+
+from .base import flag_args
+from .sglang import SGLang
+
+
+class Sim(SGLang):
+    """`python -m specc.sim`: same flags as SGLang plus `--sim-*` knobs."""
+
+    name = "sim"
+    module = "specc.sim"
+    version_read = "specc.sim (mirrors SGLang " + SGLang.version_read + ")"
+    #: Python start-up of the simulator process, unscaled.
+    launch_budget_s = 15.0
+    #: No phase budget below this, whatever the time scale: process scheduling noise.
+    min_budget_s = 3.0
+
+    def time_scale(self, spec) -> float:
+        return float((spec.engine.get("sim") or {}).get("time_scale", 0.01))
+
+    def argv(self, spec, *, host, port):
+        sim = spec.engine.get("sim") or {}
+        args = super().argv(spec, host=host, port=port)
+        args += flag_args([
+            ("--sim-time-scale", sim.get("time_scale", 0.01)),
+            ("--sim-seed", sim.get("seed", 0)),
+            ("--sim-acceptance", sim.get("acceptance")),
+            ("--sim-target-facts", self.sim_facts_json(spec.target)),
+            ("--sim-draft-facts",
+             self.sim_facts_json(spec.draft) if spec.uses_draft_model and spec.draft else None),
+        ])
+        return args
+
+    def phases(self, spec):
+        scale = self.time_scale(spec)
+        return [{**p, "estimate_s": p["estimate_s"] * scale} for p in super().phases(spec)]
+
+    def budget(self, spec, estimate_s):
+        scale = self.time_scale(spec)
+        unscaled = super().budget(spec, estimate_s / scale) if scale else 0.0
+        return round(max(unscaled * scale, self.min_budget_s), 1)

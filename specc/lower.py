@@ -1,0 +1,305 @@
+"""Lowering: a validated config -> one immutable Plan.
+
+The matrix is the Cartesian product of the sweep axes. Axes under `benchmark.`
+are client-level (no restart); all others are server-level, so each distinct
+server configuration becomes one server that starts exactly once. Invalid
+speculative points are dropped with their reason; every speculative point is
+matched to a baseline point with the same model, hardware and client params.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import re
+
+from . import facts as facts_mod
+from . import rules, schema
+from .diagnostics import Diagnostic, error, has_errors, info, unique
+from .engines import get_engine
+from .plan import Benchmark, Dropped, Plan, Server
+from .spec import ServerSpec
+
+SERVER_SECTIONS = ("model_pair", "hardware", "engine", "speculation", "readiness")
+CLIENT_SECTION = "benchmark"
+SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _hash(obj, n: int = 6) -> str:
+    return hashlib.sha256(_canonical(obj).encode()).hexdigest()[:n]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def _set(tree: dict, path: str, value) -> None:
+    """Set a dotted path; a dict value at a section merges into it (a zipped axis)."""
+    parts = path.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node[p]
+    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+        node[parts[-1]] = {**node[parts[-1]], **value}
+    else:
+        node[parts[-1]] = value
+
+
+def _axis_label(path: str, value) -> dict:
+    if isinstance(value, dict):
+        return {f"{path}.{k}": v for k, v in value.items()}
+    return {path: value}
+
+
+def check_axes(cfg: dict) -> list[Diagnostic]:
+    """Every sweep axis names a sweepable key and every value fits its schema."""
+    out = []
+    for path, values in (cfg.get("sweep") or {}).items():
+        where = f"sweep.{path}"
+        top = path.split(".")[0]
+        if top not in SERVER_SECTIONS + (CLIENT_SECTION,):
+            out.append(error("SWEEP_AXIS", where, f"'{path}' cannot be swept",
+                             "sweep keys under model_pair, hardware, engine, speculation, "
+                             "readiness or benchmark"))
+            continue
+        if len(set(map(_canonical, values))) != len(values):
+            out.append(error("SWEEP_AXIS", where, "repeated values", "list each value once"))
+        for i, value in enumerate(values):
+            if isinstance(value, dict):
+                node = copy.deepcopy(_get(cfg, path))
+                if not isinstance(node, dict):
+                    out.append(error("SWEEP_AXIS", f"{where}[{i}]",
+                                     "a mapping value needs a config section here",
+                                     "give scalar values"))
+                    continue
+                node.update(value)
+                reason = schema.validate_value(path, node)
+            else:
+                reason = schema.validate_value(path, value)
+            if reason:
+                out.append(error("SWEEP_AXIS", f"{where}[{i}]", f"{value!r}: {reason}",
+                                 "fix the value or the axis path"))
+    return out
+
+
+def _get(tree: dict, path: str):
+    node = tree
+    for p in path.split("."):
+        if not isinstance(node, dict) or p not in node:
+            return None
+        node = node[p]
+    return node
+
+
+def _spec_for(sections: dict) -> ServerSpec:
+    mp = sections["model_pair"]
+    target = facts_mod.resolve(mp["target"], "model_pair.target")
+    draft = facts_mod.resolve(mp["draft"], "model_pair.draft") if mp.get("draft") else None
+    return ServerSpec(target=target, draft=draft, **sections)
+
+
+def _baseline_of(sections: dict) -> dict:
+    twin = copy.deepcopy(sections)
+    twin["speculation"] = {k: None for k in SPEC_KEYS}
+    return twin
+
+
+def _num_prompts(bench: dict) -> int:
+    """Explicit, else enough for two full waves at the point's concurrency (at least 4)."""
+    return bench.get("num_prompts") or max(4, 2 * bench["concurrency"])
+
+
+def _server_key(sections: dict) -> dict:
+    return {k: sections[k] for k in SERVER_SECTIONS if k != "readiness"}
+
+
+def _label(spec: ServerSpec, engine, axis_values: dict) -> str:
+    if not spec.speculative:
+        base = "baseline"
+    else:
+        steps, topk, ndt = spec.spec_triple
+        if spec.algorithm == "NGRAM":
+            base = f"NGRAM d{ndt}"
+        elif steps is None:
+            base = f"{spec.algorithm} (engine defaults)"
+        else:
+            base = f"{spec.algorithm} s{steps} k{topk} d{ndt}"
+    extra = [f"{k.split('.', 1)[1]}={v}" for k, v in axis_values.items()
+             if not k.startswith("speculation.")]
+    return " ".join([base] + extra)
+
+
+def _params(spec: ServerSpec, axis_values: dict) -> dict:
+    mp, hw = spec.model_pair, spec.hardware
+    steps, topk, ndt = spec.spec_triple
+    p = {"target": mp["target"]["path"],
+         "draft": mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None,
+         "tp": hw["tp"], "dp": hw.get("dp", 1), "pp": hw.get("pp", 1),
+         "algorithm": spec.algorithm, "num_steps": steps, "topk": topk, "num_draft_tokens": ndt,
+         "context_length": mp.get("context_length")}
+    for k, v in axis_values.items():
+        if not k.startswith("speculation."):
+            p[k] = v
+    return p
+
+
+def _estimate_point_s(bench: dict, n: int) -> float:
+    """Rough: two decode waves at ~50 tok/s per stream plus prefill; for the review only."""
+    waves = math.ceil(n / bench["concurrency"])
+    return round(waves * bench["output_len"] / 50.0 + 1.0, 1)
+
+
+def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
+    """Config (schema-valid) -> (plan or None, diagnostics)."""
+    engine = get_engine(cfg["engine"]["name"])
+    diags: list[Diagnostic] = check_axes(cfg)
+    if has_errors(diags):
+        return None, diags
+
+    axes = list((cfg.get("sweep") or {}).items())
+    server_axes = [(p, v) for p, v in axes if not p.startswith(CLIENT_SECTION)]
+    client_axes = [(p, v) for p, v in axes if p.startswith(CLIENT_SECTION)]
+    n_server = math.prod(len(v) for _, v in server_axes)
+    n_client = math.prod(len(v) for _, v in client_axes)
+    worst = n_server * n_client * (2 if cfg.get("baseline") else 1)
+    if n_server * n_client > cfg["max_points"]:
+        return None, diags + [error(
+            "MATRIX_TOO_LARGE", "sweep",
+            f"the sweep has {n_server * n_client} points (up to {worst} with baselines), "
+            f"over max_points={cfg['max_points']}",
+            f"narrow the sweep, or raise the cap knowingly: max_points={n_server * n_client * 2}")]
+
+    base = {k: cfg[k] for k in SERVER_SECTIONS}
+    sweeps_spec = any(p.split(".")[0] == "speculation" for p, _ in server_axes)
+
+    # 1. distinct server configurations (speculative ones, then their baseline twins)
+    servers: dict[str, dict] = {}   # key -> {"sections", "spec", "axes"}
+    dropped: list[Dropped] = []
+    order: list[str] = []
+    for combo in itertools.product(*(v for _, v in server_axes)):
+        sections = copy.deepcopy(base)
+        axis_values: dict = {}
+        for (path, _), value in zip(server_axes, combo):
+            _set(sections, path, value)
+            axis_values.update(_axis_label(path, value))
+        spec = _spec_for(sections)
+        found = rules.check_server(spec, engine)
+        errors = [d for d in found if d.severity == "error"]
+        if errors and sweeps_spec and all(d.code in rules.DROPPABLE for d in errors):
+            dropped.append(Dropped(point=axis_values, code=errors[0].code,
+                                   reason=errors[0].message, points=n_client))
+            continue
+        diags += found
+        twins = [(sections, spec, axis_values)]
+        if cfg.get("baseline") and spec.speculative:
+            bs = _baseline_of(sections)
+            b_axes = {k: v for k, v in axis_values.items() if not k.startswith("speculation.")}
+            twins.insert(0, (bs, _spec_for(bs), b_axes))
+        for secs, sp, ax in twins:
+            key = _canonical(_server_key(secs))
+            if key not in servers:
+                servers[key] = {"sections": secs, "spec": sp, "axes": ax}
+                order.append(key)
+                if sp is not spec:
+                    diags += rules.check_server(sp, engine)
+    if has_errors(diags):
+        return None, unique(diags)
+    if not servers:
+        return None, unique(diags + [error(
+            "MATRIX_EMPTY", "sweep", f"all {len(dropped)} server configurations were dropped",
+            "see the dropped points and fix the speculation grid")])
+
+    # baselines first: speedups can be computed as soon as a speculative point finishes
+    order.sort(key=lambda k: servers[k]["spec"].speculative)
+
+    # 2. placement: waves of servers with disjoint GPUs and ports
+    hw = cfg["hardware"]
+    per = servers[order[0]]["spec"].gpus_per_server
+    slots = max(1, hw["gpus_per_node"] // per)
+    host = hw.get("host", "localhost")
+    engine_cfg = cfg["engine"]
+
+    # 3. client combos
+    client_points = []
+    for combo in itertools.product(*(v for _, v in client_axes)):
+        bench = dict(cfg[CLIENT_SECTION])
+        for (path, _), value in zip(client_axes, combo):
+            if path == CLIENT_SECTION:
+                bench.update(value)
+            else:
+                bench[path.split(".", 1)[1]] = value
+        bench["num_prompts"] = _num_prompts(bench)
+        client_points.append(bench)
+
+    plan_servers: list[Server] = []
+    benchmarks: list[Benchmark] = []
+    bench_index: dict[tuple[str, str], str] = {}   # (baseline server key, client key) -> id
+    estimates: dict[str, float] = {}
+    for i, key in enumerate(order):
+        entry = servers[key]
+        spec: ServerSpec = entry["spec"]
+        wave, slot = divmod(i, slots)
+        gpus = tuple(range(slot * spec.gpus_per_server, (slot + 1) * spec.gpus_per_server))
+        port = engine_cfg["base_port"] + slot
+        name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
+        sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(key)}"
+        env, secrets = engine.env(spec, list(gpus))
+        readiness = engine.readiness(spec)
+        for bench in client_points:
+            diags += rules.check_point(spec, engine, bench)
+        plan_servers.append(Server(
+            id=sid, label=_label(spec, engine, entry["axes"]), baseline=not spec.speculative,
+            params=_params(spec, entry["axes"]), host=host, port=port, gpus=gpus, wave=wave,
+            argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"), port=port)),
+            env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
+        baseline_key = _canonical(_server_key(_baseline_of(entry["sections"])))
+        run_s = readiness["estimated_start_s"]
+        for bench in client_points:
+            ckey = _canonical(bench)
+            bid = f"{sid}-c{bench['concurrency']}-{_hash([sid, ckey])}"
+            if not spec.speculative:
+                bench_index[(key, ckey)] = bid
+            matched = None if not spec.speculative else bench_index.get((baseline_key, ckey))
+            argv = None
+            if bench["driver"] == "bench_serving":
+                argv = tuple(engine.bench_serving_argv(
+                    spec, host=host, port=port, bench=bench, num_prompts=bench["num_prompts"],
+                    output_file=f"bench_serving/{bid}.jsonl"))
+            benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
+                                        params={**bench, "model": engine.served_model(spec)},
+                                        argv=argv))
+            run_s += _estimate_point_s(bench, bench["num_prompts"])
+        estimates[sid] = round(run_s, 1)
+
+    diags = unique(diags)
+    if has_errors(diags):
+        return None, diags
+    waves: dict[int, float] = {}
+    for s in plan_servers:
+        waves[s.wave] = max(waves.get(s.wave, 0.0), estimates[s.id])
+    if not any(b.baseline for b in benchmarks) and any(not s.baseline for s in plan_servers):
+        diags.append(info("NO_BASELINE", "baseline",
+                          "no matched baseline points: speedups will not be computed",
+                          "set baseline=true"))
+    first = servers[order[0]]["spec"]
+    plan = Plan(
+        experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
+        benchmarks=tuple(benchmarks), diagnostics=tuple(d.to_json() for d in diags),
+        dropped=tuple(dropped),
+        engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
+                     "health_timeout_s": engine.health_timeout_s,
+                     "flush_cache_path": engine.flush_cache_path,
+                     "accept_length_source": engine.accept_length_source},
+        facts={"target": first.target.to_json(),
+               "draft": first.draft.to_json() if first.draft else None},
+        estimates={"servers_s": estimates, "wall_s": round(sum(waves.values()), 1),
+                   "note": "rough: start estimates + ~50 tok/s per stream"},
+        fail_fast=bool(cfg.get("fail_fast")))
+    return plan, diags

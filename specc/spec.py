@@ -1,0 +1,52 @@
+"""ServerSpec: one resolved server configuration, the unit engines and rules look at."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .facts import ModelFacts
+
+#: Algorithms that load a separate draft model from speculation's draft path.
+DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Everything that needs a server restart when it changes."""
+
+    model_pair: dict
+    hardware: dict
+    engine: dict
+    speculation: dict
+    readiness: dict
+    target: ModelFacts
+    draft: ModelFacts | None
+
+    @property
+    def algorithm(self) -> str | None:
+        return self.speculation.get("algorithm")
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm is not None
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.algorithm in DRAFT_MODEL_ALGORITHMS
+
+    @property
+    def gpus_per_server(self) -> int:
+        hw = self.hardware
+        return hw["tp"] * hw.get("dp", 1) * hw.get("pp", 1)
+
+    @property
+    def spec_triple(self) -> tuple:
+        s = self.speculation
+        return (s.get("num_steps"), s.get("topk"), s.get("num_draft_tokens"))
+
+    def weight_gb_per_gpu(self, which: str = "target") -> float:
+        facts = self.target if which == "target" else self.draft
+        if facts is None:
+            return 0.0
+        shards = self.hardware["tp"] * self.hardware.get("pp", 1)
+        return float(facts.get("weight_gb") or 0.0) / shards

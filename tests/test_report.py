@@ -1,0 +1,240 @@
+"""The report over fixture run dirs (tests/fixtures/report/, see make_fixtures.py there)."""
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specc import report as R
+
+FIX = Path(__file__).parent / "fixtures" / "report"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def run_a(tmp_path):
+    return Path(shutil.copytree(FIX / "run_a", tmp_path / "run_a"))
+
+
+@pytest.fixture
+def run_b(tmp_path):
+    return Path(shutil.copytree(FIX / "run_b", tmp_path / "run_b"))
+
+
+def rows_by(rep):
+    return {(r.label, r.concurrency): r for r in rep.rows}
+
+
+def test_statuses_duplicates_and_truncated_line(run_a):
+    rep = R.build_report(run_a)
+    assert (rep.count("ok"), rep.count("failed"), rep.count("pending")) == (6, 1, 1)
+    by = rows_by(rep)
+    # the duplicated id: the last line wins
+    assert by[("EAGLE3 s3 k1 d4", 1)].output_tps == 150.0
+    assert by[("EAGLE3 s3 k4 d8", 16)].status == "pending"
+    assert any("unparseable last line" in w for w in rep.warnings)
+
+
+def test_speedups_given_and_computed(run_a):
+    by = rows_by(R.build_report(run_a))
+    assert by[("EAGLE3 s3 k1 d4", 1)].speedup == pytest.approx(150 / 82.5)
+    s2 = by[("EAGLE3 s2 k4 d8", 1)]  # no speedup on the result line: computed
+    assert s2.speedup == pytest.approx(140.25 / 82.5) and s2.speedup_computed
+    assert by[("EAGLE3 s2 k4 d8", 16)].speedup is None  # failed
+
+
+def test_best_setting_per_concurrency(run_a):
+    best = {b.group.concurrency: b for b in R.build_report(run_a).best()}
+    assert best[1].row.label == "EAGLE3 s3 k4 d8" and best[1].by == "speedup"
+    assert best[16].row.label == "EAGLE3 s3 k1 d4"
+    assert best[16].baseline.output_tps == 1100.0
+
+
+def test_write_report_files(run_a):
+    rep = R.write_report(run_a)
+    md = (run_a / "report.md").read_text()
+    # title and golden table lines
+    assert md.startswith("# Report: eagle3_sweep (engine: sim)\n")
+    assert "## Concurrency 1 \u2014 random, in 1024 / out 256 tokens, 4 prompts" in md
+    table_lines = [
+        "| config          |   output tok/s |   per-stream tok/s |   TTFT p50 / p99 (ms) |   ITL p50 / p99 (ms) |   accept length |   speedup | status   |",
+        "| baseline        |           82.5 |               82.5 |          45.0 / 112.5 |          12.1 / 36.3 |               \u2014 |     1.00x | ok       |",
+        "| EAGLE3 s3 k4 d8 |          165.0 |              165.0 |          52.5 / 131.2 |                    \u2014 |        3.10 (?) |     2.00x | ok       |",
+        "| EAGLE3 s3 k1 d4 |          150.0 |              150.0 |          51.2 / 128.1 |          27.0 / 81.0 |      2.41 (run) |     1.82x | ok       |",
+        "| EAGLE3 s3 k1 d4 |         1540.0 |               96.2 |        420.0 / 1050.0 |          33.0 / 99.0 |     2.53 (cum.) |     1.40x | ok       |",
+        "| EAGLE3 s2 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |               \u2014 |         \u2014 | FAILED   |",
+        "| EAGLE3 s3 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |               \u2014 |         \u2014 | pending  |",
+    ]
+    md_lines = md.splitlines()
+    for line in table_lines:
+        assert line in md_lines, line
+    # baseline first, then speedup descending (concurrency 1 table)
+    c1 = md.split("## Concurrency 1 ")[1].split("## ")[0]
+    order = [l.split("|")[1].strip() for l in c1.splitlines() if l.startswith("| ") and "config" not in l]
+    assert order == ["baseline", "EAGLE3 s3 k4 d8", "EAGLE3 s3 k1 d4", "EAGLE3 s2 k4 d8"]
+    # best table, failures with reasons (point and server), pending, notes
+    assert "## Best speculative setting per concurrency" in md
+    best = md.split("## Best speculative setting per concurrency")[1].split("## ")[0]
+    assert "| 1             | EAGLE3 s3 k4 d8            |     2.00x |" in best
+    assert "| 16            | EAGLE3 s3 k1 d4            |     1.40x |" in best
+    fails = md.split("## Failures")[1].split("## ")[0]
+    assert "EAGLE3 s2 k4 d8 @ concurrency 16" in fails and "server failed: died mid-run (exit code -9)" in fails
+    assert "- server EAGLE3 s2 k4 d8 (`kimi-eagle3-s2-k4-d8-7b8c9d`): died mid-run (exit code -9)" in fails
+    assert "8 points: 6 ok, 1 failed, 1 pending." in md
+    assert "## Pending (1)" in md and "kimi-eagle3-s3-k4-d8-4e5f6a-c16" in md
+    assert "SPEC_TOPK1_DRAFT_TOKENS" in md
+    assert "**speedup**: output throughput divided by the matched baseline" in md
+
+    # CSV: one row per point, flat columns
+    with open(run_a / "report.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8
+    for col in ("benchmark", "label", "status", "reason", "speedup", "num_steps", "topk",
+                "num_draft_tokens", "concurrency", "output_throughput", "median_ttft_ms", "accept_length"):
+        assert col in rows[0], col
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and "died mid-run" in failed[0]["reason"]
+
+    # JSON: rows + summary
+    js = json.loads((run_a / "report.json").read_text())
+    assert len(js["rows"]) == 8
+    assert js["summary"]["ok"] == 6 and js["summary"]["pending"] == 1
+    assert {b["concurrency"]: b["label"] for b in js["summary"]["best"]} == {1: "EAGLE3 s3 k4 d8", 16: "EAGLE3 s3 k1 d4"}
+
+    # plots: valid, non-empty PNGs, linked from the report
+    for name in ("throughput_vs_concurrency", "speedup_heatmap"):
+        p = run_a / "plots" / f"{name}.png"
+        assert p.stat().st_size > 1000 and p.read_bytes()[:8] == PNG
+        assert f"(plots/{name}.png)" in md
+    assert set(rep.plots) == {"throughput_vs_concurrency", "speedup_heatmap"}
+
+
+def test_render_terminal(run_a):
+    text = R.render_terminal(R.build_report(run_a))
+    assert text.startswith("eagle3_sweep (engine: sim): 8 points: 6 ok, 1 failed, 1 pending")
+    assert "EAGLE3 s3 k4 d8           165.0" in text
+    assert "Failures:" in text and "died mid-run" in text
+    assert "1 point(s) pending" in text
+    assert "|" not in text.split("Failures:")[0]  # plain tables, not markdown
+
+
+def test_missing_results_everything_pending(run_a):
+    (run_a / "results.jsonl").unlink()
+    (run_a / "state.json").unlink()
+    rep = R.write_report(run_a)
+    assert rep.count("pending") == 8 and rep.count("ok") == 0
+    md = (run_a / "report.md").read_text()
+    assert "8 points: 0 ok, 0 failed, 8 pending." in md
+    assert "## Failures\n\nNone." in md
+    assert not (run_a / "plots" / "speedup_heatmap.png").exists()
+    assert "(no successful speculative point)" in md
+
+
+def test_missing_baseline_and_missing_keys(run_a):
+    lines = (run_a / "results.jsonl").read_text().splitlines()
+    keep = [l for l in lines[:-1] if '"kimi-base-1a2b3c' not in l.split('"server"')[0]]
+    # a point with almost no metrics at all
+    keep.append(json.dumps({"benchmark": "kimi-eagle3-s3-k4-d8-4e5f6a-c16", "server": "kimi-eagle3-s3-k4-d8-4e5f6a",
+                            "status": "ok", "reason": None, "metrics": {"output_throughput": 1600.0}}))
+    (run_a / "results.jsonl").write_text("\n".join(keep) + "\n")
+    rep = R.write_report(run_a)
+    by = rows_by(rep)
+    assert by[("baseline", 16)].status == "pending"
+    assert by[("EAGLE3 s2 k4 d8", 1)].speedup is None  # no baseline, no speedup on the line
+    assert by[("EAGLE3 s3 k1 d4", 1)].speedup == pytest.approx(150 / 82.5)  # given on the line
+    best16 = {b.group.concurrency: b for b in rep.best()}[16]
+    assert best16.by == "output throughput" and best16.row.label == "EAGLE3 s3 k4 d8"
+    md = (run_a / "report.md").read_text()
+    assert "EAGLE3 s3 k4 d8 (by output tok/s: speedup unknown)" in md
+    assert "| EAGLE3 s3 k4 d8 |         1600.0 |                  \u2014 |" in md
+
+
+def test_unparseable_middle_line_is_skipped_with_warning(run_a):
+    p = run_a / "results.jsonl"
+    lines = p.read_text().splitlines()
+    lines.insert(1, "{garbage")
+    p.write_text("\n".join(lines[:-1]) + "\n")  # also drop the truncated last line
+    rep = R.build_report(run_a)
+    assert rep.count("ok") == 6
+    assert rep.warnings == ["results.jsonl: ignored unparseable line 2"]
+
+
+def test_no_plan_is_an_error(tmp_path):
+    with pytest.raises(R.ReportError, match="no plan.json"):
+        R.build_report(tmp_path)
+
+
+def test_plots_failing_do_not_fail_the_report(run_a, monkeypatch):
+    def boom(report, Figure):
+        raise RuntimeError("no display for you")
+
+    monkeypatch.setattr(R, "_plot_throughput", boom)
+    R.write_report(run_a)
+    md = (run_a / "report.md").read_text()
+    assert "plot throughput_vs_concurrency failed: RuntimeError: no display for you" in md
+    assert (run_a / "plots" / "speedup_heatmap.png").exists()
+
+
+def test_combine_reports(tmp_path, run_a, run_b):
+    sweep = tmp_path
+    broken = tmp_path / "run_c"
+    broken.mkdir()  # a job whose config was invalid: no plan.json
+    (run_b / ".hydra").mkdir()
+    (run_b / ".hydra" / "overrides.yaml").write_text("- +experiment=eagle3_llama\n- engine=sim\n")
+    md_path = R.combine_reports(sweep, [run_a, run_b, broken])
+    assert md_path == sweep / "report.md"
+    md = md_path.read_text()
+    assert md.startswith("# Combined report: 3 job(s)")
+    assert "10 points: 8 ok, 1 failed, 1 pending." in md
+    assert "+experiment=eagle3_llama engine=sim" in md
+    assert "no plan.json" in md
+    c1 = md.split("## Concurrency 1 ")[1].split("## ")[0]
+    c1_rows = [l for l in c1.splitlines() if l.startswith("| run_")]
+    # each job's rows together, baseline first
+    assert [l.split("|")[1:3] for l in c1_rows][:1] == [[" run_a (eagle3_sweep) ", " baseline        "]]
+    assert "| run_b (eagle3_llama) | EAGLE3 s5 k1 d6 |" in c1
+    assert "| run_a (eagle3_sweep) | EAGLE3 s3 k4 d8 |" in c1
+    best = md.split("## Best speculative setting per concurrency (all jobs)")[1].split("## ")[0]
+    assert "EAGLE3 s5 k1 d6 [run_b (eagle3_llama)]" in best and "2.25x" in best
+    assert "[run_a (eagle3_sweep)] EAGLE3 s2 k4 d8 @ concurrency 16" in md
+    assert "- server [run_a] EAGLE3 s2 k4 d8" in md
+    with open(sweep / "report.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 10
+    assert [r["job"] for r in rows][:1] == ["run_a"]
+    assert list(rows[0])[:2] == ["job", "experiment"]
+    assert {r["experiment"] for r in rows} == {"eagle3_sweep", "eagle3_llama"}
+
+
+def test_cli(run_a, capsys):
+    assert R.main([str(run_a), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "Best speculative setting per concurrency" in out
+    assert (run_a / "report.md").exists() and not (run_a / "plots").exists()
+    assert R.main([]) == 2
+
+
+from hypothesis import given, settings, HealthCheck, strategies as st
+
+_metric_values = st.one_of(st.none(), st.booleans(), st.text(max_size=3),
+                           st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6))
+_metrics = st.dictionaries(st.sampled_from(R._METRIC_ORDER + ["speedup", "weird"]), _metric_values, max_size=8)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["ok", "failed", "odd"]), _metrics), max_size=10),
+       st.text(max_size=20))
+def test_any_results_render(tmp_path_factory, results, tail):
+    """Whatever the result lines hold, the report builds and renders."""
+    d = Path(shutil.copytree(FIX / "run_a", tmp_path_factory.mktemp("h") / "run"))
+    plan = json.loads((d / "plan.json").read_text())
+    ids = [b["id"] for b in plan["benchmarks"]]
+    lines = [json.dumps({"benchmark": ids[i], "server": "x", "status": s, "reason": None, "metrics": m})
+             for i, s, m in results]
+    (d / "results.jsonl").write_text("\n".join(lines) + "\n" + tail)
+    rep = R.build_report(d)
+    assert len(rep.rows) == 8
+    assert R.render_markdown(rep) and R.render_terminal(rep)
+    R._csv_text([r.flat() for r in rep.rows])
