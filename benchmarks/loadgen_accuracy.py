@@ -115,7 +115,9 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=96)
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--api", default="chat", choices=["chat", "completions", "generate"])
-    ap.add_argument("--transport", nargs="+", default=["fast"], choices=["fast", "httpx"])
+    ap.add_argument("--transport", nargs="+", default=["fast"], choices=["fast", "fast-user", "httpx"],
+                    help="fast: asyncio socket client, kernel receive timestamps (default); "
+                         "fast-user: same, time.time() in the read callback; httpx: httpx.AsyncClient")
     ap.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
     ap.add_argument("--sim-args", nargs=argparse.REMAINDER, default=[],
                     help="extra arguments for python -m specc.sim (must come last)")
@@ -149,7 +151,9 @@ def main() -> None:
                 s0 = proc_cpu(proc.pid)
                 w0 = time.time()
                 res = asyncio.run(run_load(url, prompts, api=args.api, model=args.model,
-                                           concurrency=c, warmup=1, transport=transport))
+                                           concurrency=c, warmup=1,
+                                           transport=transport.split("-")[0],
+                                           kernel_timestamps=transport != "fast-user"))
                 wall = time.time() - w0
                 r1 = resource.getrusage(resource.RUSAGE_SELF)
                 cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime) / wall
@@ -185,6 +189,7 @@ def main() -> None:
                        "itl_err_p99_ms": q(itl_e, 99) if itl_e else 0.0,
                        "chunk_err_median_ms": q(chunk_e, 50), "chunk_err_p99_ms": q(chunk_e, 99),
                        "chunk_bias_median_ms": q(signed, 50),
+                       "chunk_signed_p1_ms": q(signed, 1), "chunk_signed_p99_ms": q(signed, 99),
                        "client_cpu": cpu, "sim_cpu": scpu,
                        "median_itl_ms": res.metrics["median_itl_ms"],
                        "median_ttft_ms": res.metrics["median_ttft_ms"]}
@@ -194,7 +199,8 @@ def main() -> None:
                       f"{row['itl_err_median_ms']:>14.3f} {row['itl_err_p99_ms']:>6.2f} | "
                       f"{row['chunk_err_median_ms']:>13.3f} {row['chunk_err_p99_ms']:>6.2f} "
                       f"{row['chunk_bias_median_ms']:>6.3f} | {cpu:>10.2f} {scpu:>7.2f} | "
-                      f"{row['median_itl_ms']:>13.2f}", flush=True)
+                      f"{row['median_itl_ms']:>13.2f} | signed p1 {row['chunk_signed_p1_ms']:.2f}"
+                      f" p99 {row['chunk_signed_p99_ms']:.2f}", flush=True)
     finally:
         proc.terminate()
         try:

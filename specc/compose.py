@@ -8,6 +8,7 @@ groups or options, YAML syntax, bad overrides) become one line each, exit 2.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,16 @@ def _hydra_error_line(exc: BaseException) -> str:
             return (f"error CONFIG_UNKNOWN_OPTION at {group}: no option '{option}'"
                     + (f" (fix: use one of: {options})" if options else ""))
         return f"error CONFIG_UNKNOWN_GROUP at {missing}: {str(exc).splitlines()[0]}"
+    override = getattr(exc, "override", None)   # hydra.errors.OverrideParseException
+    if isinstance(override, str):
+        from .engines.base import is_secret
+
+        key = override.split("=", 1)[0].lstrip("+~") or "<overrides>"
+        shown = f"{key}=..." if is_secret(key.rsplit(".", 1)[-1]) else override
+        first = str(getattr(exc, "message", exc)).splitlines()[0]
+        return (f"error CONFIG_OVERRIDE_SYNTAX at {key}: cannot parse override {shown!r}: {first} "
+                "(fix: quote the value, e.g. key='value', or see "
+                "https://hydra.cc/docs/advanced/override_grammar/basic/)")
     msg = " ".join(str(exc).split())
     cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause) and str(cause) not in msg:
@@ -40,6 +51,43 @@ def _hydra_error_line(exc: BaseException) -> str:
     if any(s in msg for s in ("while scanning", "while parsing", "mapping values", "yaml")):
         return f"error CONFIG_YAML at <yaml>: {msg} (fix: correct the YAML syntax)"
     return f"error CONFIG_INVALID at <overrides>: {msg}"
+
+
+_ENV_OVERRIDE = re.compile(r"(engine\.env\.([A-Za-z_][A-Za-z0-9_]*)=)([^,]*)")
+REDACTED = "<redacted>"
+
+
+def _redact(node, parent: str = ""):
+    """A copy of a saved Hydra yaml tree with secret env values (names per is_secret) blanked."""
+    from .engines.base import is_secret
+
+    if isinstance(node, dict):
+        return {k: (REDACTED if parent == "env" and is_secret(str(k))
+                    and not isinstance(v, (dict, list)) else _redact(v, str(k)))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [_redact(v, parent) for v in node]
+    if isinstance(node, str) and "engine.env." in node:
+        def sub(m):
+            return m.group(1) + REDACTED if is_secret(m.group(2)) else m.group(0)
+        head = re.fullmatch(r"([+~]*engine\.env\.([A-Za-z_][A-Za-z0-9_]*)=)(.*)", node, re.S)
+        return sub(head) if head else _ENV_OVERRIDE.sub(sub, node)
+    return node
+
+
+def _scrub_saved_configs(files) -> None:
+    """Hydra saves the composed config and the overrides (.hydra/, multirun.yaml) before
+    the job runs: secret env values (engine.env.HF_TOKEN=...) must not stay there."""
+    from omegaconf import OmegaConf
+
+    for f in files:
+        try:
+            tree = OmegaConf.to_container(OmegaConf.load(f), resolve=False)
+        except Exception:  # noqa: BLE001 - not ours to validate
+            continue
+        clean = _redact(tree)
+        if clean != tree:
+            OmegaConf.save(OmegaConf.create(clean), f)
 
 
 def _available(group: str) -> str:
@@ -64,6 +112,7 @@ def run(argv: list[str], job) -> int:
 
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
+        _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"))
         try:
             plain = OmegaConf.to_container(cfg, resolve=True)
         except Exception as exc:  # interpolation errors are user errors
@@ -98,6 +147,8 @@ def run(argv: list[str], job) -> int:
         sys.argv = old_argv
     if sweep:
         from .__main__ import finish_multirun
+
+        _scrub_saved_configs([sweep["dir"] / "multirun.yaml"])
 
         codes.append(finish_multirun(sweep["dir"], sweep["jobs"]))
     return max(codes, default=0)

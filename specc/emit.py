@@ -78,7 +78,7 @@ def plan_sh(plan: Plan) -> str:
         out.append(f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once =====")
         for s in wave:
             env = " ".join(_env_assign(k, v, s.secrets) for k, v in s.env.items())
-            out.append(f"# {s.id}: {s.label} | GPUs {','.join(map(str, s.gpus))} | port {s.port}")
+            out.append(f"# {s.id}: {_comment(s.label)} | GPUs {','.join(map(str, s.gpus))} | port {s.port}")
             out.append(f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  "
                        + " \\\n  ".join(_argv_lines(s.argv)))
         for s in wave:
@@ -100,6 +100,11 @@ def plan_sh(plan: Plan) -> str:
             out.append(f"stop_server {_q(s.id)}")
     out.append("\nstop_all\n")
     return "\n".join(out)
+
+
+def _comment(text) -> str:
+    """Text for a `# ...` line: a newline in a swept value must not end the comment."""
+    return " ".join(str(text).splitlines())
 
 
 def _argv_lines(argv) -> list[str]:

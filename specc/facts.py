@@ -16,7 +16,8 @@ from .engines.sglang import derived_context_length
 CONFIG_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "max_seq_len",
                "model_max_length", "rope_scaling", "vocab_size", "draft_vocab_size",
                "hidden_size", "num_attention_heads", "num_key_value_heads",
-               "num_hidden_layers", "head_dim", "kv_lora_rank", "qk_rope_head_dim")
+               "num_hidden_layers", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
+               "n_routed_experts", "num_local_experts", "num_experts_per_tok")
 
 
 @dataclass(frozen=True)

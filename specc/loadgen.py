@@ -6,18 +6,21 @@ and/or a Poisson request rate, after a few sequential warm-up requests that are
 excluded from the metrics.  Metrics are named as SGLang's ``bench_serving``
 names them (see ``summarize``), plus specc's per-stream decode tokens/s.
 
-Timing.  Every timestamp is ``time.time()`` (epoch seconds, comparable with the
-simulator's ground truth).  On 2 cores with 64 streams, the cost of the client's
-per-chunk work decides how late a chunk is stamped: a batched server emits a
-token for every running request at the same instant, and the client stamps them
-one after the other.  So the hot path does no parsing at all: the default
-transport (``transport="fast"``) is a small HTTP/1.1 client on an asyncio
-``Protocol`` that stamps each socket read in ``data_received`` and only records
-``(time, body bytes so far)``; SSE events are split and JSON-decoded once the
-response is complete, and each event gets the time of the read that delivered
+Timing.  Every timestamp is epoch seconds (comparable with the simulator's
+ground truth).  On 2 cores with 64 streams, the client's own per-chunk work
+and scheduling decide how late a chunk is stamped: a batched server emits a
+token for every running request at the same instant.  So the default transport
+(``transport="fast"``) is a small HTTP/1.1 client on asyncio sockets that
+(1) stamps each read with the kernel's receive time (``SO_TIMESTAMPNS`` via
+``recvmsg``; ``kernel_timestamps=False`` or a non-Linux host falls back to
+``time.time()`` in the read callback), (2) re-arms ``TCP_QUICKACK`` after every
+read so that a server without ``TCP_NODELAY`` cannot stall a stream ~40 ms on
+Nagle + delayed ACK, and (3) does no parsing on the hot path: it records only
+``(time, body bytes so far)``; SSE events are split and JSON-decoded when the
+response is complete, each event getting the time of the read that delivered
 its last byte.  ``transport="httpx"`` does the same over a shared
-``httpx.AsyncClient`` (``aiter_raw``) and is used for https URLs; it is
-measurably later under load (``benchmarks/loadgen_accuracy.py``).
+``httpx.AsyncClient`` (``aiter_raw``) with user-space stamps, and is used for
+https URLs; it is much later under load (``benchmarks/loadgen_accuracy.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import logging
 import math
 import random
 import socket
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -284,6 +289,7 @@ class _ServerGone(Exception):
 
 
 _HEAD, _CHUNKED, _LENGTH, _CLOSE, _DONE = range(5)
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)   # Linux only
 
 
 class _Conn(asyncio.Protocol):
@@ -302,16 +308,21 @@ class _Conn(asyncio.Protocol):
         self.remaining = 0
         self.keepalive = True
         self.got_bytes = False
+        self.quickack = None
 
     # -- lifecycle
     def connection_made(self, transport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
+        self.quickack = None
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if _QUICKACK is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+                    self.quickack = sock.setsockopt
             except OSError:
-                pass
+                self.quickack = None
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -345,6 +356,14 @@ class _Conn(asyncio.Protocol):
     # -- hot path
     def data_received(self, data: bytes) -> None:
         t = time.time()
+        self.feed(data, t)
+
+    def feed(self, data: bytes, t: float) -> None:
+        if self.quickack is not None:
+            # Linux clears TCP_QUICKACK after use: re-arm it, so that our delayed ACK
+            # never meets a server's Nagle algorithm (a ~40 ms stall per stream start
+            # on a reused connection when the server lacks TCP_NODELAY).
+            self.quickack(socket.IPPROTO_TCP, _QUICKACK, 1)
         self.got_bytes = True
         body = self.body
         n0 = len(body)
@@ -426,8 +445,84 @@ class _Conn(asyncio.Protocol):
         return _CHUNKED
 
 
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+_ANCSIZE = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_TIMESPEC = struct.Struct("qq")
+_RECV_SIZE = 1 << 18
+
+
+class _SockConn(_Conn):
+    """A ``_Conn`` read with ``recvmsg`` + ``SO_TIMESTAMPNS``: each read is stamped
+    with the kernel's receive time of its last segment, so the client's own
+    scheduling delays (2 cores shared with the server) do not enter the figures."""
+
+    def __init__(self, sock: socket.socket, loop) -> None:
+        super().__init__()
+        self.sock = sock
+        self.loop = loop
+        self.transport = self
+        self.connection_made(self)
+        loop.add_reader(sock.fileno(), self._readable)
+
+    # the transport methods _Conn uses
+    def get_extra_info(self, name, default=None):
+        return self.sock if name == "socket" else default
+
+    def write(self, data: bytes) -> None:
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._lost(e)
+            return
+        if n < len(data):
+            self.loop.create_task(self._send_rest(data[n:]))
+
+    async def _send_rest(self, data: bytes) -> None:
+        try:
+            await self.loop.sock_sendall(self.sock, data)
+        except OSError as e:
+            self._lost(e)
+
+    def close(self) -> None:
+        self._lost(None)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def _lost(self, exc) -> None:
+        if self.closed:
+            return
+        try:
+            self.loop.remove_reader(self.sock.fileno())
+        except (ValueError, OSError):
+            pass
+        self.sock.close()
+        self.connection_lost(exc)
+
+    def _readable(self) -> None:
+        try:
+            data, anc, _, _ = self.sock.recvmsg(_RECV_SIZE, _ANCSIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._lost(e)
+            return
+        if not data:
+            self._lost(None)
+            return
+        if anc:
+            sec, ns = _TIMESPEC.unpack_from(anc[0][2])
+            t = sec + ns * 1e-9
+        else:
+            t = time.time()
+        self.feed(data, t)
+
+
 class _FastClient:
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, kernel_timestamps: bool = True) -> None:
+        self.kernel_ts = kernel_timestamps and _SO_TIMESTAMPNS is not None and _ANCSIZE > 0
         u = urlsplit(base_url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or 80
@@ -440,8 +535,22 @@ class _FastClient:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(_Conn, self.host, self.port), self.timeout_s)
+            if not self.kernel_ts:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(_Conn, self.host, self.port), self.timeout_s)
+            else:
+                infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM,
+                                               proto=socket.IPPROTO_TCP)
+                fam, typ, proto, _, addr = infos[0]
+                sock = socket.socket(fam, typ, proto)
+                try:
+                    sock.setblocking(False)
+                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                    await asyncio.wait_for(loop.sock_connect(sock, addr), self.timeout_s)
+                except BaseException:
+                    sock.close()
+                    raise
+                conn = _SockConn(sock, loop)
         except ConnectionRefusedError:
             raise _ServerGone("connection refused") from None
         self.all.add(conn)
@@ -568,7 +677,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                    model: str, concurrency: int | None, request_rate: float = float("inf"),
                    warmup: int = 1, seed: int = 0, timeout_s: float = 600.0,
                    on_request_done: Callable[[RequestRecord], None] | None = None,
-                   transport: str = "auto", disable_gc: bool = True) -> LoadResult:
+                   transport: str = "auto", kernel_timestamps: bool = True,
+                   disable_gc: bool = True) -> LoadResult:
     """Run one benchmark point; per-request failures become ``ok=False`` records.
 
     If the server refuses connections (it is gone), no further requests are
@@ -584,7 +694,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     if transport == "auto":
         transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
     if transport == "fast":
-        client = _FastClient(base_url, timeout_s)
+        client = _FastClient(base_url, timeout_s, kernel_timestamps)
     elif transport == "httpx":
         client = _HttpxClient(base_url, timeout_s, concurrency or max(len(prompts), 1))
     else:

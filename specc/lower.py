@@ -112,8 +112,8 @@ def _baseline_of(sections: dict) -> dict:
 
 
 def _num_prompts(bench: dict) -> int:
-    """Explicit, else enough for two full waves at the point's concurrency (at least 4)."""
-    return bench.get("num_prompts") or max(4, 2 * bench["concurrency"])
+    """Explicit, else one full wave at the point's concurrency (at least 4)."""
+    return bench.get("num_prompts") or max(4, bench["concurrency"])
 
 
 def _server_key(sections: dict) -> dict:
@@ -237,6 +237,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                 bench[path.split(".", 1)[1]] = value
         bench["num_prompts"] = _num_prompts(bench)
         client_points.append(bench)
+    client_keys = [(b, ck, json.dumps(ck)) for b in client_points for ck in (_canonical(b),)]
 
     plan_servers: list[Server] = []
     benchmarks: list[Benchmark] = []
@@ -261,9 +262,11 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
         baseline_key = _canonical(_server_key(_baseline_of(entry["sections"])))
         run_s = readiness["estimated_start_s"]
-        for bench in client_points:
-            ckey = _canonical(bench)
-            bid = f"{sid}-c{bench['concurrency']}-{_hash([sid, ckey])}"
+        sid_json = json.dumps(sid)
+        for bench, ckey, ckey_json in client_keys:
+            # == _hash([sid, ckey]), without re-encoding the point for every server
+            digest = hashlib.sha256(f"[{sid_json},{ckey_json}]".encode()).hexdigest()[:6]
+            bid = f"{sid}-c{bench['concurrency']}-{digest}"
             if not spec.speculative:
                 bench_index[(key, ckey)] = bid
             matched = None if not spec.speculative else bench_index.get((baseline_key, ckey))

@@ -43,7 +43,11 @@ _FACTS = _obj({
     "head_dim": _POS_INT,
     "kv_lora_rank": _POS_INT,
     "qk_rope_head_dim": _POS_INT,
+    "n_routed_experts": _POS_INT,
+    "num_local_experts": _POS_INT,
+    "num_experts_per_tok": _POS_INT,
     "weight_gb": {"type": "number", "exclusiveMinimum": 0},
+    "total_params_b": {"type": "number", "exclusiveMinimum": 0},
     "active_params_b": {"type": "number", "exclusiveMinimum": 0},
 })
 
@@ -165,6 +169,8 @@ def _hint(err) -> str:
     if v == "required":
         return "add it to the config group or experiment"
     if v == "pattern":
+        if "." not in str(err.validator_value):   # environment variable names
+            return "use letters, digits and '_', not starting with a digit"
         return "use letters, digits, '.', '_' and '-'"
     return ""
 

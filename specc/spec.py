@@ -45,7 +45,8 @@ class ServerSpec:
         return (s.get("num_steps"), s.get("topk"), s.get("num_draft_tokens"))
 
     def weight_gb_per_gpu(self, which: str = "target") -> float:
-        facts = self.target if which == "target" else self.draft
+        # a server without a draft algorithm (a baseline, NGRAM) loads no draft weights
+        facts = self.target if which == "target" else (self.draft if self.uses_draft_model else None)
         if facts is None:
             return 0.0
         shards = self.hardware["tp"] * self.hardware.get("pp", 1)

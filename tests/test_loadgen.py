@@ -340,3 +340,12 @@ def test_truncated_streams_fail(tmp_path):
         s.close()
     assert res.metrics["completed"] == 0 and res.metrics["failed"] == 6
     assert all(r.error for r in res.records)
+
+
+@pytest.mark.timeout(60)
+def test_user_space_timestamps_transport(sim):
+    res = asyncio.run(run_load(sim.url, _prompts(6), api="generate", model="m", concurrency=3,
+                               kernel_timestamps=False))
+    assert res.metrics["completed"] == 6, [r.error for r in res.records]
+    for r in res.records:
+        assert r.start < r.first_token_t <= r.chunk_times[-1] <= r.end

@@ -122,6 +122,14 @@ class Engine:
         }
 
     # -- benchmarking ----------------------------------------------------------
+    async def accept_snapshot(self, client, base_url: str) -> dict:
+        """The engine's acceptance counters right now (empty when it has none)."""
+        return {}
+
+    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
+        """(acceptance length, scope: "run" | "cumulative") from two snapshots."""
+        return None, None
+
     def served_model(self, spec: ServerSpec) -> str:
         return spec.model_pair["target"]["path"]
 
@@ -144,3 +152,18 @@ class Engine:
                 "--seed", str(bench.get("seed", 0)),
                 "--warmup-requests", str(bench.get("warmup_requests", 1)),
                 "--output-file", output_file]
+
+
+def prometheus_values(text: str) -> dict[str, float]:
+    """`name{labels} value` lines -> {name: sum over label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        try:
+            name_part, value = line.rsplit(None, 1)
+            name = name_part.split("{", 1)[0]
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out

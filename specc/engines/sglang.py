@@ -125,7 +125,7 @@ SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
 # --- the adapter -------------------------------------------------------------
 import json as _json  # noqa: E402
 
-from .base import Engine, flag_args  # noqa: E402
+from .base import Engine, flag_args, prometheus_values  # noqa: E402
 
 
 class SGLang(Engine):
@@ -210,6 +210,46 @@ class SGLang(Engine):
             speculative=spec.uses_draft_model, num_steps=spec.speculation.get("num_steps"))
         return [{"name": name, "begin": marks[name][0], "end": marks[name][1], "estimate_s": sec}
                 for name, sec in est.items()]
+
+    async def accept_snapshot(self, client, base_url: str) -> dict:
+        """Cumulative acceptance state: /get_server_info (DP rank 0) + /metrics token counter."""
+        snap: dict = {}
+        for path in ("/get_server_info", "/server_info"):
+            try:
+                r = await client.get(base_url + path, timeout=10.0)
+            except Exception:
+                continue
+            if r.status_code == 200:
+                states = r.json().get("internal_states") or [{}]
+                snap["avg_spec_accept_length"] = states[0].get("avg_spec_accept_length")
+                break
+        try:
+            r = await client.get(base_url + "/metrics", timeout=10.0)
+            if r.status_code == 200:
+                snap["generation_tokens_total"] = prometheus_values(r.text).get(
+                    "sglang:generation_tokens_total")
+        except Exception:
+            pass
+        return snap
+
+    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
+        """Run-scoped where derivable, else SGLang's cumulative figure (incl. warm-up).
+
+        SGLang's avg_spec_accept_length is accepted tokens / verify steps since
+        start. With the generation-token counter before and after, the steps
+        are tokens / average, so the run's own figure is
+        delta tokens / delta steps.
+        """
+        a1 = after.get("avg_spec_accept_length")
+        if not a1:
+            return None, None
+        a0, t0, t1 = (before.get("avg_spec_accept_length"), before.get("generation_tokens_total"),
+                      after.get("generation_tokens_total"))
+        if a0 and t0 is not None and t1 is not None and t1 > t0:
+            steps = t1 / a1 - t0 / a0
+            if steps > 0:
+                return round((t1 - t0) / steps, 4), "run"
+        return round(float(a1), 4), "cumulative"
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

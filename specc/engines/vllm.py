@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .base import Engine, flag_args
+from .base import Engine, flag_args, prometheus_values
 
 VLLM_VERSION_READ = "0.1x (early 2026)"
 
@@ -95,3 +95,25 @@ class VLLM(Engine):
             {"name": "api_server", "begin": "Starting vLLM API server", "end": self.ready_line,
              "estimate_s": 5.0},
         ]
+
+    async def accept_snapshot(self, client, base_url: str) -> dict:
+        """vLLM's spec-decode counters from /metrics."""
+        try:
+            r = await client.get(base_url + "/metrics", timeout=10.0)
+        except Exception:
+            return {}
+        if r.status_code != 200:
+            return {}
+        v = prometheus_values(r.text)
+        return {k: v.get(f"vllm:spec_decode_{k}") for k in ("num_drafts", "num_accepted_tokens")}
+
+    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
+        """1 + accepted / drafts over the run (counter differences)."""
+        try:
+            drafts = after["num_drafts"] - before["num_drafts"]
+            accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
+        except (KeyError, TypeError):
+            return None, None
+        if drafts <= 0:
+            return None, None
+        return round(1 + accepted / drafts, 4), "run"

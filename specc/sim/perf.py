@@ -107,6 +107,9 @@ class ModelCost:
     experts_active: int            # k
     flops_per_token_per_gpu: float
     fixed_s: float
+    #: Per-token decode cost. The draft pays it too: its lm_head, sampling and
+    #: tree bookkeeping per drafted token are not cheaper per token (*estimate*).
+    per_token_s: float = T_PER_TOKEN_S
 
     # -- the step model ------------------------------------------------------
     def mem_s(self, n: int) -> float:
@@ -122,11 +125,13 @@ class ModelCost:
     def step_s(self, n: int) -> float:
         """One forward pass over ``n`` tokens (decode: n = batch size)."""
         n = max(int(n), 1)
-        return max(self.mem_s(n), self.compute_s(n)) + self.fixed_s + n * T_PER_TOKEN_S
+        return max(self.mem_s(n), self.compute_s(n)) + self.fixed_s + n * self.per_token_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
-        """One prefill pass over the admitted prompts (compute-bound when large)."""
-        return self.step_s(max(int(prompt_tokens), 1))
+        """One prefill pass over the admitted prompts: compute-bound, no per-token decode
+        overheads (attention and all-reduce are batched over the whole prompt)."""
+        n = max(int(prompt_tokens), 1)
+        return max(self.mem_s(n), self.compute_s(n)) + self.fixed_s
 
 
 def _fixed_per_layer_s() -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import hashlib
 import json
 import logging
@@ -43,6 +44,9 @@ VERSION = "0.5.x-sim"
 WARMUP_PROMPT = "The capital city of France is"
 DECODE_LOG_INTERVAL = 40          # SGLang's --decode-log-interval default
 EOS_MEAN_TOKENS = 256.0
+#: The scheduler sleeps on the event loop until this long before a step's
+#: deadline, then spins: epoll rounds timeouts up to whole milliseconds.
+SPIN_LEAD_S = 0.0015
 GPU_MEM_GB = 139.8                # H200 usable HBM as torch reports it ("avail mem")
 
 _MONO0 = time.monotonic()
@@ -69,25 +73,47 @@ class Truth:
 
     def __init__(self, path: str | None):
         self.f = open(path, "a", buffering=1 << 16) if path else None
-        self.buf: list[str] = []
+        self.buf: list = []
+        self.last = 0.0
 
     def add(self, event: dict) -> None:
         if self.f is not None:
-            self.buf.append(json.dumps(event, separators=(",", ":")) + "\n")
+            self.buf.append(event)
+
+    def token(self, mono: float, due: float, rid: str, n: int, first: bool) -> None:
+        """Hot path: keep a tuple, format at flush time."""
+        if self.f is not None:
+            self.buf.append((mono, due, rid, n, first))
+
+    @staticmethod
+    def _fmt(e) -> str:
+        if isinstance(e, tuple):
+            mono, due, rid, n, first = e
+            e = {"event": "token", "t": epoch(mono), "due": epoch(due), "rid": rid, "n": n,
+                 "first": first}
+        return json.dumps(e, separators=(",", ":")) + "\n"
 
     def flush(self) -> None:
         if self.f is not None and self.buf:
-            data, self.buf = "".join(self.buf), []
+            data, self.buf = "".join(map(self._fmt, self.buf)), []
             try:
                 self.f.write(data)
                 self.f.flush()
             except (OSError, ValueError):
                 pass
 
+    def maybe_flush(self, mono: float) -> None:
+        """Called by the scheduler right after a step's deliveries (its slack time)."""
+        if self.f is not None and mono - self.last >= 0.1:
+            self.last = mono
+            self.flush()
+
     async def flusher(self) -> None:
         while True:
             await asyncio.sleep(0.1)
-            self.flush()
+            if time.monotonic() - self.last >= 0.1:
+                self.last = time.monotonic()
+                self.flush()
 
 
 TRUTH = Truth(None)
@@ -342,7 +368,7 @@ class Req:
     __slots__ = ("rid", "prompt_tokens", "max_new", "ignore_eos", "eos_at", "acc_rng", "text_rng",
                  "tokens", "verify_ct", "finished", "finish_reason", "event", "pending", "due",
                  "aborted", "warmup", "stream", "created", "first_sent", "sent", "done",
-                 "accepted_sum")
+                 "accepted_sum", "writer", "build", "prebuilt", "cut", "truncated")
 
     def __init__(self, rid: str, prompt_key: str, prompt_tokens: int, max_new: int,
                  ignore_eos: bool, seed: int, stream: bool, warmup: bool = False):
@@ -371,6 +397,11 @@ class Req:
         self.first_sent = False
         self.sent = 0
         self.done = asyncio.get_running_loop().create_future()
+        self.writer = None       # fast path: writes a pre-framed chunk to the transport
+        self.build = None        # (req, final) -> SSE bytes
+        self.prebuilt = b""
+        self.cut: int | None = None
+        self.truncated = False
 
     def limit(self) -> int:
         return self.max_new if self.ignore_eos else min(self.max_new, self.eos_at)
@@ -440,7 +471,7 @@ class Scheduler:
     async def _sleep_until(self, loop, due: float) -> None:
         # epoll rounds its timeout up to whole milliseconds: sleep to ~1.2 ms
         # before the deadline, then spin (yielding nothing) for the remainder.
-        delay = due - loop.time() - 0.0012
+        delay = due - loop.time() - SPIN_LEAD_S
         if delay > 0:
             await asyncio.sleep(delay)
         while time.monotonic() < due:
@@ -471,19 +502,20 @@ class Scheduler:
                 if sim.draft_cost is not None:
                     dur += sim.draft_cost.prefill_s(ntok)
                 self._log_prefill(admit, ntok)
-            else:
+            elif self.running:
                 dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost)
+            else:
+                prev_due = None
+                continue
             due = base + dur
-            await self._sleep_until(loop, due)
-            prev_due = due
-            self.late_max = max(self.late_max, loop.time() - due)
-            emitted = 0
+            outs: list[tuple[Req, int]] = []
             if admit:
                 for r in admit:
-                    emitted += self._emit(r, 1, due)
+                    outs.append((r, self._advance(r, 1)))
                     if not r.finished:
                         self.running.append(r)
             else:
+                emitted = 0
                 for r in self.running:
                     if r.aborted:
                         continue
@@ -494,31 +526,59 @@ class Scheduler:
                         self.cum_verify += 1
                         r.verify_ct += 1
                         r.accepted_sum += n
-                    emitted += self._emit(r, n, due)
+                    n = self._advance(r, n)
+                    emitted += n
+                    outs.append((r, n))
                 self.decode_steps += 1
                 self._tp_window.append((due, emitted))
                 if self.decode_steps % DECODE_LOG_INTERVAL == 0:
                     self._log_decode()
+            await self._sleep_until(loop, due)
+            prev_due = due
+            self.late_max = max(self.late_max, loop.time() - due)
+            for r, n in outs:
+                self._deliver(r, n, due)
+            TRUTH.maybe_flush(time.monotonic())
             self.running = [r for r in self.running if not r.finished and not r.aborted]
             self._maybe_die(loop)
 
-    def _emit(self, r: Req, n: int, due: float) -> int:
+    def _advance(self, r: Req, n: int) -> int:
+        """Decide the step's outcome for r (before its deadline) and pre-build its chunk."""
         n = r.add_tokens(n)
         self.gen_total += n
         if not r.warmup:
             self.real_gen_tokens += n
             if self.first_gen_mono is None:
                 self.first_gen_mono = time.monotonic()
-        r.pending += n
+        if r.writer is not None and not r.aborted:
+            if r.cut is not None and len(r.tokens) >= r.cut and not r.finished:
+                r.truncated = True
+            else:
+                data = r.build(r, r.finished)
+                if r.finished:
+                    data += b"data: [DONE]\n\n"
+                r.prebuilt = b"%x\r\n%s\r\n" % (len(data), data)
+        return n
+
+    def _deliver(self, r: Req, n: int, due: float) -> None:
+        """At the step's deadline: hand the tokens to the client."""
         r.due = due
-        if r.stream:
+        if r.writer is not None:
+            if r.truncated or r.aborted:
+                r.event.set()
+            elif n:
+                r.writer(r.prebuilt)
+                TRUTH.token(time.monotonic(), due, r.rid, n, not r.first_sent)
+                r.first_sent = True
+                if r.finished:
+                    r.event.set()
+        elif r.stream:
+            r.pending += n
             r.event.set()
-        elif not r.warmup:
-            TRUTH.add({"event": "token", "t": epoch(time.monotonic()), "due": epoch(due),
-                       "rid": r.rid, "n": n, "first": len(r.tokens) == n})
+        elif not r.warmup and n:
+            TRUTH.token(time.monotonic(), due, r.rid, n, len(r.tokens) == n)
         if r.finished and not r.done.done():
             r.done.set_result(None)
-        return n
 
     def _maybe_die(self, loop) -> None:
         f = self.sim.fault
@@ -730,15 +790,17 @@ class App:
             return e
         max_new = int(sp.get("max_new_tokens") or 128)
         stream = bool(body.get("stream"))
-        r = self._submit(key, ptoks, max_new, bool(sp.get("ignore_eos", False)), stream)
+        ignore_eos = bool(sp.get("ignore_eos", False))
         if not stream:
+            r = self._submit(key, ptoks, max_new, ignore_eos, False)
             await r.done
             return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
 
         def chunk(r: Req, final: bool) -> bytes:
             return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
                                             "meta_info": self._meta(r, final)}).encode() + b"\n\n"
-        return SimStream(self, r, chunk, None)
+        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True),
+                         lambda r: chunk)
 
     async def completions(self, request: Request) -> Response:
         body = await self._json(request)
@@ -780,59 +842,65 @@ class App:
         max_new = body.get("max_completion_tokens") or body.get("max_tokens") or (
             128 if chat else 16)
         stream = bool(body.get("stream"))
-        r = self._submit(key, ptoks, int(max_new), bool(body.get("ignore_eos", False)), stream)
+        ignore_eos = bool(body.get("ignore_eos", False))
         model = body.get("model") or self.sim.served_name
-        cid = ("chatcmpl-" if chat else "cmpl-") + r.rid
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
 
-        def usage() -> dict:
+        def usage(r: Req) -> dict:
             return {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + len(r.tokens),
                     "completion_tokens": len(r.tokens), "prompt_tokens_details": None}
 
-        def reason() -> str | None:
+        def reason(r: Req) -> str | None:
             return None if r.finish_reason is None else r.finish_reason["type"]
 
+        def cid(r: Req) -> str:
+            return ("chatcmpl-" if chat else "cmpl-") + r.rid
+
         if not stream:
+            r = self._submit(key, ptoks, int(max_new), ignore_eos, False)
             await r.done
             text = "".join(r.tokens)
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": text,
                                                   "reasoning_content": None, "tool_calls": None},
-                          "logprobs": None, "finish_reason": reason(), "matched_stop": None}
+                          "logprobs": None, "finish_reason": reason(r), "matched_stop": None}
             else:
                 choice = {"index": 0, "text": text, "logprobs": None,
-                          "finish_reason": reason(), "matched_stop": None}
-            out = {"id": cid, "object": obj, "created": created, "model": model,
-                   "choices": [choice], "usage": usage()}
-            if self.sim.spec is not None:
-                out["metadata"] = {"weight_version": "default"}
+                          "finish_reason": reason(r), "matched_stop": None}
+            out = {"id": cid(r), "object": obj, "created": created, "model": model,
+                   "choices": [choice], "usage": usage(r)}
             return JSONResponse(out)
 
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         obj_chunk = "chat.completion.chunk" if chat else "text_completion"
-        state = {"sent": 0}
 
-        def chunk(r: Req, final: bool) -> bytes:
-            delta = "".join(r.tokens[state["sent"]:])
-            first = state["sent"] == 0
-            state["sent"] = len(r.tokens)
-            if chat:
-                d = {"role": "assistant", "content": delta} if first else {"content": delta}
-                choice = {"index": 0, "delta": d, "logprobs": None,
-                          "finish_reason": reason() if final else None, "matched_stop": None}
-            else:
-                choice = {"index": 0, "text": delta, "logprobs": None,
-                          "finish_reason": reason() if final else None, "matched_stop": None}
-            data = {"id": cid, "object": obj_chunk, "created": created, "model": model,
-                    "choices": [choice], "usage": None}
-            out = b"data: " + json.dumps(data).encode() + b"\n\n"
-            if final and include_usage:
-                out += b"data: " + json.dumps({"id": cid, "object": obj_chunk, "created": created,
-                                               "model": model, "choices": [],
-                                               "usage": usage()}).encode() + b"\n\n"
-            return out
-        return SimStream(self, r, chunk, None)
+        def make_chunk(r: Req):
+            state = {"sent": 0}
+            rid = cid(r)
+
+            def chunk(r: Req, final: bool) -> bytes:
+                delta = "".join(r.tokens[state["sent"]:])
+                first = state["sent"] == 0
+                state["sent"] = len(r.tokens)
+                if chat:
+                    d = {"role": "assistant", "content": delta} if first else {"content": delta}
+                    choice = {"index": 0, "delta": d, "logprobs": None,
+                              "finish_reason": reason(r) if final else None, "matched_stop": None}
+                else:
+                    choice = {"index": 0, "text": delta, "logprobs": None,
+                              "finish_reason": reason(r) if final else None, "matched_stop": None}
+                data = {"id": rid, "object": obj_chunk, "created": created, "model": model,
+                        "choices": [choice], "usage": None}
+                out = b"data: " + json.dumps(data).encode() + b"\n\n"
+                if final and include_usage:
+                    out += b"data: " + json.dumps({"id": rid, "object": obj_chunk,
+                                                   "created": created, "model": model,
+                                                   "choices": [], "usage": usage(r)}).encode() + b"\n\n"
+                return out
+            return chunk
+        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True),
+                         make_chunk)
 
 
 def _error(code: int, msg: str) -> Response:
@@ -845,23 +913,43 @@ class TruncatedStream(Exception):
 
 
 class SimStream(Response):
-    """SSE response fed by the scheduler; ends with ``data: [DONE]``."""
+    """SSE response fed by the scheduler; ends with ``data: [DONE]``.
+
+    Hot path: when uvicorn's raw ``send`` is reachable (the ASGI wrapper puts it
+    in the scope), the scheduler pre-builds each step's chunk before the step's
+    deadline and writes it, already framed as an HTTP/1.1 chunk, straight to
+    the transport at the deadline; h11 still writes the headers and the final
+    zero-length chunk, so the framing stays consistent.  Otherwise (HTTP/1.0,
+    other servers) the chunks go through ASGI ``send`` from this task.
+    """
 
     media_type = "text/event-stream"
 
-    def __init__(self, app: App, r: Req, chunk, _unused):
-        self.a, self.r, self.chunk = app, r, chunk
+    def __init__(self, app: App, submit, make_chunk):
+        self.a, self.submit, self.make_chunk = app, submit, make_chunk
         self.status_code = 200
         self.background = None
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
                             (b"cache-control", b"no-cache")]
 
     async def __call__(self, scope, receive, send) -> None:
-        r = self.r
         f = self.a.sim.fault
-        cut = None
+        transport = None
+        raw = scope.get("specc.sim.raw_send")
+        if scope.get("http_version") == "1.1" and raw is not None:
+            transport = getattr(getattr(raw, "__self__", None), "transport", None)
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        r = self.submit()
+        r.build = self.make_chunk(r)
         if f is not None and f.name == "truncate_stream":
-            cut = int(f.arg) if f.arg is not None else max(1, r.max_new // 2)
+            r.cut = int(f.arg) if f.arg is not None else max(1, r.max_new // 2)
+        if transport is not None:
+            def write(data: bytes, _t=transport, _r=r) -> None:
+                if _t.is_closing():
+                    _r.aborted = True
+                else:
+                    _t.write(data)
+            r.writer = write
 
         async def watch() -> None:
             while True:
@@ -872,22 +960,26 @@ class SimStream(Response):
                     return
         watcher = asyncio.ensure_future(watch())
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             while True:
                 await r.event.wait()
                 r.event.clear()
                 if r.aborted:
                     return
+                if r.truncated:
+                    raise TruncatedStream()
+                if r.writer is not None:
+                    if r.finished:
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        return
+                    continue
                 n, r.pending = r.pending, 0
                 if n == 0 and not r.finished:
                     continue
-                if cut is not None and len(r.tokens) >= cut and not r.finished:
+                if r.cut is not None and len(r.tokens) >= r.cut and not r.finished:
                     r.aborted = True
                     raise TruncatedStream()
-                data = self.chunk(r, r.finished)
-                mono = time.monotonic()
-                TRUTH.add({"event": "token", "t": epoch(mono), "due": epoch(r.due), "rid": r.rid,
-                           "n": n, "first": not r.first_sent})
+                data = r.build(r, r.finished)
+                TRUTH.token(time.monotonic(), r.due, r.rid, n, not r.first_sent)
                 r.first_sent = True
                 if r.finished:
                     await send({"type": "http.response.body", "body": data + b"data: [DONE]\n\n",
@@ -895,7 +987,17 @@ class SimStream(Response):
                     return
                 await send({"type": "http.response.body", "body": data, "more_body": True})
         finally:
+            r.aborted = r.aborted or not r.finished
             watcher.cancel()
+
+
+def raw_send_wrapper(app):
+    """ASGI wrapper: expose uvicorn's own ``send`` to SimStream (see its doc)."""
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http":
+            scope["specc.sim.raw_send"] = send
+        await app(scope, receive, send)
+    return asgi
 
 
 # --- process main ---------------------------------------------------------------------
@@ -910,9 +1012,9 @@ async def serve(sim: Sim, sock: socket.socket) -> None:
         lg = logging.getLogger(name)
         lg.handlers = [logging.NullHandler()]
         lg.propagate = False
-    config = uvicorn.Config(app.app, log_config=None, access_log=False, lifespan="off",
+    config = uvicorn.Config(raw_send_wrapper(app.app), log_config=None, access_log=False, lifespan="off",
                             timeout_keep_alive=30, loop="asyncio", http="h11",
-                            timeout_graceful_shutdown=0.5)
+                            timeout_graceful_shutdown=0.5, proxy_headers=False)
     server = uvicorn.Server(config)
     tasks = [asyncio.ensure_future(sched.run()), asyncio.ensure_future(TRUTH.flusher())]
     log(f"INFO:     Started server process [{os.getpid()}]")
@@ -966,8 +1068,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"specc.sim: fault injected: {fault}")
     Startup(sim).run()
     # Bind only now: connections were refused during the scheduler's phases.
+    # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections, as
+    # uvicorn's own bind does; without it small SSE chunks wait ~40 ms (Nagle).
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET,
-                         socket.SOCK_STREAM)
+                         socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))
@@ -977,6 +1081,11 @@ def main(argv: list[str] | None = None) -> int:
         hard_exit(1)
     sock.listen(2048)
     sock.setblocking(False)
+    # Startup objects are permanent: keep the cyclic GC from walking them (its
+    # pauses would show up as token-timing drift).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50000, 50, 100)
     try:
         asyncio.run(serve(sim, sock))
     finally:

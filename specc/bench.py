@@ -1,0 +1,155 @@
+"""One benchmark point against a ready server: flush, acceptance before, load, acceptance after.
+
+Also `python -m specc.bench --plan plan.json --benchmark ID` (what plan.sh calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from pathlib import Path
+
+import httpx
+
+from .datasets import DatasetError, load_prompts
+from .engines import get_engine
+from .plan import Benchmark, Plan, Server
+
+
+def base_url(server: Server) -> str:
+    host = "127.0.0.1" if server.host in ("localhost", "0.0.0.0") else server.host
+    return f"http://{host}:{server.port}"
+
+
+def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
+    return {"benchmark": bench.id, "server": bench.server, "status": status, "reason": reason,
+            "metrics": metrics, "params": bench.params, "finished_at": time.time(), **extra}
+
+
+def failed_row(bench: Benchmark, reason: str) -> dict:
+    return _row(bench, "failed", reason, {})
+
+
+def with_speedup(row: dict, baseline_row: dict | None) -> dict:
+    """speedup = output throughput / the matched baseline's, when both are known."""
+    m = row.get("metrics") or {}
+    if baseline_row and baseline_row.get("status") == "ok" and row["status"] == "ok":
+        base = (baseline_row.get("metrics") or {}).get("output_throughput")
+        if base and m.get("output_throughput") is not None:
+            m["speedup"] = round(m["output_throughput"] / base, 4)
+    return row
+
+
+async def _builtin(server: Server, bench: Benchmark, url: str):
+    from .loadgen import run_load
+
+    p = bench.params
+    prompts = load_prompts(p["dataset"], num=p["num_prompts"], input_len=p["input_len"],
+                           output_len=p["output_len"], range_ratio=p.get("range_ratio", 1.0),
+                           path=p.get("dataset_path"), seed=p.get("seed", 0))
+    rate = p.get("request_rate") or float("inf")
+    res = await run_load(url, prompts, api=p["api"], model=p["model"],
+                         concurrency=p["concurrency"], request_rate=rate,
+                         warmup=p.get("warmup_requests", 1), seed=p.get("seed", 0),
+                         timeout_s=p.get("timeout_s", 600))
+    errors = [r.error for r in res.records if not r.ok]
+    return dict(res.metrics), errors, getattr(res, "server_gone", None)
+
+
+async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
+    """SGLang's own client, run as the plan says; its last JSON line becomes the metrics."""
+    from .lifecycle import resolve_argv
+
+    out = run_dir / "bench_serving" / f"{bench.id}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = resolve_argv(bench.argv)
+    result = await asyncio.to_thread(ctx.run, shlex.join(argv), hide=True, warn=True,
+                                     in_stream=False)
+    if not result.ok or not out.exists():
+        tail = (result.stderr or result.stdout or "").strip().splitlines()[-3:]
+        return {}, [f"bench_serving exited {result.exited}: {' | '.join(tail)}"], None
+    last = out.read_text().strip().splitlines()[-1]
+    data = json.loads(last)   # bench_serving writes Infinity for an unlimited rate
+    keys = ("completed", "duration", "total_input_tokens", "total_output_tokens",
+            "request_throughput", "input_throughput", "output_throughput", "total_throughput")
+    metrics = {k: data[k] for k in keys if k in data}
+    for m in ("ttft", "itl", "tpot", "e2e_latency"):
+        for stat in ("mean", "median", "std", "p90", "p95", "p99"):
+            k = f"{stat}_{m}_ms"
+            if k in data:
+                metrics[k] = data[k]
+    if data.get("accept_length") is not None:
+        metrics["bench_serving_accept_length"] = data["accept_length"]
+    return metrics, [], None
+
+
+async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_dir: Path,
+                    ctx=None) -> dict:
+    """Run one point and return its results row (never raises for a server's fault)."""
+    engine = get_engine(engine_name)
+    url = base_url(server)
+    async with httpx.AsyncClient(trust_env=False) as client:
+        if bench.params.get("flush_cache") and engine.flush_cache_path:
+            try:
+                await client.post(url + engine.flush_cache_path, timeout=30.0)
+            except httpx.HTTPError:
+                pass
+        before = await engine.accept_snapshot(client, url)
+        t0 = time.time()
+        try:
+            if bench.argv:
+                metrics, errors, gone = await _bench_serving(bench, run_dir, ctx)
+            else:
+                metrics, errors, gone = await _builtin(server, bench, url)
+        except DatasetError as e:
+            return failed_row(bench, f"dataset: {e}")
+        after = await engine.accept_snapshot(client, url)
+    accept, scope = engine.accept_length(before, after)
+    metrics["accept_length"] = accept
+    metrics["accept_length_scope"] = scope
+    n = bench.params["num_prompts"]
+    if gone:
+        why = f" (first error: {errors[0]})" if errors else ""
+        return _row(bench, "failed", f"server gone mid-run: connection refused, requests left "
+                    f"unsent{why}", metrics, started_at=t0)
+    if errors:
+        first = errors[0]
+        return _row(bench, "failed", f"{len(errors)}/{n} requests failed (first: {first})",
+                    metrics, started_at=t0)
+    return _row(bench, "ok", None, metrics, started_at=t0)
+
+
+def main(argv=None) -> int:
+    """Run one point of a plan against its (already ready) server, appending its row."""
+    import argparse
+
+    from .results import ResultLog
+
+    ap = argparse.ArgumentParser(prog="python -m specc.bench", description=main.__doc__)
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--benchmark", required=True)
+    args = ap.parse_args(argv)
+    plan = Plan.load(args.plan)
+    run_dir = Path(args.plan).resolve().parent
+    bench = next((b for b in plan.benchmarks if b.id == args.benchmark), None)
+    if bench is None:
+        print(f"error: no benchmark {args.benchmark!r} in {args.plan}")
+        return 2
+    results = ResultLog(run_dir / "results.jsonl")
+    if results.finished(bench.id):
+        print(f"{bench.id}: already finished")
+        return 0
+    import invoke
+
+    row = asyncio.run(run_point(plan.server(bench.server), bench, engine_name=plan.engine,
+                                run_dir=run_dir, ctx=invoke.Context()))
+    row = with_speedup(row, results.get(bench.baseline) if bench.baseline else None)
+    results.append(row)
+    print(json.dumps(row["metrics"]) if row["status"] == "ok" else f"failed: {row['reason']}")
+    return 0 if row["status"] == "ok" else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""state.json: what the executor started, so nothing it started can outlive it unnoticed."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+
+class RunState:
+    """Per server: pid, pgid, host, port, started_at, ready_at, status (+ phase, reason)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self.data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        self.data.setdefault("servers", {})
+
+    @property
+    def servers(self) -> dict[str, dict]:
+        return self.data["servers"]
+
+    def update(self, server_id: str, **fields) -> None:
+        with self._lock:
+            entry = self.servers.setdefault(server_id, {})
+            entry.update(fields)
+            entry["updated_at"] = time.time()
+            self._write()
+
+    def set_executor(self, **fields) -> None:
+        with self._lock:
+            self.data["executor"] = fields
+            self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True))
+        os.replace(tmp, self.path)

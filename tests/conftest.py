@@ -1,0 +1,50 @@
+"""Shared helpers for the compiler tests: compose a config in-process, run the CLI."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO / "conf"
+_CACHE: dict[tuple, dict] = {}
+
+
+def compose_config(overrides=()) -> dict:
+    """The plain config dict `python -m specc <overrides>` would hand the compiler."""
+    key = tuple(overrides)
+    if key not in _CACHE:
+        from hydra import compose, initialize_config_dir
+        from omegaconf import OmegaConf
+
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+            cfg = compose(config_name="config", overrides=list(overrides))
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        plain.pop("hydra", None)
+        _CACHE[key] = plain
+    return copy.deepcopy(_CACHE[key])
+
+
+@pytest.fixture
+def compose():
+    return compose_config
+
+
+def run_specc(args, tmp_path: Path, *, cwd=None, env=None, run_dir=True, timeout=60):
+    """`python -m specc <args> hydra.run.dir=<tmp>/run` -> (code, stdout, stderr)."""
+    argv = [sys.executable, "-m", "specc", *args]
+    if run_dir:
+        argv.append(f"hydra.run.dir={tmp_path / 'run'}")
+    proc = subprocess.run(argv, cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(name="run_specc")
+def _run_specc_fixture():
+    return run_specc

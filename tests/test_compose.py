@@ -1,0 +1,92 @@
+"""Every shipped experiment composes and compiles; Hydra's own errors become one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specc import compose as compose_mod
+from specc.compiler import compile_config
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+INVALID = {"eagle3_context_mismatch"}
+
+
+def test_the_shipped_experiments_are_known():
+    assert {"eagle3_sweep", "llama3_eagle3_pack", "eagle3_context_mismatch"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "sim"])
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_compiles(compose, name, engine):
+    cfg = compose([f"+experiment={name}", f"engine={engine}"])
+    assert cfg["experiment"] == name and cfg["engine"]["name"] == engine
+    result = compile_config(cfg)
+    errors = [d.line() for d in result.diagnostics if d.severity == "error"]
+    if name in INVALID:
+        assert errors and result.plan is None
+    else:
+        assert errors == [] and result.ok
+        assert result.plan.servers and result.plan.benchmarks
+        assert result.plan.engine == engine
+
+
+def test_llama3_pack_on_vllm_has_only_warnings(compose):
+    result = compile_config(compose(["+experiment=llama3_eagle3_pack", "engine=vllm"]))
+    assert result.ok
+    assert all(d.severity in ("warning", "info") for d in result.diagnostics)
+    assert all(s.argv[:2] == ("vllm", "serve") for s in result.plan.servers)
+
+
+def test_context_mismatch_names_both_lengths_and_both_fixes(compose):
+    result = compile_config(compose(["+experiment=eagle3_context_mismatch"]))
+    (d,) = [d for d in result.diagnostics if d.severity == "error"]
+    text = d.line()
+    for needle in ("262144", "131072", "model_pair.context_length=131072",
+                   "draft_context_override", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"):
+        assert needle in text
+
+
+@pytest.mark.parametrize("fix", ["model_pair.context_length=131072",
+                                 "model_pair.draft_context_override=true"])
+def test_context_mismatch_either_fix_compiles(compose, fix):
+    result = compile_config(compose(["+experiment=eagle3_context_mismatch", fix]))
+    assert result.ok, [d.line() for d in result.diagnostics]
+
+
+def test_yaml_syntax_error_is_one_line():
+    """The conf dir is fixed, so feed _hydra_error_line a real YAML parse error."""
+    import yaml
+
+    try:
+        yaml.safe_load("a: [1, 2\nb: : c\n")
+    except yaml.YAMLError as exc:
+        line = compose_mod._hydra_error_line(exc)
+    assert "\n" not in line
+    assert line.startswith("error CONFIG_YAML at ")
+    assert "fix:" in line
+
+
+def test_yaml_syntax_error_in_a_config_file_names_the_file(tmp_path, monkeypatch):
+    """A broken file in a (copied) conf dir: one line, naming the file, exit 2."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "hardware" / "broken.yaml").write_text("name: broken\ntp: [1, 2\ngpus: : 3\n")
+    monkeypatch.setattr(compose_mod, "CONF_DIR", conf)
+    called = []
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = compose_mod.run(["hardware=broken", f"hydra.run.dir={tmp_path / 'run'}"],
+                               lambda *a: called.append(a) or 0)
+    lines = [x for x in err.getvalue().splitlines() if x.strip()]
+    assert code == 2 and not called
+    assert len(lines) == 1, lines
+    assert "CONFIG_YAML" in lines[0] and "broken.yaml" in lines[0]
+    assert "Traceback" not in err.getvalue()

@@ -1,0 +1,202 @@
+"""Emit: golden plan.json / plan.sh, shell quoting (property-tested through bash), secrets.
+
+Regenerate the golden files after an intended change:
+
+    SPECC_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_emit.py -k golden
+
+and review the diff of tests/golden/ like any other code change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specc.compiler import compile_config
+from specc.emit import _SH_PRELUDE, command_line, plan_sh, review, write_outputs
+from specc.plan import Plan
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+REPO = Path(__file__).resolve().parent.parent
+UPDATE = os.environ.get("SPECC_UPDATE_GOLDEN") == "1"
+LLAMA = ["model_pair.context_length=2048"]
+
+# arbitrary text an argv element can hold (no NUL, no lone surrogates)
+ARG = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+              min_size=1, max_size=40)
+HOSTILE = ["it's", 'a "b" c', "x; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "a b",
+           "line1\ntouch PWNED", "ünï€ødé 模型", "-rf", "--model-path", "${HOME}", "*",
+           "\\", "a\rb", "'\"'\"'", "!!", "~root", "#comment"]
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE or not path.exists():
+        if not UPDATE:
+            pytest.fail(f"{path} missing: run with SPECC_UPDATE_GOLDEN=1 to create it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed: SPECC_UPDATE_GOLDEN=1 to accept"
+
+
+@pytest.fixture(scope="module")
+def sweep_plan():
+    from conftest import compose_config
+
+    result = compile_config(compose_config(["+experiment=eagle3_sweep", "engine=sglang"]))
+    assert result.ok
+    return result
+
+
+def test_golden_plan_json(sweep_plan):
+    _golden("eagle3_sweep.plan.json", sweep_plan.plan.dumps())
+
+
+def test_golden_plan_sh(sweep_plan):
+    _golden("eagle3_sweep.plan.sh", plan_sh(sweep_plan.plan))
+
+
+def test_golden_matches_the_cli_run_dir(tmp_path, run_specc):
+    """Compiled by the real CLI from another cwd: the same bytes (nothing machine-specific)."""
+    code, _, err = run_specc(["+experiment=eagle3_sweep", "engine=sglang"], tmp_path, cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "run" / "plan.json").read_text() == (GOLDEN / "eagle3_sweep.plan.json").read_text()
+    assert (tmp_path / "run" / "plan.sh").read_text() == (GOLDEN / "eagle3_sweep.plan.sh").read_text()
+
+
+def test_plan_json_is_machine_independent(sweep_plan):
+    text = sweep_plan.plan.dumps()
+    for needle in (str(REPO), str(Path.home()), socket.gethostname(), os.environ.get("USER") or "\0"):
+        if len(needle) > 3:
+            assert needle not in text
+
+
+def test_plan_json_round_trips(sweep_plan):
+    plan = sweep_plan.plan
+    again = Plan.from_json(json.loads(plan.dumps()))
+    assert again == plan
+    assert again.dumps() == plan.dumps()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["+experiment=eagle3_sweep"], ["+experiment=eagle3_sweep", "engine=sim"],
+    ["+experiment=llama3_eagle3_pack"], ["+experiment=llama3_eagle3_pack", "engine=vllm"],
+    ["+experiment=llama3_eagle3_pack", "benchmark.driver=bench_serving"],
+])
+def test_plan_sh_is_bash_n_clean(compose, tmp_path, overrides):
+    result = compile_config(compose(overrides))
+    assert result.ok
+    write_outputs(tmp_path, result.plan, result.diagnostics, title="t")
+    sh = tmp_path / "plan.sh"
+    assert os.access(sh, os.X_OK)
+    proc = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _bash_argv(line: str) -> list[str]:
+    out = subprocess.run(["bash", "-c", 'f() { printf "%s\\0" "$@"; }; f ' + line],
+                         capture_output=True, check=True).stdout
+    return out.decode("utf-8").split("\0")[:-1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ARG, min_size=1, max_size=5))
+def test_command_line_round_trips_through_bash(argv):
+    assert _bash_argv(command_line(argv)) == argv
+
+
+def test_command_line_hostile_strings():
+    assert _bash_argv(command_line(HOSTILE)) == HOSTILE
+
+
+# --- the whole plan.sh, with hostile values where users put strings -------------------------
+
+_STUBS = r'''
+launch() { local id=$1 log=$2; shift 2; printf '%s\0' "$@" >> "$SPECC_TEST_ARGV"; printf '\n' >> "$SPECC_TEST_ARGV"; PGID[$id]=$$; }
+wait_ready() { return 0; }
+stop_server() { unset "PGID[$1]"; }
+python() { :; }
+'''
+
+
+def _hostile_plan(compose, value: str):
+    cfg = compose(LLAMA + ["baseline=true"])
+    cfg["model_pair"]["target"]["path"] = value
+    cfg["engine"]["extra_args"] = ["--served-model-name", value]
+    cfg["engine"]["env"] = {"PLAIN_VAR": value}
+    cfg["sweep"] = {"model_pair.draft.path": [value, "draft-" + value]}
+    result = compile_config(cfg)
+    assert result.ok, [d.line() for d in result.diagnostics]
+    return result.plan
+
+
+def _run_stubbed(plan, tmp_path: Path) -> list[list[str]]:
+    for p in tmp_path.iterdir():
+        p.unlink() if p.is_file() else None
+    text = plan_sh(plan)
+    assert text.startswith(_SH_PRELUDE)
+    (tmp_path / "plan.sh").write_text(text.replace(_SH_PRELUDE, _SH_PRELUDE + _STUBS, 1))
+    rec = tmp_path / "argv.bin"
+    proc = subprocess.run(["bash", str(tmp_path / "plan.sh")], capture_output=True, cwd=tmp_path,
+                          env={**os.environ, "SPECC_TEST_ARGV": str(rec)}, timeout=30)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert not (tmp_path / "PWNED").exists(), "plan.sh executed a value"
+    runs = rec.read_bytes().decode("utf-8").split("\0\n")[:-1]
+    return [r.split("\0") for r in runs]
+
+
+def _expected(plan) -> list[list[str]]:
+    return [["env", *(f"{k}={v}" for k, v in s.env.items()), *s.argv] for s in plan.servers]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_values_round_trip_through_plan_sh(compose, tmp_path, value):
+    plan = _hostile_plan(compose, value)
+    assert _run_stubbed(plan, tmp_path) == _expected(plan)
+    for s in plan.servers:
+        assert value in s.argv
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=ARG)
+def test_any_value_round_trips_through_plan_sh(compose, tmp_path, value):
+    plan = _hostile_plan(compose, value)
+    assert _run_stubbed(plan, tmp_path) == _expected(plan)
+
+
+# --- secrets -----------------------------------------------------------------------------
+
+def test_secret_env_values_are_referenced_not_written(compose, tmp_path):
+    secrets = {"HF_TOKEN": "hf_abcdefgh", "API_KEY": "sk-123456", "MY_SECRET": "s3cr3t!",
+               "DB_PASSWORD": "pa ss'word"}
+    cfg = compose(["+experiment=llama3_eagle3_pack"])
+    cfg["engine"]["env"] = {**secrets, "VISIBLE": "yes"}
+    result = compile_config(cfg)
+    assert result.ok
+    text = write_outputs(tmp_path, result.plan, result.diagnostics, title="t")
+    blobs = [text] + [p.read_text() for p in tmp_path.iterdir()]
+    for v in secrets.values():
+        assert not any(v in b for b in blobs), v
+    sh = (tmp_path / "plan.sh").read_text()
+    for k in secrets:
+        assert f'{k}="${{{k}:?export {k} before running this plan}}"' in sh
+    assert "VISIBLE=yes" in sh
+    # the reference resolves from the caller's environment when the script runs
+    line = command_line(["true"], {"HF_TOKEN": "${HF_TOKEN}"}, ("HF_TOKEN",))
+    out = subprocess.run(["bash", "-c", line.replace("true", "printenv HF_TOKEN", 1).replace(
+        "'printenv HF_TOKEN'", "printenv HF_TOKEN")], capture_output=True, text=True,
+        env={**os.environ, "HF_TOKEN": "from-env"})
+    assert out.stdout.strip() == "from-env"
+
+
+def test_review_of_an_invalid_compile_lists_problems(compose):
+    result = compile_config(compose(["+experiment=eagle3_context_mismatch"]))
+    text = review(result.plan, result.diagnostics, title="x")
+    assert "**INVALID**: 1 error(s)" in text and "CONTEXT_DRAFT_SHORTER" in text

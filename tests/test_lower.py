@@ -1,0 +1,226 @@
+"""Lowering: matrix expansion, dropped points, servers, baselines, ids, placement, caps."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from specc.compiler import compile_config
+from specc.emit import review
+from specc.lower import _canonical, lower
+
+SWEEP = ["+experiment=eagle3_sweep"]
+PACK = ["+experiment=llama3_eagle3_pack"]
+
+
+def _compile(compose, overrides, mutate=None):
+    cfg = compose(overrides)
+    if mutate:
+        mutate(cfg)
+    result = compile_config(cfg)
+    return result
+
+
+def test_matrix_is_the_product_minus_dropped(compose):
+    cfg = compose(SWEEP)
+    result = compile_config(cfg)
+    assert result.ok
+    plan = result.plan
+    sweep = cfg["sweep"]
+    n_client = len(sweep["benchmark.concurrency"])
+    n_server = len(sweep["speculation.num_steps"]) * len(sweep["speculation.topk"]) \
+        * len(sweep["speculation.num_draft_tokens"])
+    spec_points = [b for b in plan.benchmarks if b.baseline is not None]
+    base_points = [b for b in plan.benchmarks if b.baseline is None]
+    assert len(spec_points) + sum(d.points for d in plan.dropped) == n_server * n_client
+    assert len(base_points) == n_client
+    assert len(plan.servers) == n_server - len(plan.dropped) + 1
+    # exactly the points the rules say cannot exist are dropped
+    expected = set()
+    for steps, topk, ndt in itertools.product(sweep["speculation.num_steps"],
+                                              sweep["speculation.topk"],
+                                              sweep["speculation.num_draft_tokens"]):
+        if (topk == 1 and ndt != steps + 1) or ndt > steps * topk + 1:
+            expected.add((steps, topk, ndt))
+    got = {(d.point["speculation.num_steps"], d.point["speculation.topk"],
+            d.point["speculation.num_draft_tokens"]) for d in plan.dropped}
+    assert got == expected
+    assert all(d.code in ("SPEC_TOPK1_DRAFT_TOKENS", "SPEC_DRAFT_TOKENS_LIMIT") and d.reason
+               for d in plan.dropped)
+    # and the review lists each of them with its reason
+    text = review(plan, result.diagnostics, title="t")
+    assert f"{len(plan.dropped)} server configuration(s) dropped" in text
+    for d in plan.dropped:
+        assert d.reason in text
+
+
+def test_one_server_per_distinct_server_config(compose):
+    plan = _compile(compose, SWEEP).plan
+    keys = {(tuple(s.argv), tuple(sorted(s.env.items()))) for s in plan.servers}
+    assert len(keys) == len(plan.servers)
+    assert len({s.id for s in plan.servers}) == len(plan.servers)
+    assert len({b.id for b in plan.benchmarks}) == len(plan.benchmarks)
+    # client axes do not multiply servers
+    for s in plan.servers:
+        assert len(plan.benchmarks_of(s.id)) == 4
+
+
+@pytest.mark.parametrize("overrides", [SWEEP, PACK, PACK + ["engine=sim"], PACK + ["engine=vllm"]])
+def test_baselines_are_matched(compose, overrides):
+    plan = _compile(compose, overrides).plan
+    by_id = {b.id: b for b in plan.benchmarks}
+    servers = {s.id: s for s in plan.servers}
+    for b in plan.benchmarks:
+        s = servers[b.server]
+        if s.baseline:
+            assert b.baseline is None
+            continue
+        base = by_id[b.baseline]
+        assert servers[base.server].baseline
+        assert base.baseline is None
+        assert base.params == b.params          # same client params, same served model
+        sp, bp = s.params, servers[base.server].params
+        for k in ("target", "tp", "dp", "pp", "context_length"):
+            assert sp[k] == bp[k]
+    # baselines first in the plan
+    flags = [s.baseline for s in plan.servers]
+    assert flags == sorted(flags, reverse=True)
+
+
+def test_no_baseline_when_disabled(compose):
+    result = _compile(compose, SWEEP + ["baseline=false"])
+    assert result.ok
+    assert all(not s.baseline for s in result.plan.servers)
+    assert all(b.baseline is None for b in result.plan.benchmarks)
+    assert "NO_BASELINE" in {d["code"] for d in result.plan.diagnostics}
+
+
+def _ids(plan):
+    return ({s.id for s in plan.servers}, {b.id: b.baseline for b in plan.benchmarks})
+
+
+def test_ids_are_stable_across_compiles(compose):
+    assert _ids(_compile(compose, SWEEP).plan) == _ids(_compile(compose, SWEEP).plan)
+
+
+def test_ids_do_not_depend_on_sweep_order(compose):
+    def reverse(cfg):
+        cfg["sweep"] = {k: list(reversed(v)) for k, v in reversed(list(cfg["sweep"].items()))}
+
+    a = _compile(compose, SWEEP).plan
+    b = _compile(compose, SWEEP, reverse).plan
+    assert _ids(a) == _ids(b)
+    for mutate in (None, reverse):
+        p = _compile(compose, PACK, mutate).plan
+        assert _ids(p) == _ids(_compile(compose, PACK).plan)
+
+
+def test_ids_name_the_same_resolved_point(compose):
+    """A point compiled alone (no sweep) gets the same id as inside the sweep."""
+    sweep_plan = _compile(compose, SWEEP).plan
+
+    def single(cfg):
+        cfg["sweep"] = {}
+        cfg["speculation"].update(num_steps=3, topk=4, num_draft_tokens=8)
+        cfg["benchmark"]["concurrency"] = 16
+
+    alone = _compile(compose, SWEEP, single).plan
+    assert {b.id for b in alone.benchmarks} <= {b.id for b in sweep_plan.benchmarks}
+    assert {s.id for s in alone.servers} <= {s.id for s in sweep_plan.servers}
+
+
+def test_placement_packs_the_llama_servers(compose):
+    plan = _compile(compose, PACK).plan
+    assert len(plan.servers) == 8 and len(plan.waves) == 1
+    assert sorted(g for s in plan.servers for g in s.gpus) == list(range(8))
+    assert all(len(s.gpus) == 1 for s in plan.servers)
+    assert sorted(s.port for s in plan.servers) == list(range(30000, 30008))
+    for s in plan.servers:
+        assert s.env["CUDA_VISIBLE_DEVICES"] == str(s.gpus[0])
+        assert s.argv[s.argv.index("--port") + 1] == str(s.port)
+
+
+@pytest.mark.parametrize("overrides", [SWEEP, PACK, PACK + ["hardware.tp=2"],
+                                       PACK + ["hardware.tp=4", "engine=vllm"]])
+def test_waves_have_disjoint_gpus_and_ports(compose, overrides):
+    plan = _compile(compose, overrides).plan
+    for wave in plan.waves:
+        gpus = [g for s in wave for g in s.gpus]
+        assert len(gpus) == len(set(gpus))
+        assert len({s.port for s in wave}) == len(wave)
+        assert max(gpus) < 8
+    if "hardware.tp=2" in overrides:
+        assert [len(w) for w in plan.waves] == [4, 4]
+
+
+def test_matrix_too_large(compose):
+    cfg = compose(SWEEP + ["max_points=10"])
+    n = 1
+    for values in cfg["sweep"].values():
+        n *= len(values)
+    assert n > 10
+    result = compile_config(cfg)
+    assert not result.ok and result.plan is None
+    (d,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert d.code == "MATRIX_TOO_LARGE" and d.path == "sweep"
+    assert f"{n} points" in d.message and "max_points=" in d.hint
+    hinted = int(d.hint.rsplit("max_points=", 1)[1].split()[0])
+    assert compile_config(compose(SWEEP + [f"max_points={hinted}"])).ok
+
+
+def test_a_ten_thousand_point_matrix_is_refused_by_default(compose):
+    def big(cfg):
+        cfg["sweep"]["benchmark.output_len"] = list(range(1, 251))
+    result = _compile(compose, SWEEP, big)
+    assert [d.code for d in result.diagnostics] == ["MATRIX_TOO_LARGE"]
+
+
+@pytest.mark.parametrize("axis, values, message", [
+    ("speculation.bogus", [1, 2], "not a config key"),
+    ("nosuchsection.x", [1], "cannot be swept"),
+    ("experiment", ["a", "b"], "cannot be swept"),
+    ("hardware.tp", ["abc", 2], "not of type 'integer'"),
+    ("hardware.tp", [0], "less than the minimum"),
+    ("benchmark.concurrency", [1, 1], "repeated values"),
+    ("speculation", [{"num_steps": "x"}], "x"),
+])
+def test_sweep_axis_errors(compose, axis, values, message):
+    def add(cfg):
+        cfg["sweep"] = {axis: values}
+    result = _compile(compose, ["model_pair.context_length=2048"], add)
+    errors = [d for d in result.diagnostics if d.severity == "error"]
+    assert errors and all(d.code == "SWEEP_AXIS" for d in errors)
+    assert all(d.path.startswith(f"sweep.{axis}") for d in errors)
+    assert any(message in d.message for d in errors)
+    assert result.plan is None
+
+
+def test_all_points_dropped_is_an_error(compose):
+    def bad(cfg):
+        cfg["sweep"] = {"speculation.num_draft_tokens": [7, 9]}
+    result = _compile(compose, ["model_pair.context_length=2048"], bad)
+    assert [d.code for d in result.diagnostics if d.severity == "error"] == ["MATRIX_EMPTY"]
+
+
+def test_invalid_point_without_a_speculation_sweep_fails_the_plan(compose):
+    result = _compile(compose, ["model_pair.context_length=2048", "speculation.num_draft_tokens=8"])
+    assert not result.ok
+    assert "SPEC_TOPK1_DRAFT_TOKENS" in {d.code for d in result.diagnostics}
+
+
+def test_lower_is_pure(compose):
+    cfg = compose(PACK)
+    before = _canonical(cfg)
+    lower(cfg)
+    assert _canonical(cfg) == before
+
+
+def test_benchmark_ids_hash_the_server_and_the_client_point(compose):
+    """bid = <server id>-c<concurrency>-sha256([sid, canonical(client point)])[:6]."""
+    from specc.lower import _hash
+
+    plan = _compile(compose, PACK).plan
+    for b in plan.benchmarks:
+        point = {k: v for k, v in b.params.items() if k != "model"}
+        assert b.id == f"{b.server}-c{point['concurrency']}-{_hash([b.server, _canonical(point)])}"

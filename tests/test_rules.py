@@ -1,0 +1,348 @@
+"""Each semantic rule in specc/rules.py with a violating and a passing config; model facts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specc import facts as facts_mod
+from specc import rules
+from specc.compiler import compile_config
+from specc.engines import get_engine
+from specc.engines.sglang import derived_context_length
+from specc.lower import _spec_for
+
+LLAMA = ["model_pair.context_length=2048"]           # the llama pair needs this to be valid
+KIMI = ["model_pair=kimi_k25_eagle3"]
+
+
+def _spec(cfg):
+    return _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
+                                          "readiness")})
+
+
+def server_diags(compose, overrides, rule=None):
+    cfg = compose(overrides)
+    engine = get_engine(cfg["engine"]["name"])
+    spec = _spec(cfg)
+    if rule is None:
+        return rules.check_server(spec, engine)
+    return list(rule(spec, engine))
+
+
+def point_diags(compose, overrides, rule, **bench):
+    cfg = compose(overrides)
+    engine = get_engine(cfg["engine"]["name"])
+    return list(rule(_spec(cfg), engine, {**cfg["benchmark"], **bench}))
+
+
+def codes(diags):
+    return {d.code for d in diags}
+
+
+def test_every_rule_is_covered_here():
+    covered = {"facts_present", "draft_context", "served_context", "spec_params_all_or_none",
+               "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
+               "draft_architecture", "draft_shapes", "topology", "readiness_probe",
+               "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
+               "lengths_fit_context", "dataset_file"}
+    assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES} == covered
+
+
+def test_default_configs_pass_every_server_rule(compose):
+    for ov in (LLAMA, KIMI, KIMI + ["engine=sim"], LLAMA + ["engine=vllm"]):
+        assert [d for d in server_diags(compose, ov) if d.severity == "error"] == [], ov
+
+
+# --- facts_present --------------------------------------------------------------------
+
+def test_facts_missing(compose):
+    ov = LLAMA + ["model_pair.target.path=/nonexistent/model", "~model_pair.target.facts"]
+    found = server_diags(compose, ov, rules.facts_present)
+    paths = {d.path for d in found if d.code == "FACTS_MISSING"}
+    assert "model_pair.target.facts.max_position_embeddings" in paths
+    assert "model_pair.target.facts.weight_gb" in paths
+    assert all("/nonexistent/model/config.json" in d.message for d in found)
+    assert server_diags(compose, LLAMA, rules.facts_present) == []
+
+
+def test_facts_missing_draft_model(compose):
+    found = server_diags(compose, LLAMA + ["model_pair.draft=null"], rules.facts_present)
+    assert "SPEC_DRAFT_MISSING" in codes(found)
+    assert server_diags(compose, LLAMA + ["model_pair.draft=null", "speculation=ngram"],
+                        rules.facts_present) == []
+
+
+# --- draft_context / served_context ----------------------------------------------------
+
+def test_draft_context_shorter_is_an_error_on_sglang(compose):
+    found = server_diags(compose, ["model_pair=kimi_k25_eagle3_short_draft"], rules.draft_context)
+    (d,) = found
+    assert (d.code, d.severity) == ("CONTEXT_DRAFT_SHORTER", "error")
+    assert "262144" in d.message and "131072" in d.message
+    assert "model_pair.context_length=131072" in d.hint
+    assert "draft_context_override=true" in d.hint
+    assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" in d.hint
+    ok = ["model_pair=kimi_k25_eagle3_short_draft", "model_pair.context_length=131072"]
+    assert server_diags(compose, ok, rules.draft_context) == []
+
+
+def test_draft_context_override_is_a_warning_and_sets_the_env(compose):
+    ov = ["model_pair=kimi_k25_eagle3_short_draft", "model_pair.draft_context_override=true"]
+    (d,) = server_diags(compose, ov, rules.draft_context)
+    assert (d.code, d.severity) == ("CONTEXT_DRAFT_OVERRIDE", "warning")
+    result = compile_config(compose(ov))
+    assert result.ok
+    spec_servers = [s for s in result.plan.servers if not s.baseline]
+    assert spec_servers and all(
+        s.env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") == "1" for s in spec_servers)
+    assert all("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in s.env
+               for s in result.plan.servers if s.baseline)
+    # without the opt-in the env var is never set
+    plain = compile_config(compose(KIMI))
+    assert all("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in s.env for s in plain.plan.servers)
+
+
+def test_draft_context_is_capped_with_a_warning_on_vllm(compose):
+    (d,) = server_diags(compose, ["engine=vllm"], rules.draft_context)
+    assert (d.code, d.severity) == ("CONTEXT_DRAFT_CAPPED", "warning")
+    assert "model_pair.context_length=2048" in d.hint
+    assert server_diags(compose, ["engine=vllm"] + LLAMA, rules.draft_context) == []
+
+
+def test_served_context(compose):
+    (d,) = server_diags(compose, KIMI + ["model_pair.context_length=300000"], rules.served_context)
+    assert d.code == "CONTEXT_TARGET_EXCEEDED" and d.path == "model_pair.context_length"
+    assert server_diags(compose, KIMI + ["model_pair.context_length=262144"],
+                        rules.served_context) == []
+
+
+# --- speculation knobs ---------------------------------------------------------------
+
+def test_spec_params_all_or_none(compose):
+    (d,) = server_diags(compose, LLAMA + ["speculation.topk=null"], rules.spec_params_all_or_none)
+    assert (d.code, d.path) == ("SPEC_PARAMS_ALL_OR_NONE", "speculation.topk")
+    none = ["speculation.topk=null", "speculation.num_steps=null", "speculation.num_draft_tokens=null"]
+    (d,) = server_diags(compose, LLAMA + none, rules.spec_params_all_or_none)
+    assert (d.code, d.severity) == ("SPEC_ENGINE_DEFAULTS", "info")
+    assert server_diags(compose, LLAMA, rules.spec_params_all_or_none) == []
+
+
+def test_spec_algorithm_knobs(compose):
+    (d,) = server_diags(compose, LLAMA + ["speculation.algorithm=null"], rules.spec_algorithm_knobs)
+    assert d.code == "SPEC_ALGORITHM_KNOBS"
+    assert server_diags(compose, LLAMA + ["speculation=none"], rules.spec_algorithm_knobs) == []
+
+
+def test_topk1_draft_tokens(compose):
+    ov = LLAMA + ["speculation.topk=1", "speculation.num_draft_tokens=8"]
+    (d,) = server_diags(compose, ov, rules.topk1_draft_tokens)
+    assert d.code == "SPEC_TOPK1_DRAFT_TOKENS" and "num_draft_tokens=4" in d.hint
+    assert server_diags(compose, LLAMA + ["speculation.topk=1", "speculation.num_draft_tokens=4"],
+                        rules.topk1_draft_tokens) == []
+    # vLLM does not rewrite
+    assert server_diags(compose, ov + ["engine=vllm"], rules.topk1_draft_tokens) == []
+
+
+def test_draft_tokens_limit(compose):
+    ov = LLAMA + ["speculation.num_steps=2", "speculation.topk=2", "speculation.num_draft_tokens=6"]
+    (d,) = server_diags(compose, ov, rules.draft_tokens_limit)
+    assert d.code == "SPEC_DRAFT_TOKENS_LIMIT" and "<= 5" in d.hint
+    ok = LLAMA + ["speculation.num_steps=2", "speculation.topk=2", "speculation.num_draft_tokens=5"]
+    assert server_diags(compose, ok, rules.draft_tokens_limit) == []
+
+
+def test_draft_architecture(compose):
+    (d,) = server_diags(compose, LLAMA + ["speculation=eagle"], rules.draft_architecture)
+    assert d.code == "SPEC_DRAFT_ARCH" and "speculation=eagle3" in d.hint
+    assert server_diags(compose, LLAMA, rules.draft_architecture) == []
+    # vLLM's EAGLE-3 target allow-list refuses a DeepSeek-V3 target
+    (d,) = server_diags(compose, KIMI + ["engine=vllm"], rules.draft_architecture)
+    assert d.code == "ENGINE_TARGET_UNSUPPORTED"
+    assert server_diags(compose, LLAMA + ["engine=vllm"], rules.draft_architecture) == []
+
+
+def test_draft_shapes(compose):
+    (d,) = server_diags(compose, LLAMA + ["model_pair.draft.facts.vocab_size=32000"],
+                        rules.draft_shapes)
+    assert d.code == "SPEC_VOCAB_MISMATCH"
+    (d,) = server_diags(compose, LLAMA + ["model_pair.draft.facts.hidden_size=7168"],
+                        rules.draft_shapes)
+    assert d.code == "SPEC_HIDDEN_MISMATCH"
+    assert server_diags(compose, LLAMA, rules.draft_shapes) == []
+
+
+# --- topology, readiness, memory -----------------------------------------------------
+
+@pytest.mark.parametrize("overrides, code, path", [
+    (["hardware.tp=3"], "TOPOLOGY_HEADS", "hardware.tp"),
+    (["hardware.tp=8", "hardware.dp=2"], "TOPOLOGY_GPUS", "hardware.tp"),
+    (["hardware.tp=8", "hardware.dp=2", "hardware.nodes=2"], "TOPOLOGY_MULTINODE", "hardware.tp"),
+    (["hardware.tp=4", "hardware.nodes=2"], "TOPOLOGY_MULTINODE", "hardware.nodes"),
+    (["hardware.tp=4", "hardware.pp=2"], "TOPOLOGY_PP_SPEC", "hardware.pp"),
+])
+def test_topology_violations(compose, overrides, code, path):
+    found = server_diags(compose, LLAMA + overrides, rules.topology)
+    assert (code, path) in {(d.code, d.path) for d in found}
+
+
+def test_topology_passes(compose):
+    for tp in (1, 2, 4, 8):
+        assert server_diags(compose, LLAMA + [f"hardware.tp={tp}"], rules.topology) == []
+    assert server_diags(compose, LLAMA + ["hardware.tp=4", "hardware.pp=2", "speculation=none"],
+                        rules.topology) == []
+
+
+def test_readiness_probe(compose):
+    (d,) = server_diags(compose, LLAMA + ["readiness.probe_timeout_s=3"], rules.readiness_probe)
+    assert d.code == "READINESS_PROBE_TIMEOUT" and "20" in d.message
+    assert server_diags(compose, LLAMA + ["readiness.probe_timeout_s=25"], rules.readiness_probe) == []
+    # vLLM's /health answers at once: a 5 s timeout is fine there
+    assert server_diags(compose, ["engine=vllm", "readiness.probe_timeout_s=5"],
+                        rules.readiness_probe) == []
+
+
+def test_readiness_deadline(compose):
+    (d,) = server_diags(compose, KIMI + ["readiness.deadline_s=10"], rules.readiness_deadline)
+    assert d.code == "READINESS_DEADLINE"
+    assert server_diags(compose, KIMI + ["readiness.deadline_s=3600"], rules.readiness_deadline) == []
+    assert server_diags(compose, KIMI, rules.readiness_deadline) == []   # null: sum of budgets
+
+
+def test_memory_weights(compose):
+    ov = KIMI + ["hardware=h100x8", "hardware.tp=2"]
+    found = server_diags(compose, ov, rules.memory_weights)
+    assert [d.code for d in found] == ["MEMORY_WEIGHTS"]
+    assert server_diags(compose, KIMI, rules.memory_weights) == []   # h200x8, tp 8
+    assert server_diags(compose, KIMI + ["hardware=h100x8", "engine.mem_fraction_static=0.9"],
+                        rules.memory_weights) == []
+
+
+def test_memory_weights_of_a_baseline_exclude_the_draft(compose):
+    """A non-speculative server loads no draft: its weights must not count the draft's."""
+    found = server_diags(compose, KIMI + ["hardware=h100x8", "hardware.tp=2", "speculation=none"],
+                         rules.memory_weights)
+    assert "277.0 GB" in found[0].message
+
+
+def test_running_requests(compose):
+    (d,) = point_diags(compose, LLAMA, rules.running_requests, concurrency=64)
+    assert (d.code, d.severity, d.path) == ("RUNNING_REQUESTS_CAP", "warning",
+                                            "engine.max_running_requests")
+    assert "48" in d.message
+    assert point_diags(compose, LLAMA, rules.running_requests, concurrency=48) == []
+    assert point_diags(compose, LLAMA + ["engine.max_running_requests=64"], rules.running_requests,
+                       concurrency=64) == []
+    (d,) = point_diags(compose, LLAMA + ["engine=vllm"], rules.running_requests, concurrency=300)
+    assert d.path == "engine.max_num_seqs" and "256" in d.message
+    (d,) = point_diags(compose, LLAMA + ["engine.cuda_graph_max_bs=8"], rules.running_requests,
+                       concurrency=16)
+    assert d.code == "CUDA_GRAPH_BS"
+
+
+def test_memory_kv(compose):
+    (d,) = point_diags(compose, KIMI, rules.memory_kv, concurrency=2000, input_len=8192,
+                       output_len=8192)
+    assert d.code == "MEMORY_KV" and d.path == "benchmark.concurrency"
+    assert point_diags(compose, KIMI, rules.memory_kv, concurrency=16) == []
+
+
+def test_lengths_fit_context(compose):
+    (d,) = point_diags(compose, LLAMA, rules.lengths_fit_context, input_len=2000, output_len=256)
+    assert d.code == "BENCH_CONTEXT_EXCEEDED"
+    assert point_diags(compose, LLAMA, rules.lengths_fit_context, input_len=1024,
+                       output_len=1024) == []
+
+
+def test_dataset_file(compose, tmp_path):
+    (d,) = point_diags(compose, LLAMA, rules.dataset_file, dataset="jsonl")
+    assert d.code == "BENCH_DATASET_MISSING"
+    (d,) = point_diags(compose, LLAMA, rules.dataset_file, dataset="jsonl",
+                       dataset_path=str(tmp_path / "nope.jsonl"))
+    assert "no readable file" in d.message
+    f = tmp_path / "prompts.jsonl"
+    f.write_text('{"prompt": "hi"}\n')
+    assert point_diags(compose, LLAMA, rules.dataset_file, dataset="jsonl",
+                       dataset_path=str(f)) == []
+    assert point_diags(compose, LLAMA, rules.dataset_file) == []
+
+
+# --- model facts from config.json ------------------------------------------------------
+
+def _model_dir(tmp_path, name, cfg, index_bytes=None):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    if index_bytes is not None:
+        (d / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": index_bytes}, "weight_map": {}}))
+    return d
+
+
+def test_config_json_wins_and_is_the_recorded_source(compose, tmp_path):
+    target = _model_dir(tmp_path, "target", {
+        "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096,
+        "vocab_size": 128256, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "num_hidden_layers": 32}, index_bytes=16_000_000_000)
+    cfg = compose(LLAMA + [f"model_pair.target.path={target}", "speculation=none"])
+    result = compile_config(cfg)
+    assert result.ok, [d.line() for d in result.diagnostics]
+    facts = result.plan.facts["target"]
+    assert facts["values"]["max_position_embeddings"] == 4096     # not the conf's 131072
+    assert facts["derived_context_length"] == 4096
+    assert facts["values"]["weight_gb"] == pytest.approx(16.0)
+    assert facts["sources"]["max_position_embeddings"] == str(target / "config.json")
+    assert facts["sources"]["architecture"] == str(target / "config.json")
+    assert facts["sources"]["weight_gb"] == str(target / "model.safetensors.index.json")
+    # a key only the conf declares is still taken from conf, and says so
+    assert facts["sources"]["active_params_b"].startswith("conf:")
+
+
+def test_config_json_text_config_of_a_multimodal_wrapper(tmp_path):
+    d = _model_dir(tmp_path, "kimi", {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {"architectures": ["DeepseekV3ForCausalLM"],
+                        "max_position_embeddings": 262144,
+                        "rope_scaling": {"type": "yarn", "factor": 64,
+                                         "original_max_position_embeddings": 4096},
+                        "vocab_size": 163840, "hidden_size": 7168}})
+    f = facts_mod.resolve({"path": str(d), "facts": {"max_position_embeddings": 1}},
+                          "model_pair.target")
+    assert f.get("max_position_embeddings") == 262144
+    assert f.architecture == "DeepseekV3ForCausalLM"
+    assert f.context_length == 262144
+    assert f.sources["vocab_size"] == f"{d / 'config.json'}:text_config"
+
+
+def test_unreadable_config_json_falls_back_to_conf(tmp_path):
+    d = tmp_path / "broken"
+    d.mkdir()
+    (d / "config.json").write_text("{not json")
+    f = facts_mod.resolve({"path": str(d), "facts": {"max_position_embeddings": 1024}},
+                          "model_pair.draft")
+    assert f.context_length == 1024
+    assert f.sources["max_position_embeddings"] == "conf:model_pair.draft.facts.max_position_embeddings"
+
+
+@pytest.mark.parametrize("config, expected", [
+    # yarn with original_max_position_embeddings: the length already includes the factor
+    ({"max_position_embeddings": 262144,
+      "rope_scaling": {"type": "yarn", "factor": 64, "original_max_position_embeddings": 4096}},
+     262144),
+    # llama3 rope type: factor ignored
+    ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+     131072),
+    # a plain factor multiplies
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "yarn", "factor": 2}}, 8192),
+    # first present key wins
+    ({"seq_length": 8192, "max_position_embeddings": 32768}, 8192),
+    ({"max_sequence_length": 1000, "seq_length": 8192}, 1000),
+    ({"max_position_embeddings": 2048, "rope_scaling": None}, 2048),
+    # nothing: SGLang's fallback
+    ({}, 2048),
+    ({"rope_scaling": {"factor": 4}}, 2048),
+])
+def test_derived_context_length(config, expected):
+    assert derived_context_length(config) == expected
