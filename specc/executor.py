@@ -88,17 +88,17 @@ class Executor:
             return
         reason = self._preflight(server)
         if reason:
-            self.state.update(server.id, status="failed", reason=reason, host=server.host,
-                              port=server.port, failed_at=time.time())
+            self.state.start(server.id, status="failed", reason=reason, host=server.host,
+                             port=server.port, failed_at=time.time())
             self.progress.server_phase(server.id, "failed", time.time(), reason)
             self.failed_servers[server.id] = reason
             self._fail_points(server, f"server failed preflight: {reason}")
             return
         running = lifecycle.launch(server, self.run_dir)
         self.running[server.id] = running
-        self.state.update(server.id, pid=running.pid, pgid=running.pid, host=server.host,
-                          port=server.port, started_at=running.started_at, ready_at=None,
-                          status="starting", log=server.log, gpus=list(server.gpus))
+        self.state.start(server.id, pid=running.pid, pgid=running.pid, host=server.host,
+                         port=server.port, started_at=running.started_at, ready_at=None,
+                         status="starting", log=server.log, gpus=list(server.gpus))
 
         def on_phase(phase, since, detail=""):
             self.state.update(server.id, phase=phase, phase_started_at=since)
@@ -135,6 +135,9 @@ class Executor:
                 self.results.append(row)
                 self._backfill_speedups()
                 self.progress.point_finished(bench.id, row["status"], _summary(row))
+        except asyncio.CancelledError:   # Ctrl-C / SIGTERM mid-point: no row for it
+            self._stop(server, "stopped", stopped_by="interrupt")
+            raise
         finally:
             code = running.exit_code()
             if code is not None and server.id in self.running:
@@ -194,8 +197,9 @@ class Executor:
             self.progress.log(f"stopped a server left by an earlier run: {line}")
         self.state.set_executor(pid=os.getpid(), started_at=time.time())
         for b in self.plan.benchmarks:
-            if self.results.finished(b.id):
-                self.progress.point_finished(b.id, "skipped", "finished in an earlier run")
+            if self.results.finished(b.id):   # counted as what it was (ok/failed), not rerun
+                self.progress.point_finished(b.id, self.results.get(b.id)["status"],
+                                             "finished in an earlier run, not rerun")
         for wave in self.plan.waves:
             if self.stop_all:
                 break

@@ -64,10 +64,15 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
     for path, values in (cfg.get("sweep") or {}).items():
         where = f"sweep.{path}"
         top = path.split(".")[0]
+        if top == "readiness":
+            out.append(error("SWEEP_AXIS", where, "readiness settings cannot be swept: they do "
+                             "not change what a point measures",
+                             f"set {path} once, outside the sweep"))
+            continue
         if top not in SERVER_SECTIONS + (CLIENT_SECTION,):
             out.append(error("SWEEP_AXIS", where, f"'{path}' cannot be swept",
-                             "sweep keys under model_pair, hardware, engine, speculation, "
-                             "readiness or benchmark"))
+                             "sweep keys under model_pair, hardware, engine, speculation "
+                             "or benchmark"))
             continue
         if len(set(map(_canonical, values))) != len(values):
             out.append(error("SWEEP_AXIS", where, "repeated values", "list each value once"))

@@ -144,7 +144,12 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                         ready_logged = True
                 code = running.exit_code()
                 if code is not None:
-                    tail.read()
+                    rest = tail.read()   # what it wrote between our last read and its exit
+                    hit = next((i for i, ln in enumerate(rest) if any(p in ln for p in fatal)), None)
+                    if hit is not None:
+                        found = _cause(rest[hit:], fatal) or rest[hit]
+                        return fail(f"fatal log line in {phases[cur]['name']}: {found.strip()[:600]} "
+                                    f"(process exited with code {code})")
                     return fail(f"process exited with code {code} during {phases[cur]['name']}")
                 if probe_task is not None and probe_task.done():
                     answer = probe_task.result()

@@ -228,7 +228,10 @@ def _workload_text(workload: tuple) -> str:
     rate = d.pop("request_rate", None)
     if rate is not None:
         parts.append(f"rate {rate}/s")
-    parts += [f"{k}={v}" for k, v in d.items() if v is not None]
+    quiet = {"model", "flush_cache", "seed", "timeout_s", "warmup_requests", "driver"}
+    if d.get("range_ratio") == 1.0:
+        quiet.add("range_ratio")
+    parts += [f"{k}={v}" for k, v in d.items() if v is not None and k not in quiet]
     return ", ".join(parts)
 
 

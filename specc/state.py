@@ -32,6 +32,14 @@ class RunState:
             entry["updated_at"] = time.time()
             self._write()
 
+    def start(self, server_id: str, **fields) -> None:
+        """A (re)launch: a fresh entry, so nothing of an earlier attempt (reason, failed_at,
+        stopped_at) reads as this one's; `attempt` counts launches into this run dir."""
+        with self._lock:
+            attempt = self.servers.get(server_id, {}).get("attempt", 0) + 1
+            self.servers[server_id] = {**fields, "attempt": attempt, "updated_at": time.time()}
+            self._write()
+
     def set_executor(self, **fields) -> None:
         with self._lock:
             self.data["executor"] = fields

@@ -184,6 +184,7 @@ def test_a_ten_thousand_point_matrix_is_refused_by_default(compose):
     ("hardware.tp", [0], "less than the minimum"),
     ("benchmark.concurrency", [1, 1], "repeated values"),
     ("speculation", [{"num_steps": "x"}], "x"),
+    ("readiness.probe_interval_s", [0.1, 0.5], "cannot be swept"),
 ])
 def test_sweep_axis_errors(compose, axis, values, message):
     def add(cfg):

@@ -42,11 +42,13 @@ per request.  Accepted tokens per step (including the bonus token) for a chain
 
     E = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)
 
-Tree (topk > 1) approximation, documented as such: a position is accepted if
-any of the ``topk`` candidates matches, ``a_eff = 1 - (1 - a)^topk`` (independent
-candidates), and the tree can only be as deep as its token budget allows,
-``depth = min(num_steps, num_draft_tokens - 1)``; then ``E`` is the chain
-formula with ``a_eff`` and ``depth``.  It grows with topk and num_draft_tokens
+Tree (topk > 1) approximation, documented as such: the verified tree holds
+``num_draft_tokens - 1`` drafted tokens, so it is at most
+``depth = min(num_steps, num_draft_tokens - 1)`` deep and carries on average
+``c = min(topk, (num_draft_tokens - 1) / depth)`` candidates per level; a
+position is accepted if any of them matches, ``a_eff = 1 - (1 - a)^c``
+(independent candidates).  ``E`` is the chain formula with ``a_eff`` and
+``depth``: a topk-4 tree pruned to 4 tokens is little better than a chain.  It grows with topk and num_draft_tokens
 and never exceeds ``num_steps + 1``.
 """
 
@@ -229,7 +231,10 @@ def effective_depth_and_accept(a: float, num_steps: int, topk: int,
     if topk <= 1:
         return num_steps, a
     depth = max(0, min(num_steps, num_draft_tokens - 1))
-    return depth, 1.0 - (1.0 - a) ** topk
+    if depth == 0:
+        return 0, a
+    candidates = max(1.0, min(float(topk), (num_draft_tokens - 1) / depth))
+    return depth, 1.0 - (1.0 - a) ** candidates
 
 
 def expected_accept_length(a: float, num_steps: int, topk: int = 1,
