@@ -78,6 +78,19 @@ class Executor:
         if running is None:
             return
         how = lifecycle.stop(running, grace_s=self.grace_s)
+        self._stopped(server, status, how, **fields)
+
+    async def _stop_async(self, server: Server, status: str, **fields) -> None:
+        """_stop in a worker thread: a teardown (SIGTERM, grace, port check) must not freeze
+        the event loop, where the other packed servers' readiness and benchmarks run."""
+        running = self.running.get(server.id)
+        if running is None:
+            return
+        how = await asyncio.to_thread(lifecycle.stop, running, grace_s=self.grace_s)
+        if self.running.pop(server.id, None) is not None:
+            self._stopped(server, status, how, **fields)
+
+    def _stopped(self, server: Server, status: str, how: str, **fields) -> None:
         self.state.update(server.id, status=status, stopped_at=time.time(), stop=how, **fields)
         self.progress.server_phase(server.id, "stopped" if status != "failed" else "failed",
                                    time.time(), how)
@@ -111,7 +124,7 @@ class Executor:
             self.state.update(server.id, failed_at=time.time())
             self.progress.log(f"{server.id} failed: {reason}\n--- last log lines ---\n"
                               f"{outcome.last_lines}")
-            self._stop(server, "failed", reason=reason, phase=outcome.phase)
+            await self._stop_async(server, "failed", reason=reason, phase=outcome.phase)
             self._fail_points(server, f"server failed: {reason}")
             if self.plan.fail_fast:
                 self.stop_all = True
@@ -142,9 +155,9 @@ class Executor:
             code = running.exit_code()
             if code is not None and server.id in self.running:
                 self.failed_servers.setdefault(server.id, f"died mid-run (exit code {code})")
-                self._stop(server, "failed", reason=f"died mid-run (exit code {code})")
+                await self._stop_async(server, "failed", reason=f"died mid-run (exit code {code})")
             else:
-                self._stop(server, "stopped")
+                await self._stop_async(server, "stopped")
 
     def _backfill_speedups(self) -> None:
         """Packed servers finish in any order: a speculative point that finished before its

@@ -111,6 +111,8 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
 
     last_answer: str | None = None
     ready_logged = False
+    ready_logged_at: float | None = None
+    probe_started = 0.0
 
     def health_note() -> str:
         if last_answer in (None, "refused"):   # the port is not open yet: nothing to add
@@ -141,7 +143,10 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                         report()
                     if ready_line and ready_line in line:
                         next_probe = now        # the log knows: ask at once
+                        if not ready_logged:
+                            timeline.append(("ready_line", now))
                         ready_logged = True
+                        ready_logged_at = now
                 code = running.exit_code()
                 if code is not None:
                     rest = tail.read()   # what it wrote between our last read and its exit
@@ -171,6 +176,8 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                         answer_state = meaning
                         report(f"health: {answer} ({meaning})")
                     next_probe = done_at + probe["interval_s"]
+                    if ready_logged_at is not None and probe_started < ready_logged_at:
+                        next_probe = done_at    # that answer predates the ready line: ask again now
                 budget = phases[cur]["budget_s"]
                 if now - phase_start > budget:
                     silence = now - phase_start
@@ -180,6 +187,7 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                     return fail(f"not ready within the deadline of {readiness['deadline_s']:g} s"
                                 f"{health_note()}")
                 if probe_task is None and now >= next_probe:
+                    probe_started = clock()
                     probe_task = asyncio.ensure_future(_probe(client, url, probe["timeout_s"]))
                 await asyncio.sleep(TICK_S)
         finally:

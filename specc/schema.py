@@ -66,7 +66,8 @@ SCHEMA = _obj({
     "baseline": _BOOL,
     "fail_fast": _BOOL,
     "max_points": _POS_INT,
-    "sweep": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}},
+    "sweep": _nullable({"type": "object",
+                        "additionalProperties": {"type": "array", "minItems": 1}}),
     "model_pair": _obj({
         "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
         "target": _MODEL,

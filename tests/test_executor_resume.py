@@ -126,3 +126,32 @@ def test_inv_down_stops_a_server_left_running(guard, tmp_path):
         if running.proc.poll() is None:
             os.killpg(running.pid, signal.SIGKILL)
             running.proc.wait(5)
+
+
+def test_sigterm_while_a_server_starts_tears_it_down(guard, tmp_path):
+    """SIGTERM during readiness (a server hung in load_weights): exit 130 at once, the
+    server stopped and recorded as stopped by the interrupt, nothing left."""
+    import subprocess
+
+    run_dir = tmp_path / "run"
+    port = guard.port(1)
+    proc = guard.spawn([PY, "-m", "specc", *SMALL, f"engine.base_port={port}", "baseline=false",
+                        "execute=true", f"hydra.run.dir={run_dir}"], cwd=REPO,
+                       env={**os.environ, "SPECC_SIM_FAULT": "hang@load_weights"},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def hanging():
+        try:
+            return any(e.get("phase") == "load_weights" for e in state(run_dir)["servers"].values())
+        except (OSError, ValueError):
+            return False
+
+    assert wait_for(hanging, timeout=30)
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 130
+    assert time.time() - t0 < 3.0
+    assert wait_no_sim(run_dir, [port], timeout=1.0) == []
+    (entry,) = state(run_dir)["servers"].values()
+    assert entry["status"] == "stopped" and entry["stopped_by"] == "interrupt"
+    assert results(run_dir) == []
