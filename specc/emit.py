@@ -178,6 +178,10 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
                  "Fatal log patterns: " + ", ".join(f"`{p}`" for p in r["fatal_patterns"]) + ".")
     lines.append("No progress within a phase's budget is a stall: the server is torn down and "
                  "the phase and silence recorded.")
+    if r.get("serving_silence_s"):
+        lines.append(f"While benchmarking, a process exit fails the point at once, and a server "
+                     f"log silent for {r['serving_silence_s']:g} s with requests in flight is a "
+                     "hung server (its health may still answer 200).")
     lines.append("")
     lines.append(tabulate([[p["name"], p["begin"] or "(process start)", _fmt_s(p["estimate_s"]),
                             _fmt_s(p["budget_s"])] for p in r["phases"]],

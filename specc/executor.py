@@ -148,6 +148,11 @@ class Executor:
                 self.results.append(row)
                 self._backfill_speedups()
                 self.progress.point_finished(bench.id, row["status"], _summary(row))
+                if row.get("server_hung"):
+                    self.failed_servers[server.id] = row["reason"]
+                    self._fail_points(server, f"server hung earlier: {row['reason']}")
+                    await self._stop_async(server, "failed", reason=row["reason"])
+                    break
         except asyncio.CancelledError:   # Ctrl-C / SIGTERM mid-point: no row for it
             self._stop(server, "stopped", stopped_by="interrupt")
             raise
@@ -173,14 +178,29 @@ class Executor:
             self.results.rewrite()
 
     async def _watched_point(self, running, bench) -> dict:
-        """The point, cancelled the moment its server process dies (health can lie)."""
+        """The point, cancelled the moment its server dies or wedges (health can lie).
+
+        Wedged = its log silent for the plan's `serving_silence_s` while the point
+        runs: engines log every few decode steps while requests are in flight.
+        """
         task = asyncio.ensure_future(run_point(running.server, bench, engine_name=self.plan.engine,
                                                run_dir=self.run_dir, ctx=self.ctx))
+        silence_s = running.server.readiness.get("serving_silence_s")
+        log_size, log_grew_at = _size(running.log_path), time.monotonic()
         try:
             while not task.done():
                 code = running.exit_code()
                 if code is not None:
                     return failed_row(bench, f"server died mid-run (exit code {code})")
+                size = _size(running.log_path)
+                if size != log_size:
+                    log_size, log_grew_at = size, time.monotonic()
+                elif silence_s and time.monotonic() - log_grew_at > silence_s:
+                    row = failed_row(bench, f"server hung: no log output for {silence_s:g} s "
+                                            "while requests were in flight (its health may "
+                                            "still answer 200)")
+                    row["server_hung"] = True
+                    return row
                 await asyncio.wait({task}, timeout=WATCH_S)
         finally:   # also on Ctrl-C: no client task outlives its point
             if not task.done():
@@ -226,6 +246,13 @@ class Executor:
     def teardown_all(self) -> None:
         for sid in list(self.running):
             self._stop(self.running[sid].server, "stopped", stopped_by="interrupt")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def _summary(row: dict) -> str:

@@ -58,6 +58,9 @@ class Engine:
     launch_budget_s = 300.0
     #: What each probe answer means while starting.
     answers = {"refused": "starting", "503": "warming", "200": "ready"}
+    #: While requests are in flight the engine logs progress at least this often;
+    #: a log silent this long during a benchmark means a wedged server.
+    serving_silence_s = 60.0
     #: Where the acceptance length is read: "sglang_server_info" or "vllm_metrics".
     accept_length_source = ""
     #: Endpoint that drops the prefix cache between points (None: not supported).
@@ -119,6 +122,7 @@ class Engine:
             "fatal_patterns": list(self.fatal_patterns),
             "estimated_start_s": round(sum(p["estimate_s"] or 0 for p in phases), 1),
             "deadline_s": float(r.get("deadline_s") or round(budgets, 1)),
+            "serving_silence_s": self.serving_silence_s,
         }
 
     # -- benchmarking ----------------------------------------------------------

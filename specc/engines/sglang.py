@@ -143,6 +143,9 @@ class SGLang(Engine):
     rewrites_topk1_draft_tokens = True
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
     launch_budget_s = 300.0
+    #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
+    #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
+    serving_silence_s = 60.0
     accept_length_source = "sglang_server_info"
     flush_cache_path = "/flush_cache"
     #: SGLang's mem_fraction_static is chosen automatically; ~0.85 on 80-141 GB GPUs.

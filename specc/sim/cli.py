@@ -31,6 +31,8 @@ FAULTS: dict[str, tuple[bool, bool, str]] = {
     "health_after": (False, True, "health answers 503 until N s (default 30) after ready"),
     "die_mid_run": (False, True, "os._exit(1) after N generated tokens (default: ~1 s of "
                                  "generation)"),
+    "hang_mid_run": (False, True, "the scheduler wedges after N generated tokens (default: "
+                                  "~1 s of generation): no tokens, no log lines, health still 200"),
     "truncate_stream": (False, True, "every streaming response closes the connection after N "
                                      "tokens (default half of max tokens), without [DONE]"),
 }

@@ -540,7 +540,14 @@ class Scheduler:
                 self._deliver(r, n, due)
             TRUTH.maybe_flush(time.monotonic())
             self.running = [r for r in self.running if not r.finished and not r.aborted]
-            self._maybe_die(loop)
+            if self._mid_run_fault_due("die_mid_run"):
+                log("Received sigquit from a child process. It usually means the child failed.")
+                hard_exit(1)
+            if self._mid_run_fault_due("hang_mid_run"):
+                # The scheduler wedges: no tokens, no log lines, yet /health still answers
+                # (users report exactly this with real SGLang).
+                TRUTH.maybe_flush(time.monotonic())
+                await asyncio.Future()
 
     def _advance(self, r: Req, n: int) -> int:
         """Decide the step's outcome for r (before its deadline) and pre-build its chunk."""
@@ -580,14 +587,14 @@ class Scheduler:
         if r.finished and not r.done.done():
             r.done.set_result(None)
 
-    def _maybe_die(self, loop) -> None:
+    def _mid_run_fault_due(self, name: str) -> bool:
+        """A mid-run fault fires after N generated tokens, or ~1 s of generation."""
         f = self.sim.fault
-        if f is None or f.name != "die_mid_run" or self.first_gen_mono is None:
-            return
-        if (self.real_gen_tokens >= f.arg) if f.arg is not None else (
-                time.monotonic() - self.first_gen_mono >= 1.0):
-            log("Received sigquit from a child process. It usually means the child failed.")
-            hard_exit(1)
+        if f is None or f.name != name or self.first_gen_mono is None:
+            return False
+        if f.arg is not None:
+            return self.real_gen_tokens >= f.arg
+        return time.monotonic() - self.first_gen_mono >= 1.0
 
     def _token_count(self) -> int:
         return sum(r.prompt_tokens + len(r.tokens) for r in self.running)
