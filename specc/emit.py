@@ -108,9 +108,10 @@ def _comment(text) -> str:
 
 
 def _argv_lines(argv) -> list[str]:
-    """Group `--flag value` pairs on one line each, for review."""
-    lines, i = [], 0
+    """The program on one line, then `--flag value` pairs one per line, for review."""
     argv = list(argv)
+    head = next((k for k, a in enumerate(argv) if a.startswith("--")), len(argv))
+    lines, i = [" ".join(_q(a) for a in argv[:head])], head
     while i < len(argv):
         a = argv[i]
         if a.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):

@@ -58,8 +58,8 @@ class Executor:
         if lifecycle.port_in_use(server.host, server.port):
             return (f"port {server.port} is already in use by {lifecycle.port_holder(server.port)}"
                     f"; stop it or change engine.base_port")
-        if self.plan.engine == "sim":
-            return None   # the simulator holds no GPUs
+        if not self.plan.engine_info.get("uses_gpus", True):
+            return None   # e.g. the simulator: no GPUs to check
         problems, note = lifecycle.gpu_holders(self.ctx, server.gpus)
         if note:
             self.progress.log(f"{server.id}: {note}")

@@ -302,6 +302,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         benchmarks=tuple(benchmarks), diagnostics=tuple(d.to_json() for d in diags),
         dropped=tuple(dropped),
         engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
+                     "uses_gpus": engine.uses_gpus,
                      "health_timeout_s": engine.health_timeout_s,
                      "flush_cache_path": engine.flush_cache_path,
                      "accept_length_source": engine.accept_length_source},

@@ -201,7 +201,7 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         yield error("TOPOLOGY_HEADS", "hardware.tp",
                     f"the target's {kv} KV heads do not divide by tp {tp}",
                     "pick a tp that divides the KV head count")
-    if pp > 1 and spec.speculative and engine.name in ("sglang", "sim"):
+    if pp > 1 and spec.speculative and engine.refuses_pp_speculation:
         yield error("TOPOLOGY_PP_SPEC", "hardware.pp",
                     f"{engine.name} refuses speculative decoding with pipeline parallelism",
                     "set hardware.pp=1")
@@ -271,7 +271,7 @@ def running_requests(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[
     cap, source = engine.max_running_requests(spec)
     conc = bench["concurrency"]
     if cap is not None and conc > cap:
-        path = "engine.max_running_requests" if engine.name != "vllm" else "engine.max_num_seqs"
+        path = engine.max_running_path
         yield warning("RUNNING_REQUESTS_CAP", path,
                       f"concurrency {conc} > {cap} running requests ({source}): "
                       f"{conc - cap} requests queue and the point measures queueing",

@@ -65,6 +65,14 @@ class Engine:
     accept_length_source = ""
     #: Endpoint that drops the prefix cache between points (None: not supported).
     flush_cache_path: str | None = None
+    #: Speculative decoding with pipeline parallelism is refused at startup.
+    refuses_pp_speculation = False
+    #: The config key that caps running requests.
+    max_running_path = "engine.max_running_requests"
+    #: Runs on GPUs (False: nothing to check for other GPU holders).
+    uses_gpus = True
+    #: `--backend` of SGLang's bench_serving for this engine.
+    bench_serving_backend = "sglang"
     #: Target architectures allowed per algorithm (None: any).
     algorithm_targets: dict[str, tuple[str, ...]] = {}
 
@@ -140,7 +148,7 @@ class Engine:
     def bench_serving_argv(self, spec: ServerSpec, *, host: str, port: int, bench: dict,
                            num_prompts: int, output_file: str) -> list[str]:
         """SGLang's own client, usable against any OpenAI-compatible server."""
-        backend = {"sglang": "sglang", "sim": "sglang"}.get(self.name, "vllm")
+        backend = self.bench_serving_backend
         dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}[bench["dataset"]]
         rate = bench.get("request_rate")
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,

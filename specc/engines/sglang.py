@@ -141,6 +141,7 @@ class SGLang(Engine):
     fatal_patterns = FATAL_PATTERNS
     draft_context_policy = "error"
     rewrites_topk1_draft_tokens = True
+    refuses_pp_speculation = True
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
     launch_budget_s = 300.0
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill

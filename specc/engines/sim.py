@@ -12,6 +12,7 @@ class Sim(SGLang):
     name = "sim"
     module = "specc.sim"
     version_read = "specc.sim (mirrors SGLang " + SGLang.version_read + ")"
+    uses_gpus = False
     #: Python start-up of the simulator process, unscaled.
     launch_budget_s = 15.0
     #: No phase budget below this, whatever the time scale: process scheduling noise.

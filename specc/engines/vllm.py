@@ -35,6 +35,8 @@ class VLLM(Engine):
                       "RuntimeError: ")
     draft_context_policy = "cap"
     rewrites_topk1_draft_tokens = False
+    max_running_path = "engine.max_num_seqs"
+    bench_serving_backend = "vllm"
     spec_default_max_running = None
     launch_budget_s = 300.0
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.

@@ -44,9 +44,7 @@ wait_ready() {  # id url timeout_s interval_s deadline_s ready_line log
 # ===== wave 0: 1 server(s) at once =====
 # kimi-k2.5-baseline-tp8-b95df2: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
 launch kimi-k2.5-baseline-tp8-b95df2 servers/kimi-k2.5-baseline-tp8-b95df2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
-  python \
-  -m \
-  sglang.launch_server \
+  python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
@@ -70,9 +68,7 @@ stop_server kimi-k2.5-baseline-tp8-b95df2
 # ===== wave 1: 1 server(s) at once =====
 # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
 launch kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
-  python \
-  -m \
-  sglang.launch_server \
+  python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
@@ -101,9 +97,7 @@ stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
 # ===== wave 2: 1 server(s) at once =====
 # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
 launch kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-806024.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
-  python \
-  -m \
-  sglang.launch_server \
+  python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
@@ -132,9 +126,7 @@ stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
 # ===== wave 3: 1 server(s) at once =====
 # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
 launch kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
-  python \
-  -m \
-  sglang.launch_server \
+  python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
@@ -163,9 +155,7 @@ stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
 # ===== wave 4: 1 server(s) at once =====
 # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
 launch kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-366980.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
-  python \
-  -m \
-  sglang.launch_server \
+  python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
