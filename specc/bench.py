@@ -58,18 +58,23 @@ async def _builtin(server: Server, bench: Benchmark, url: str):
     return dict(res.metrics), errors, getattr(res, "server_gone", None)
 
 
+class DriverError(Exception):
+    """The benchmark client itself failed (not one request): the point's reason."""
+
+
 async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
-    """SGLang's own client, run as the plan says; its last JSON line becomes the metrics."""
+    """SGLang's own client, run as the plan says (from the run dir, like plan.sh);
+    its last JSON line becomes the metrics."""
     from .lifecycle import resolve_argv
 
     out = run_dir / "bench_serving" / f"{bench.id}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    argv = resolve_argv(bench.argv)
-    result = await asyncio.to_thread(ctx.run, shlex.join(argv), hide=True, warn=True,
-                                     in_stream=False)
-    if not result.ok or not out.exists():
+    lines_before = len(out.read_text().splitlines()) if out.exists() else 0
+    command = f"cd {shlex.quote(str(run_dir))} && {shlex.join(resolve_argv(bench.argv))}"
+    result = await asyncio.to_thread(ctx.run, command, hide=True, warn=True, in_stream=False)
+    if not result.ok or not out.exists() or len(out.read_text().splitlines()) <= lines_before:
         tail = (result.stderr or result.stdout or "").strip().splitlines()[-3:]
-        return {}, [f"bench_serving exited {result.exited}: {' | '.join(tail)}"], None
+        raise DriverError(f"bench_serving exited {result.exited}: {' | '.join(tail)}")
     last = out.read_text().strip().splitlines()[-1]
     data = json.loads(last)   # bench_serving writes Infinity for an unlimited rate
     keys = ("completed", "duration", "total_input_tokens", "total_output_tokens",
@@ -82,7 +87,8 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
                 metrics[k] = data[k]
     if data.get("accept_length") is not None:
         metrics["bench_serving_accept_length"] = data["accept_length"]
-    return metrics, [], None
+    missing = bench.params["num_prompts"] - int(data.get("completed", 0))
+    return metrics, [f"bench_serving: request failed"] * max(missing, 0), None
 
 
 async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_dir: Path,
@@ -105,6 +111,8 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
                 metrics, errors, gone = await _builtin(server, bench, url)
         except DatasetError as e:
             return failed_row(bench, f"dataset: {e}")
+        except DriverError as e:
+            return failed_row(bench, str(e))
         after = await engine.accept_snapshot(client, url)
     accept, scope = engine.accept_length(before, after)
     metrics["accept_length"] = accept

@@ -107,7 +107,9 @@ class VLLM(Engine):
         if r.status_code != 200:
             return {}
         v = prometheus_values(r.text)
-        return {k: v.get(f"vllm:spec_decode_{k}") for k in ("num_drafts", "num_accepted_tokens")}
+        # prometheus_client exposes a Counter named X as X_total
+        return {k: v.get(f"vllm:spec_decode_{k}_total", v.get(f"vllm:spec_decode_{k}"))
+                for k in ("num_drafts", "num_accepted_tokens")}
 
     def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
         """1 + accepted / drafts over the run (counter differences)."""

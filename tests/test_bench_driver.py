@@ -1,0 +1,68 @@
+"""The bench_serving driver: the plan's client command runs from the run dir and its
+last JSON line (bench_serving's format, `Infinity` included) becomes the point's metrics.
+
+SGLang's real client needs ~6 GB of dependencies (torch among them), so CI runs a
+stand-in process that writes what bench_serving writes; the real one was run by
+hand against the simulator (README, "SGLang's own client").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import invoke
+
+from specc.bench import run_point
+from specc.plan import Benchmark, Server
+
+LINE = {"backend": "sglang", "request_rate": float("inf"), "completed": 8, "duration": 1.5,
+        "total_input_tokens": 512, "total_output_tokens": 256, "request_throughput": 5.3,
+        "input_throughput": 341.3, "output_throughput": 170.6, "total_throughput": 512.0,
+        "mean_ttft_ms": 21.0, "median_ttft_ms": 20.0, "p99_ttft_ms": 35.0, "mean_itl_ms": 6.0,
+        "median_itl_ms": 4.4, "p99_itl_ms": 22.5, "accept_length": 2.54}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _point(tmp_path, script: str, num_prompts: int = 8):
+    server = Server(id="s", label="x", baseline=False, params={}, host="127.0.0.1",
+                    port=_free_port(), gpus=(0,), wave=0, argv=(), env={}, log="servers/s.log",
+                    readiness={})
+    out = "bench_serving/b.jsonl"   # relative: the driver must run from the run dir
+    bench = Benchmark(id="b", server="s", baseline=None,
+                      params={"num_prompts": num_prompts, "concurrency": 4, "flush_cache": False},
+                      argv=("python", "-c", script, out))
+    return asyncio.run(run_point(server, bench, engine_name="sim", run_dir=tmp_path,
+                                 ctx=invoke.Context()))
+
+
+def test_ingests_the_clients_last_json_line(tmp_path, monkeypatch):
+    monkeypatch.chdir("/")
+    script = ("import json,sys; f=open(sys.argv[1],'a'); "
+              f"f.write(json.dumps({{'completed': 1}})+'\\n'); f.write({json.dumps(json.dumps(LINE))}+'\\n')")
+    row = _point(tmp_path, script)
+    assert row["status"] == "ok", row["reason"]
+    m = row["metrics"]
+    assert m["output_throughput"] == 170.6 and m["median_itl_ms"] == 4.4
+    assert m["bench_serving_accept_length"] == 2.54
+    assert (tmp_path / "bench_serving" / "b.jsonl").exists()
+
+
+def test_a_failing_client_fails_the_point_with_its_own_words(tmp_path):
+    row = _point(tmp_path, "import sys; sys.exit('cannot reach the server')")
+    assert row["status"] == "failed"
+    assert "bench_serving exited 1" in row["reason"] and "cannot reach the server" in row["reason"]
+
+
+def test_fewer_completed_than_prompts_is_a_failed_point(tmp_path):
+    short = dict(LINE, completed=6)
+    script = f"import sys; open(sys.argv[1],'a').write({json.dumps(json.dumps(short))}+'\\n')"
+    row = _point(tmp_path, script)
+    assert row["status"] == "failed" and row["reason"].startswith("2/8 requests failed")
+
