@@ -88,7 +88,7 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
     if data.get("accept_length") is not None:
         metrics["bench_serving_accept_length"] = data["accept_length"]
     missing = bench.params["num_prompts"] - int(data.get("completed", 0))
-    return metrics, [f"bench_serving: request failed"] * max(missing, 0), None
+    return metrics, ["bench_serving: request failed"] * max(missing, 0), None
 
 
 async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_dir: Path,

@@ -6,6 +6,7 @@ Each fact carries its source, so the plan can say where every number came from.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -50,7 +51,7 @@ class ModelFacts:
 @lru_cache(maxsize=64)
 def _read_config_json(path: str) -> tuple[dict, str, float | None] | None:
     """(config, file, total weight GB from the safetensors index) or None if unreadable."""
-    p = Path(path).expanduser()
+    p = Path(os.path.expanduser(path))   # unknown ~user: left as is, no error
     cfg_file = p / "config.json"
     try:
         raw = json.loads(cfg_file.read_text())

@@ -8,7 +8,6 @@ process outlives a test.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import random
@@ -24,7 +23,6 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"
 PY = sys.executable
-_CACHE: dict[tuple, dict] = {}
 
 #: A fast plan: the simulator's startup scaled down, tiny prompts, four requests per point.
 SMALL = ["engine=sim", "engine.sim.time_scale=0.002", "benchmark.output_len=16",
@@ -71,18 +69,9 @@ def wait_port_free(port: int, timeout: float = 5.0) -> bool:
 # ----------------------------------------------------------------------------- plans
 def compose(overrides=()) -> dict:
     """The plain config dict `python -m specc <overrides>` hands the compiler."""
-    key = tuple(overrides)
-    if key not in _CACHE:
-        from hydra import compose as hydra_compose
-        from hydra import initialize_config_dir
-        from omegaconf import OmegaConf
+    from conftest import compose_config
 
-        with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        plain.pop("hydra", None)
-        _CACHE[key] = plain
-    return copy.deepcopy(_CACHE[key])
+    return compose_config(overrides)
 
 
 def compile_plan(run_dir: Path, overrides=(), *, port: int | None = None, edit=None):

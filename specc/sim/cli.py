@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specc.engines import sglang as sg
 
 FAULT_ENV = "SPECC_SIM_FAULT"
 TRUTH_ENV = "SPECC_SIM_TRUTH"

@@ -54,7 +54,6 @@ and never exceeds ``num_steps + 1``.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
