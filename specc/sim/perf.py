@@ -69,6 +69,9 @@ PEAK_FLOPS = 989e12
 #: Achieved fraction for decode-shaped MoE GEMMs (small M per expert). *Estimate*.
 FLOPS_EFFICIENCY = 0.20
 EFFECTIVE_FLOPS = PEAK_FLOPS * FLOPS_EFFICIENCY
+#: Prefill runs large, well-shaped GEMMs (thousands of tokens per expert batch).
+#: *Estimate*: 60 % of dense peak, typical of compute-bound transformer prefill.
+PREFILL_FLOPS_EFFICIENCY = 0.60
 
 # --- per-step costs ---------------------------------------------------------
 #: Per-token cost outside the weight GEMMs (attention, all-reduce volume,
@@ -132,7 +135,8 @@ class ModelCost:
         """One prefill pass over the admitted prompts: compute-bound, no per-token decode
         overheads (attention and all-reduce are batched over the whole prompt)."""
         n = max(int(prompt_tokens), 1)
-        return max(self.mem_s(n), self.compute_s(n)) + self.fixed_s
+        compute = self.compute_s(n) * FLOPS_EFFICIENCY / PREFILL_FLOPS_EFFICIENCY
+        return max(self.mem_s(n), compute) + self.fixed_s
 
 
 def _fixed_per_layer_s() -> float:
