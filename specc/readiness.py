@@ -155,7 +155,9 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                         found = _cause(rest[hit:], fatal) or rest[hit]
                         return fail(f"fatal log line in {phases[cur]['name']}: {found.strip()[:600]} "
                                     f"(process exited with code {code})")
-                    return fail(f"process exited with code {code} during {phases[cur]['name']}")
+                    last = next((ln.strip() for ln in reversed(tail.last) if ln.strip()), "")
+                    return fail(f"process exited with code {code} during {phases[cur]['name']}"
+                                + (f"; last log line: {last[:600]}" if last else ""))
                 if probe_task is not None and probe_task.done():
                     answer = probe_task.result()
                     probe_task = None
