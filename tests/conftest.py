@@ -9,6 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI: the same examples every run (a failure there reproduces here); locally: explore.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"

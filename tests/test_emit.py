@@ -119,7 +119,7 @@ def test_command_line_hostile_strings():
 # --- the whole plan.sh, with hostile values where users put strings -------------------------
 
 _STUBS = r'''
-launch() { local id=$1 log=$2; shift 2; printf '%s\0' "$@" >> "$SPECC_TEST_ARGV"; printf '\n' >> "$SPECC_TEST_ARGV"; PGID[$id]=$$; }
+launch() { local id=$1 log=$2; shift 2; printf '%s\0' "$#" "$@" >> "$SPECC_TEST_ARGV"; PGID[$id]=$$; }
 wait_ready() { return 0; }
 stop_server() { unset "PGID[$1]"; }
 python() { :; }
@@ -148,8 +148,14 @@ def _run_stubbed(plan, tmp_path: Path) -> list[list[str]]:
                           env={**os.environ, "SPECC_TEST_ARGV": str(rec)}, timeout=30)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert not (tmp_path / "PWNED").exists(), "plan.sh executed a value"
-    runs = rec.read_bytes().decode("utf-8").split("\0\n")[:-1]
-    return [r.split("\0") for r in runs]
+    # records: argc, then argc NUL-terminated values (no separator can collide with a value)
+    fields = rec.read_bytes().decode("utf-8").split("\0")[:-1]
+    runs = []
+    while fields:
+        n = int(fields.pop(0))
+        runs.append(fields[:n])
+        del fields[:n]
+    return runs
 
 
 def _expected(plan) -> list[list[str]]:
@@ -167,6 +173,7 @@ def test_hostile_values_round_trip_through_plan_sh(compose, tmp_path, value):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=ARG)
 @example(value="~0")   # a home dir of an unknown user: Path.expanduser raised
+@example(value="\n")    # a lone newline
 def test_any_value_round_trips_through_plan_sh(compose, tmp_path, value):
     plan = _hostile_plan(compose, value)
     assert _run_stubbed(plan, tmp_path) == _expected(plan)
