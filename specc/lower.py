@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import re
+from functools import lru_cache
 
 from . import facts as facts_mod
 from . import rules, schema
@@ -155,10 +156,31 @@ def _params(spec: ServerSpec, axis_values: dict) -> dict:
     return p
 
 
-def _estimate_point_s(bench: dict, n: int) -> float:
-    """Rough: two decode waves at ~50 tok/s per stream plus prefill; for the review only."""
-    waves = math.ceil(n / bench["concurrency"])
-    return round(waves * bench["output_len"] / 50.0 + 1.0, 1)
+def _point_estimator(spec: ServerSpec):
+    """bench -> wall time of one point, from the simulator's H200 performance model
+    (calibrated to the incident's 82 tok/s Kimi-K2.5 baseline); for the review only."""
+    from .sim import perf
+
+    tp = spec.hardware["tp"]
+    target = perf.model_cost(spec.target.values, tp=tp)
+    spec_cfg = draft = None
+    steps, topk, ndt = spec.spec_triple
+    if spec.speculative and steps and topk and ndt:
+        acceptance = (spec.engine.get("sim") or {}).get("acceptance") or perf.DEFAULT_ACCEPTANCE
+        spec_cfg = perf.SpecConfig(steps, topk, ndt, acceptance)
+        draft = perf.draft_cost(spec.draft.values, tp=tp) if spec.draft else None
+
+    @lru_cache(maxsize=None)
+    def wave_s(running: int, input_len: int, output_len: int) -> float:
+        per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft)
+        return target.prefill_s(running * input_len) + output_len / per_stream
+
+    def estimate(bench: dict) -> float:
+        n, conc = bench["num_prompts"], bench["concurrency"]
+        return math.ceil(n / conc) * wave_s(min(n, conc), bench["input_len"],
+                                            bench["output_len"]) + 0.3
+
+    return estimate
 
 
 def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
@@ -267,6 +289,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
         baseline_key = _canonical(_server_key(_baseline_of(entry["sections"])))
         run_s = readiness["estimated_start_s"]
+        estimate = _point_estimator(spec)
         sid_json = json.dumps(sid)
         for bench, ckey, ckey_json in client_keys:
             # == _hash([sid, ckey]), without re-encoding the point for every server
@@ -283,7 +306,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
                                         params={**bench, "model": engine.served_model(spec)},
                                         argv=argv))
-            run_s += _estimate_point_s(bench, bench["num_prompts"])
+            run_s += estimate(bench)
         estimates[sid] = round(run_s, 1)
 
     diags = unique(diags)
@@ -309,6 +332,6 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates, "wall_s": round(sum(waves.values()), 1),
-                   "note": "rough: start estimates + ~50 tok/s per stream"},
+                   "note": "phase estimates + the H200 performance model of specc.sim"},
         fail_fast=bool(cfg.get("fail_fast")))
     return plan, diags

@@ -231,23 +231,10 @@ def readiness_deadline(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
 
 
 def _weights_per_gpu(spec: ServerSpec, engine: Engine) -> float:
-    gb = spec.weight_gb_per_gpu("target") + spec.weight_gb_per_gpu("draft")
+    gb = spec.weights_gb_per_gpu
     if spec.uses_draft_model and spec.engine.get("mem_fraction_static") is None:
         gb += getattr(engine, "eagle_reserve_gb", 0.0)
     return gb
-
-
-def kv_bytes_per_token(spec: ServerSpec) -> float:
-    """KV-cache bytes one token costs on each GPU (MLA keeps one latent per layer, on every rank)."""
-    t = spec.target
-    layers = t.get("num_hidden_layers") or 0
-    width = 1 if "fp8" in str(spec.engine.get("kv_cache_dtype") or "") else 2
-    if t.get("kv_lora_rank"):
-        return (t.get("kv_lora_rank") + (t.get("qk_rope_head_dim") or 64)) * layers * width
-    heads = t.get("num_attention_heads") or 1
-    head_dim = t.get("head_dim") or (t.get("hidden_size") or 0) // heads
-    kv_per_gpu = max(1.0, (t.get("num_key_value_heads") or heads) / spec.hardware["tp"])
-    return 2 * kv_per_gpu * head_dim * layers * width
 
 
 def memory_weights(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -291,7 +278,7 @@ def memory_kv(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnos
     budget = spec.hardware["gpu_memory_gb"] * fraction
     weights = _weights_per_gpu(spec, engine)
     tokens = bench["concurrency"] * (bench["input_len"] + bench["output_len"])
-    kv = kv_bytes_per_token(spec) * tokens / 1e9
+    kv = spec.kv_bytes_per_token * tokens / 1e9
     if weights <= budget < weights + kv:
         yield error("MEMORY_KV", "benchmark.concurrency",
                     f"weights {weights:.1f} GB + KV cache {kv:.1f} GB for {tokens} tokens "

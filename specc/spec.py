@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from .facts import ModelFacts
 
@@ -43,6 +44,24 @@ class ServerSpec:
     def spec_triple(self) -> tuple:
         s = self.speculation
         return (s.get("num_steps"), s.get("topk"), s.get("num_draft_tokens"))
+
+    @cached_property
+    def weights_gb_per_gpu(self) -> float:
+        """Target + draft weights on each GPU (computed once: every point's memory rule reads it)."""
+        return self.weight_gb_per_gpu("target") + self.weight_gb_per_gpu("draft")
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token costs on each GPU (MLA keeps one latent per layer, on every rank)."""
+        t = self.target
+        layers = t.get("num_hidden_layers") or 0
+        width = 1 if "fp8" in str(self.engine.get("kv_cache_dtype") or "") else 2
+        if t.get("kv_lora_rank"):
+            return (t.get("kv_lora_rank") + (t.get("qk_rope_head_dim") or 64)) * layers * width
+        heads = t.get("num_attention_heads") or 1
+        head_dim = t.get("head_dim") or (t.get("hidden_size") or 0) // heads
+        kv_per_gpu = max(1.0, (t.get("num_key_value_heads") or heads) / self.hardware["tp"])
+        return 2 * kv_per_gpu * head_dim * layers * width
 
     def weight_gb_per_gpu(self, which: str = "target") -> float:
         # a server without a draft algorithm (a baseline, NGRAM) loads no draft weights

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import perf
+
 
 FAULT_ENV = "SPECC_SIM_FAULT"
 TRUTH_ENV = "SPECC_SIM_TRUTH"
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sim-seed", type=int, default=0, help="seed of all randomness (default 0)")
     s.add_argument("--sim-fault", type=str, default=None,
                    help="fault to inject, see below; wins over $SPECC_SIM_FAULT")
-    s.add_argument("--sim-acceptance", type=float, default=0.7,
+    s.add_argument("--sim-acceptance", type=float, default=perf.DEFAULT_ACCEPTANCE,
                    help="per-position draft acceptance probability a (default 0.7: a 3-step "
                         "chain then accepts (1-a^4)/(1-a) = 2.53 tokens/step, within the "
                         "2-3 range EAGLE-3 papers and SGLang logs report on chat data)")
