@@ -123,6 +123,14 @@ def _argv_lines(argv) -> list[str]:
     return lines
 
 
+def _table(rows, headers) -> str:
+    """A GitHub table whose cells cannot break the layout (newlines, pipes in values)."""
+    def cell(x):
+        return str(x).replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|") \
+            if isinstance(x, str) else x
+    return tabulate([[cell(x) for x in r] for r in rows], headers=headers, tablefmt="github")
+
+
 def _fmt_s(sec: float | None) -> str:
     if sec is None:
         return "-"
@@ -146,17 +154,17 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
               f"{n_b} benchmark points on {len(plan.servers)} server(s) in {len(plan.waves)} wave(s); "
               f"{len(plan.dropped)} server configuration(s) dropped ({dropped_points} points)."]
     if plan.dropped:
-        lines += ["", tabulate([[", ".join(f"{k.split('.')[-1]}={v}" for k, v in d.point.items()),
-                                 d.code, d.reason] for d in plan.dropped],
-                               headers=["dropped point", "code", "reason"], tablefmt="github")]
+        lines += ["", _table([[", ".join(f"{k.split('.')[-1]}={v}" for k, v in d.point.items()),
+                               d.code, d.reason] for d in plan.dropped],
+                             headers=["dropped point", "code", "reason"])]
     lines += ["", "## Servers", ""]
     rows = []
     for s in plan.servers:
         rows.append([s.wave, s.id, s.label, ",".join(map(str, s.gpus)), s.port,
                      len(plan.benchmarks_of(s.id)),
                      _fmt_s(s.readiness["estimated_start_s"]), _fmt_s(s.readiness["deadline_s"])])
-    lines.append(tabulate(rows, headers=["wave", "id", "config", "GPUs", "port", "points",
-                                         "est. start", "deadline"], tablefmt="github"))
+    lines.append(_table(rows, headers=["wave", "id", "config", "GPUs", "port", "points",
+                                       "est. start", "deadline"]))
     lines += ["", "## Launch commands", "", "```bash"]
     for s in plan.servers:
         lines.append(f"# {s.id}")
@@ -197,7 +205,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
             frows.append([which, k, v, f["sources"].get(k, "")])
         frows.append([which, "derived context length", f["derived_context_length"],
                       "SGLang's rule (rope factor)"])
-    lines.append(tabulate(frows, headers=["model", "fact", "value", "source"], tablefmt="github"))
+    lines.append(_table(frows, headers=["model", "fact", "value", "source"]))
     est = plan.estimates
     lines += ["", "## Estimated wall time", "",
               f"{_fmt_s(est.get('wall_s'))} ({est.get('note', '')})", ""]

@@ -112,8 +112,10 @@ def _spec_for(sections: dict) -> ServerSpec:
 
 
 def _baseline_of(sections: dict) -> dict:
+    """The matched non-speculative server: same target, hardware and engine; no draft."""
     twin = copy.deepcopy(sections)
     twin["speculation"] = {k: None for k in SPEC_KEYS}
+    twin["model_pair"]["draft"] = None   # so baselines of different drafts are one server
     return twin
 
 
@@ -227,7 +229,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         twins = [(sections, spec, axis_values)]
         if cfg.get("baseline") and spec.speculative:
             bs = _baseline_of(sections)
-            b_axes = {k: v for k, v in axis_values.items() if not k.startswith("speculation.")}
+            b_axes = {k: v for k, v in axis_values.items()
+                      if not k.startswith(("speculation.", "model_pair.draft"))}
             twins.insert(0, (bs, _spec_for(bs), b_axes))
         for secs, sp, ax in twins:
             key = _canonical(_server_key(secs))

@@ -208,3 +208,24 @@ def test_review_of_an_invalid_compile_lists_problems(compose):
     result = compile_config(compose(["+experiment=eagle3_context_mismatch"]))
     text = review(result.plan, result.diagnostics, title="x")
     assert "**INVALID**: 1 error(s)" in text and "CONTEXT_DRAFT_SHORTER" in text
+
+
+def test_review_tables_keep_hostile_values_on_one_line(compose):
+    cfg = compose(LLAMA + ["baseline=true"])
+    cfg["sweep"] = {"model_pair.draft.path": ["evil\n| injected | row |", "plain"]}
+    result = compile_config(cfg)
+    assert result.ok
+    text = review(result.plan, result.diagnostics, title="t")
+    outside_code = text.split("```bash")[0] + text.split("```", 2)[-1]
+    assert "evil\\n\\| injected \\| row \\|" in outside_code
+    assert not any(ln.startswith("| injected") for ln in outside_code.splitlines())
+
+
+def test_one_baseline_serves_every_draft(compose):
+    cfg = compose(LLAMA + ["baseline=true"])
+    cfg["sweep"] = {"model_pair.draft.path": ["draft-a", "draft-b"]}
+    plan = compile_config(cfg).plan
+    baselines = [s for s in plan.servers if s.baseline]
+    assert len(baselines) == 1 and len(plan.servers) == 3
+    assert all(b.baseline and b.baseline.startswith(baselines[0].id)
+               for b in plan.benchmarks if b.server != baselines[0].id)

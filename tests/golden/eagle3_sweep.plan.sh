@@ -42,8 +42,8 @@ wait_ready() {  # id url timeout_s interval_s deadline_s ready_line log
 
 
 # ===== wave 0: 1 server(s) at once =====
-# kimi-k2.5-baseline-tp8-b95df2: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-baseline-tp8-b95df2 servers/kimi-k2.5-baseline-tp8-b95df2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-baseline-tp8-3da5fb: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-baseline-tp8-3da5fb servers/kimi-k2.5-baseline-tp8-3da5fb.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -52,18 +52,18 @@ launch kimi-k2.5-baseline-tp8-b95df2 servers/kimi-k2.5-baseline-tp8-b95df2.log e
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics
-wait_ready kimi-k2.5-baseline-tp8-b95df2 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-b95df2.log || { stop_server kimi-k2.5-baseline-tp8-b95df2; }
-if [ -n "${PGID[kimi-k2.5-baseline-tp8-b95df2]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-b95df2
-  # kimi-k2.5-baseline-tp8-b95df2-c1-f63aca: concurrency 1
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-b95df2-c1-f63aca
-  # kimi-k2.5-baseline-tp8-b95df2-c4-79908c: concurrency 4
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-b95df2-c4-79908c
-  # kimi-k2.5-baseline-tp8-b95df2-c16-5b9e01: concurrency 16
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-b95df2-c16-5b9e01
-  # kimi-k2.5-baseline-tp8-b95df2-c64-b87dd5: concurrency 64
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-b95df2-c64-b87dd5
+wait_ready kimi-k2.5-baseline-tp8-3da5fb http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3da5fb.log || { stop_server kimi-k2.5-baseline-tp8-3da5fb; }
+if [ -n "${PGID[kimi-k2.5-baseline-tp8-3da5fb]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3da5fb
+  # kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990: concurrency 1
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990
+  # kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0: concurrency 4
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0
+  # kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324: concurrency 16
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324
+  # kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de: concurrency 64
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de
 fi
-stop_server kimi-k2.5-baseline-tp8-b95df2
+stop_server kimi-k2.5-baseline-tp8-3da5fb
 
 # ===== wave 1: 1 server(s) at once =====
 # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
