@@ -89,10 +89,23 @@ async def _probe(client: httpx.AsyncClient, url: str, timeout: float) -> str:
         return "refused"
 
 
+def _next_phase(phases: list, cur: int, line: str, skippable: list[bool]) -> int | None:
+    """The phase this log line begins: the next one, or a later one whose marker no
+    earlier phase shares (so a marker an engine release renamed costs one phase's
+    label, never a false stall while later phases are visibly under way)."""
+    for j in range(cur + 1, len(phases)):
+        begin = phases[j]["begin"]
+        if begin and begin in line and (j == cur + 1 or skippable[j]):
+            return j
+    return None
+
+
 async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time) -> Outcome:
     """Drive one server from launch to ready or to a diagnosed failure."""
     server = running.server
     phases = readiness["phases"]
+    begins = [p["begin"] for p in phases]
+    skippable = [b is not None and b not in begins[:j] for j, b in enumerate(begins)]
     probe = readiness["probe"]
     url = f"http://{server.host if server.host != 'localhost' else '127.0.0.1'}:{server.port}{probe['path']}"
     fatal = readiness.get("fatal_patterns", [])
@@ -136,8 +149,8 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                     if hit:
                         found = await _read_cause(lines[i:], tail, running, fatal, clock)
                         return fail(f"fatal log line in {phases[cur]['name']}: {found.strip()[:600]}")
-                    nxt = cur + 1
-                    if nxt < len(phases) and phases[nxt]["begin"] and phases[nxt]["begin"] in line:
+                    nxt = _next_phase(phases, cur, line, skippable)
+                    if nxt is not None:
                         cur, phase_start = nxt, now
                         timeline.append((phases[cur]["name"], now))
                         report()

@@ -43,3 +43,4 @@ def test_wedged_server_is_caught_by_its_silent_log(tmp_path):
     # caught within the silence window (+ startup and the ~1 s of serving before the wedge),
     # not after the client's 600 s request timeout
     assert wall < 20
+
