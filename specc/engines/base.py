@@ -8,6 +8,7 @@ readiness plan, and states the engine's rules as data the semantic rules read
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +39,7 @@ def flag_args(pairs) -> list[str]:
     return out
 
 
-class Engine:
+class Engine(ABC):
     """Base adapter. Subclasses set the facts and implement `argv`."""
 
     name = "engine"
@@ -77,8 +78,9 @@ class Engine:
     algorithm_targets: dict[str, tuple[str, ...]] = {}
 
     # -- launch ---------------------------------------------------------------
+    @abstractmethod
     def argv(self, spec: ServerSpec, *, host: str, port: int) -> list[str]:
-        raise NotImplementedError  # pragma: no cover - every adapter overrides it
+        """The server's launch command."""
 
     def env(self, spec: ServerSpec, gpus: list[int]) -> tuple[dict, list[str]]:
         """(env for the server, names of secrets referenced rather than written)."""
@@ -93,12 +95,13 @@ class Engine:
                     if isinstance(value, bool) else str(value)
         return env, secrets
 
+    @abstractmethod
     def memory_fraction(self, spec: ServerSpec) -> tuple[float, str]:
-        raise NotImplementedError  # pragma: no cover
+        """(fraction of GPU memory the engine may use, where it comes from)."""
 
+    @abstractmethod
     def max_running_requests(self, spec: ServerSpec) -> tuple[int | None, str]:
         """(effective cap on running requests or None, where it comes from)."""
-        raise NotImplementedError  # pragma: no cover
 
     # -- readiness ------------------------------------------------------------
     def phases(self, spec: ServerSpec) -> list[dict]:
