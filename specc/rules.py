@@ -67,18 +67,17 @@ def draft_context(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     if spec.model_pair.get("draft_context_override"):
         yield warning("CONTEXT_DRAFT_OVERRIDE", "model_pair.draft_context_override",
                       f"serving {served} tokens with a draft derived for {draft_len} "
-                      f"(SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 is set, as asked): "
+                      f"({engine.context_override_env}=1 is set, as asked): "
                       f"acceptance past {draft_len} tokens may collapse",
                       f"or set model_pair.context_length={draft_len} instead")
         return
     yield error("CONTEXT_DRAFT_SHORTER", "model_pair.draft.facts.max_position_embeddings",
                 f"target context length {served} is greater than the draft's derived context "
                 f"length {draft_len} (from {src}); {engine.name} would die at startup with "
-                f"\"Target model's context_length ({served}) is greater than the derived "
-                f"context_length ({draft_len})\"",
+                f"\"{engine.startup_context_error(served, draft_len)}\"",
                 f"either set model_pair.context_length={draft_len} (serve no more than the draft "
                 "knows), or opt in with model_pair.draft_context_override=true (sets "
-                "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1; acceptance past "
+                f"{engine.context_override_env}=1; acceptance past "
                 f"{draft_len} tokens may collapse)")
 
 

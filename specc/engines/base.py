@@ -51,6 +51,8 @@ class Engine(ABC):
     fatal_patterns: tuple[str, ...] = ()
     #: "error": startup dies when the draft's context is shorter; "cap": silently capped.
     draft_context_policy = "error"
+    #: The environment variable that turns that startup error into a warning.
+    context_override_env: str | None = None
     #: topk == 1 silently resets num_draft_tokens to num_steps + 1.
     rewrites_topk1_draft_tokens = False
     #: max running requests when speculation is on and none is given (None: no cap).
@@ -102,6 +104,10 @@ class Engine(ABC):
     @abstractmethod
     def max_running_requests(self, spec: ServerSpec) -> tuple[int | None, str]:
         """(effective cap on running requests or None, where it comes from)."""
+
+    def startup_context_error(self, target_len: int, draft_len: int) -> str:
+        """What the engine says when it refuses a draft shorter than the served context."""
+        return f"context length {target_len} > draft's {draft_len}"
 
     # -- readiness ------------------------------------------------------------
     def phases(self, spec: ServerSpec) -> list[dict]:

@@ -140,6 +140,7 @@ class SGLang(Engine):
     ready_line = READY_LINE
     fatal_patterns = FATAL_PATTERNS
     draft_context_policy = "error"
+    context_override_env = ALLOW_LONGER_CONTEXT_ENV
     rewrites_topk1_draft_tokens = True
     refuses_pp_speculation = True
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
@@ -191,6 +192,11 @@ class SGLang(Engine):
         if spec.uses_draft_model and spec.model_pair.get("draft_context_override"):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
+
+    def startup_context_error(self, target_len, draft_len):
+        """The first sentence of SGLang's startup ValueError."""
+        return context_mismatch_message(target_len, draft_len).split(". ")[0].removeprefix(
+            "Warning: ")
 
     def memory_fraction(self, spec):
         value = spec.engine.get("mem_fraction_static")
