@@ -49,9 +49,12 @@ class ModelFacts:
 
 
 @lru_cache(maxsize=64)
-def _read_config_json(path: str) -> tuple[dict, str, float | None] | None:
-    """(config, file, total weight GB from the safetensors index) or None if unreadable."""
+def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
+    """(config, file, total weight GB from the safetensors index) for a model directory
+    (or a config.json file itself); None if unreadable. Shared with the simulator."""
     p = Path(os.path.expanduser(path))   # unknown ~user: left as is, no error
+    if p.name == "config.json" and p.is_file():
+        p = p.parent
     cfg_file = p / "config.json"
     try:
         raw = json.loads(cfg_file.read_text())
@@ -77,7 +80,7 @@ def resolve(model_cfg: dict, conf_path: str) -> ModelFacts:
     for key, value in declared.items():
         values[key] = value
         sources[key] = f"conf:{conf_path}.facts.{key}"
-    found = _read_config_json(path)
+    found = read_config_json(path)
     if found is not None:
         raw, cfg_file, weight_gb = found
         for key in CONFIG_KEYS + ("architecture",):  # the model's own file wins whole

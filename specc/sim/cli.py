@@ -11,7 +11,8 @@ import argparse
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
+
+from specc.facts import read_config_json as read_model_config
 
 from . import perf
 
@@ -183,16 +184,10 @@ DEFAULT_DRAFT_FACTS = {
 
 def read_config_json(path: str | None) -> dict | None:
     """config.json at a model directory (or the file itself); text_config flattened."""
-    if not path:
+    found = read_model_config(path) if path else None
+    if found is None:
         return None
-    p = Path(path)
-    cfg = p if p.is_file() else p / "config.json"
-    try:
-        data = json.loads(cfg.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
+    data = found[0]
     text = data.get("text_config")
     if isinstance(text, dict):
         merged = dict(text)
@@ -201,7 +196,7 @@ def read_config_json(path: str | None) -> dict | None:
             merged["architectures"] = data["architectures"]
             merged["text_architectures"] = text.get("architectures")
         return merged
-    return data
+    return dict(data)   # the reader caches: never hand out its dict
 
 
 def resolve_facts(path: str | None, flag_facts: dict | None, default: dict) -> tuple[dict, str]:
