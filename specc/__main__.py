@@ -35,15 +35,10 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     return EXIT_OK
 
 
-def finish_multirun(sweep_dir: Path, run_dirs: list[Path]) -> int:
-    """A combined review (and report, after execution) in the sweep dir."""
+def main(argv: list[str] | None = None) -> int:
     from .multirun import combine
 
-    return combine(sweep_dir, run_dirs)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return compose.run(sys.argv[1:] if argv is None else argv, job)
+    return compose.run(sys.argv[1:] if argv is None else argv, job, combine)
 
 
 if __name__ == "__main__":

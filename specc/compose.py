@@ -94,8 +94,9 @@ def _available(group: str) -> str:
     return ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
 
 
-def run(argv: list[str], job) -> int:
-    """Run Hydra over `argv`, calling `job(config_dict, run_dir, hydra_info)` per job.
+def run(argv: list[str], job, finish_sweep) -> int:
+    """Run Hydra over `argv`, calling `job(config_dict, run_dir, hydra_info)` per job and,
+    after a multirun, `finish_sweep(sweep_dir, run_dirs)`.
 
     Returns the worst exit code: 0 ok, 2 invalid input, 3 execution failure.
     """
@@ -146,9 +147,6 @@ def run(argv: list[str], job) -> int:
     finally:
         sys.argv = old_argv
     if sweep:
-        from .__main__ import finish_multirun
-
         _scrub_saved_configs([sweep["dir"] / "multirun.yaml"])
-
-        codes.append(finish_multirun(sweep["dir"], sweep["jobs"]))
+        codes.append(finish_sweep(sweep["dir"], sweep["jobs"]))
     return max(codes, default=0)

@@ -84,6 +84,7 @@ def test_yaml_syntax_error_in_a_config_file_names_the_file(tmp_path, monkeypatch
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         code = compose_mod.run(["hardware=broken", f"hydra.run.dir={tmp_path / 'run'}"],
+                               lambda *a: called.append(a) or 0,
                                lambda *a: called.append(a) or 0)
     lines = [x for x in err.getvalue().splitlines() if x.strip()]
     assert code == 2 and not called
