@@ -230,10 +230,7 @@ def readiness_deadline(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
 
 
 def _weights_per_gpu(spec: ServerSpec, engine: Engine) -> float:
-    gb = spec.weights_gb_per_gpu
-    if spec.uses_draft_model and spec.engine.get("mem_fraction_static") is None:
-        gb += getattr(engine, "eagle_reserve_gb", 0.0)
-    return gb
+    return spec.loaded_weight_gb_per_gpu + engine.reserved_gb_per_gpu(spec)
 
 
 def memory_weights(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:

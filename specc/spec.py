@@ -46,7 +46,7 @@ class ServerSpec:
         return (s.get("num_steps"), s.get("topk"), s.get("num_draft_tokens"))
 
     @cached_property
-    def weights_gb_per_gpu(self) -> float:
+    def loaded_weight_gb_per_gpu(self) -> float:
         """Target + draft weights on each GPU (computed once: every point's memory rule reads it)."""
         return self.weight_gb_per_gpu("target") + self.weight_gb_per_gpu("draft")
 

@@ -97,6 +97,10 @@ class Engine(ABC):
                     if isinstance(value, bool) else str(value)
         return env, secrets
 
+    def reserved_gb_per_gpu(self, spec: ServerSpec) -> float:
+        """Memory the engine sets aside per GPU beyond weights and KV cache."""
+        return 0.0
+
     @abstractmethod
     def memory_fraction(self, spec: ServerSpec) -> tuple[float, str]:
         """(fraction of GPU memory the engine may use, where it comes from)."""

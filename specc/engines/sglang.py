@@ -198,6 +198,11 @@ class SGLang(Engine):
         return context_mismatch_message(target_len, draft_len).split(". ")[0].removeprefix(
             "Warning: ")
 
+    def reserved_gb_per_gpu(self, spec):
+        if spec.uses_draft_model and spec.engine.get("mem_fraction_static") is None:
+            return self.eagle_reserve_gb
+        return 0.0
+
     def memory_fraction(self, spec):
         value = spec.engine.get("mem_fraction_static")
         if value is not None:
