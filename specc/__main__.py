@@ -16,7 +16,8 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
     result = compile_config(config)
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
-    text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
+    text = write_outputs(run_dir, result.plan, result.diagnostics, title=title,
+                         cluster=result.cluster)
     if not result.ok:
         for d in result.diagnostics:
             if d.severity == "error":
@@ -28,6 +29,10 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
         print(text)
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
           f"review: {run_dir / 'review.md'}")
+    if config.get("execute") and result.cluster:
+        from specc.run.slurm import execute_slurm
+
+        return execute_slurm(result.plan, run_dir, result.cluster)
     if config.get("execute"):
         from specc.run.executor import execute_plan
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -212,13 +213,25 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
     return "\n".join(lines)
 
 
-def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) -> str:
-    """Write review.md always; plan.json and plan.sh only for a valid plan. Returns the review."""
+def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
+                  cluster: dict | None = None) -> str:
+    """Write review.md always; plan.json and plan.sh only for a valid plan. Returns the review.
+
+    `cluster` (a Slurm plan's jobs) goes into plan.json as its `cluster` key, with one
+    batch script per job under slurm/ and a job table in the review."""
+    from specc.compile import sbatch
+
     run_dir.mkdir(parents=True, exist_ok=True)
     text = review(plan, diagnostics, title=title)
+    if plan is not None and cluster:
+        text += "\n" + sbatch.review_section(plan, cluster)
     atomic_write(run_dir / "review.md", text)
     if plan is not None and not any(d.severity == "error" for d in diagnostics):
-        atomic_write(run_dir / "plan.json", plan.dumps())
+        atomic_write(run_dir / "plan.json", plan.dumps() if not cluster else
+                     json.dumps({**plan.to_json(), "cluster": cluster}, indent=2,
+                                ensure_ascii=False) + "\n")
         atomic_write(run_dir / "plan.sh", plan_sh(plan), mode=0o755)
+        if cluster:
+            sbatch.write_scripts(run_dir, plan, cluster)
     return text
 

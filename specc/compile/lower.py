@@ -256,6 +256,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     slots = max(1, hw["gpus_per_node"] // per)
     host = hw.get("host", "localhost")
     engine_cfg = cfg["engine"]
+    # on Slurm, jobs of different waves may share a node: one port per server, not per slot
+    port_each = (cfg.get("cluster") or {}).get("name") == "slurm"
 
     # 3. client combos
     client_points = []
@@ -279,7 +281,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         spec: ServerSpec = entry["spec"]
         wave, slot = divmod(i, slots)
         gpus = tuple(range(slot * spec.gpus_per_server, (slot + 1) * spec.gpus_per_server))
-        port = engine_cfg["base_port"] + slot
+        port = engine_cfg["base_port"] + (i if port_each else slot)
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
         sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(key)}"
         env, secrets = engine.env(spec, list(gpus))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from specc.config import schema
 from specc.diagnostics import Diagnostic, has_errors
+from specc.compile.cluster import compile_cluster
 from specc.compile.lower import lower
 from specc.plan import Plan
 
@@ -15,6 +16,8 @@ class Compilation:
     config: dict
     plan: Plan | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: plan.json's `cluster` section (the Slurm jobs); None runs on this machine.
+    cluster: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -27,4 +30,5 @@ def compile_config(config: dict) -> Compilation:
     if has_errors(diags):
         return Compilation(config, None, diags)
     plan, found = lower(config)
-    return Compilation(config, plan, diags + found)
+    cluster, placed = compile_cluster(config, plan) if plan is not None else (None, [])
+    return Compilation(config, plan, diags + found + placed, cluster)

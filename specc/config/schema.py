@@ -60,6 +60,36 @@ _MODEL = _obj({
 _ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}
 
+#: A word sbatch reads in an `#SBATCH` line as one value: no space, quote, backslash or `#`.
+_SBATCH_WORD = {"type": "string", "pattern": "^[^\\s\"'\\\\#]+$"}
+#: sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+TIME_LIMIT_PATTERN = r"^(\d+-\d+(:\d+(:\d+)?)?|\d+(:\d+(:\d+)?)?)$"
+
+_PATTERN_HINTS = {
+    _SBATCH_WORD["pattern"]: "give one word: no spaces, quotes, backslashes or '#'",
+    "^-[^\\s\"'\\\\#]*$": "give one option per item, starting with '-', e.g. --qos=high "
+                                "(no spaces, quotes, backslashes or '#')",
+    TIME_LIMIT_PATTERN: "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. 90 or 01:30:00",
+    "^[^\\s,\"'\\\\]+$": "give SRC:DST, one mount per item (no spaces, commas or quotes)",
+}
+
+_CLUSTER = _obj({
+    "name": {"enum": ["local", "slurm"]},
+    "partition": _nullable(_SBATCH_WORD),
+    "account": _nullable(_SBATCH_WORD),
+    "time_limit": _nullable({"anyOf": [_POS_INT,
+                                       {"type": "string", "pattern": TIME_LIMIT_PATTERN}]}),
+    "gpus_per_node": _POS_INT,
+    "nodes_per_server": _POS_INT,
+    "pack": _BOOL,
+    "sbatch_args": {"type": "array", "items": {**_SBATCH_WORD, "pattern": "^-[^\\s\"'\\\\#]*$"}},
+    "container_image": _nullable(_SBATCH_WORD),
+    "container_mounts": {"type": "array", "items": {"type": "string",
+                                                    "pattern": "^[^\\s,\"'\\\\]+$"}},
+    "pending_timeout_s": _nullable({"type": "number", "exclusiveMinimum": 0}),
+    "poll_interval_s": {"type": "number", "minimum": 0.05, "maximum": 60},
+}, required=("name",))
+
 SCHEMA = _obj({
     "experiment": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
     "execute": _BOOL,
@@ -140,6 +170,7 @@ SCHEMA = _obj({
         "seed": _INT,
         "timeout_s": {"type": "number", "exclusiveMinimum": 0},
     }),
+    "cluster": _CLUSTER,
 }, required=("experiment", "model_pair", "hardware", "engine", "speculation", "readiness",
              "benchmark"))
 
@@ -155,6 +186,13 @@ def _validator():
     return Draft202012Validator(SCHEMA)
 
 
+def _nested(err):
+    """Every error under an anyOf, however deep (a nullable anyOf holds another)."""
+    for e in err.context or ():
+        yield e
+        yield from _nested(e)
+
+
 def _hint(err) -> str:
     v = err.validator
     if v == "additionalProperties":
@@ -163,13 +201,17 @@ def _hint(err) -> str:
     if v == "enum":
         return "use one of: " + ", ".join(repr(x) for x in err.validator_value)
     if v in ("type", "anyOf"):
-        return "give a value of the right type"
+        known = [e.validator_value for e in _nested(err)
+                 if e.validator == "pattern" and e.validator_value in _PATTERN_HINTS]
+        return _PATTERN_HINTS[known[0]] if known else "give a value of the right type"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems",
              "minLength"):
         return "give a value in range"
     if v == "required":
         return "add it to the config group or experiment"
     if v == "pattern":
+        if err.validator_value in _PATTERN_HINTS:
+            return _PATTERN_HINTS[err.validator_value]
         if "." not in str(err.validator_value):   # environment variable names
             return "use letters, digits and '_', not starting with a digit"
         return "use letters, digits, '.', '_' and '-'"
