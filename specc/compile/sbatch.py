@@ -41,6 +41,9 @@ def script(plan: Plan, cluster: dict, job: dict) -> str:
         lines.append(f"#SBATCH --gpus-per-node={job['gpus_per_node']}")
     lines.append(f"#SBATCH --time={job['time_limit']}")
     lines.append(f"#SBATCH --output={JOB_LOG}")
+    # a requeued job could run twice at once (a node cut off, not dead, keeps writing): a
+    # failed node fails the job's points; `inv run --retry-failed` reruns them
+    lines.append("#SBATCH --no-requeue")
     for key in ("partition", "account"):
         if cluster.get(key):
             lines.append(f"#SBATCH --{key}={cluster[key]}")

@@ -1,0 +1,236 @@
+"""`python -m specc.run.node --plan plan.json --server ID [--server ID ...]`: one Slurm job's
+part of a plan, on the job's first node, from the run dir on the shared filesystem.
+
+It runs the job's server(s) with specc's own executor (launch, readiness, points,
+teardown; the benchmark client runs here, on the server's first node) and keeps
+every write to files this job alone writes, so many jobs can run at once on a
+filesystem shared by many nodes:
+
+- each point's row is appended and fsynced to `slurm/results/<server>.jsonl`
+  (one writer per file); the driver on the login node merges new rows into
+  results.jsonl by benchmark id (no duplicate row) and is its only writer.
+  This holds on NFS or Lustre, where O_APPEND from several nodes is not atomic
+  and flock may be off or node-local; a lock would have to be trusted there.
+- the executor's state goes to `slurm/state/<job>.json`, not state.json
+  (RunState rewrites its whole file, so two jobs sharing one would erase each
+  other's servers).
+- finished points are read from results.jsonl (read-only) and the server's own
+  file, so a resubmitted job skips them.
+
+Stopped by Slurm (scancel, the time limit) or by the driver, it tears its
+servers down and leaves the point in flight without a row: the driver then
+fails it with Slurm's verdict, or, when the driver itself stopped the job,
+leaves it for the rerun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from specc import exits
+from specc.plan import Plan, Server
+from specc.results import ResultLog
+from specc.run.state import RunState
+
+#: Exit code of a job its node entry crashed in (a traceback is in the job's log).
+CRASHED = 1
+
+
+def results_path(run_dir: Path, server_id: str) -> Path:
+    return Path(run_dir) / "slurm" / "results" / f"{server_id}.jsonl"
+
+
+def state_path(run_dir: Path, job: str) -> Path:
+    return Path(run_dir) / "slurm" / "state" / f"{job}.json"
+
+
+def read_rows(path: Path) -> dict[str, dict]:
+    """Rows of a results file someone else writes: complete lines only, nothing truncated."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return {}
+    rows = {}
+    for line in data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines():
+        try:
+            row = json.loads(line)
+            rows[row["benchmark"]] = row
+        except (ValueError, KeyError, TypeError):
+            continue
+    return rows
+
+
+class JobResults(ResultLog):
+    """The executor's ResultLog inside a job: the run's results.jsonl (read-only) and the
+    job's per-server files (appended, fsynced; this job is their only writer).
+
+    While the job is being stopped a failed row is not written: the point was cut by the
+    stop, not by its server, and the driver decides what it becomes."""
+
+    def __init__(self, run_dir: Path, server_ids, stopping=lambda: False):
+        self.path = Path(run_dir) / "results.jsonl"
+        self.stopping = stopping
+        self.own = {sid: ResultLog(results_path(run_dir, sid)) for sid in server_ids}
+        self.rows = {}
+        for b, row in read_rows(self.path).items():
+            if row.get("server") in self.own:
+                self.rows[b] = row
+        for log in self.own.values():
+            self.rows.update(log.rows)
+
+    def _load(self) -> None:  # pragma: no cover - loading is done in __init__
+        pass
+
+    def append(self, row: dict) -> None:
+        if self.stopping() and row.get("status") != "ok":
+            return
+        log = self.own[row["server"]]
+        log.path.parent.mkdir(parents=True, exist_ok=True)
+        log.append(row)
+        self.rows[row["benchmark"]] = row
+
+    def rewrite(self) -> None:
+        """The speedup backfill: this job's rows, in its own files."""
+        for sid, log in self.own.items():
+            log.rows = {b: r for b, r in self.rows.items() if r.get("server") == sid}
+            if log.rows:
+                log.rewrite()
+
+
+def on_node(servers: list[Server], environ=os.environ) -> list[Server]:
+    """The plan's servers with the GPUs Slurm gave this job (its CUDA_VISIBLE_DEVICES, in
+    order), since a plan's GPU indices are slots on an imagined node, not this one's."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES") if environ.get("SLURM_JOB_ID") else None
+    if not visible:
+        return list(servers)
+    ids, out, off = visible.split(","), [], 0
+    for s in servers:
+        mine = ids[off:off + len(s.gpus)]
+        off += len(s.gpus)
+        if len(mine) < len(s.gpus):
+            out.append(s)   # fewer GPUs than planned: the engine says so at launch
+            continue
+        gpus = tuple(int(g) for g in mine) if all(g.isdigit() for g in mine) else s.gpus
+        out.append(replace(s, env={**s.env, "CUDA_VISIBLE_DEVICES": ",".join(mine)}, gpus=gpus))
+    return out
+
+
+def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
+    """The plan cut down to this job's servers and their points, placed on this node."""
+    servers = on_node([plan.server(sid) for sid in server_ids], environ)
+    keep = set(server_ids)
+    return replace(plan, servers=tuple(servers),
+                   benchmarks=tuple(b for b in plan.benchmarks if b.server in keep))
+
+
+@contextlib.contextmanager
+def _built_with(module, **names):
+    """Construct the executor with the job's results and state in place of the run's
+    (its constructor opens results.jsonl and state.json itself; see the report for the
+    constructor arguments that would make this unnecessary)."""
+    old = {k: getattr(module, k) for k in names}
+    for k, v in names.items():
+        setattr(module, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(module, k, v)
+
+
+def run_job(plan: Plan, run_dir: Path, server_ids: list[str], *, job: str,
+            stream=None) -> int:
+    """Run the job's servers side by side to the end; the exit code Slurm records."""
+    import invoke
+
+    from specc.run import executor as executor_mod
+    from specc.run.progress import SweepProgress
+
+    run_dir = Path(run_dir)
+    stopping = threading.Event()
+    sub = job_plan(plan, server_ids)
+    results = JobResults(run_dir, server_ids, stopping.is_set)
+    path = state_path(run_dir, job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)   # an earlier attempt's: the driver has read it
+    state = RunState(path)
+    state.set_executor(pid=os.getpid(), job_id=os.environ.get("SLURM_JOB_ID"),
+                       node=os.environ.get("SLURMD_NODENAME"), started_at=time.time())
+    got: list[int] = []
+    with SweepProgress(len(sub.benchmarks), stream=stream or sys.stdout, live=False) as progress:
+        with _built_with(executor_mod, ResultLog=lambda _p: results, RunState=lambda _p: state):
+            ex = executor_mod.Executor(sub, run_dir, ctx=invoke.Context(), progress=progress)
+        ex.results, ex.state = results, state
+        loop = asyncio.new_event_loop()
+
+        async def all_servers():
+            return await asyncio.gather(*(ex.run_server(s) for s in sub.servers),
+                                        return_exceptions=True)
+
+        main = loop.create_task(all_servers())
+
+        def on_signal(signum, _frame):
+            stopping.set()
+            got.append(signum)
+            loop.call_soon_threadsafe(main.cancel)
+
+        old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        crashed = False
+        try:
+            outcome = loop.run_until_complete(main)
+            for err in (o for o in outcome if isinstance(o, BaseException)):
+                crashed = True
+                progress.log(f"executor error: {type(err).__name__}: {err}")
+        except asyncio.CancelledError:
+            progress.log(f"{signal.Signals(got[0]).name if got else 'stop'}: tearing down")
+        finally:
+            ex.teardown_all()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+        state.set_executor(**{**state.data.get("executor", {}), "finished_at": time.time(),
+                              "stopped_by": signal.Signals(got[0]).name if got else None})
+    if got:
+        return 128 + got[0]
+    if crashed:
+        return CRASHED
+    rows = [results.get(b.id) for b in sub.benchmarks]
+    return exits.OK if all(r and r["status"] == "ok" for r in rows) else exits.FAILED
+
+
+def main(argv=None) -> int:
+    """Run this Slurm job's servers of a plan (launch, readiness, points, teardown)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m specc.run.node", description=main.__doc__)
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--server", action="append", required=True,
+                    help="a server of the plan (repeat for a packed job)")
+    ap.add_argument("--job", help="the job's name in the plan (default: the first server's job)")
+    args = ap.parse_args(argv)
+    path = Path(args.plan).resolve()
+    data = json.loads(path.read_text())
+    plan = Plan.from_json(data)
+    known = {s.id for s in plan.servers}
+    unknown = [s for s in args.server if s not in known]
+    if unknown:
+        print(f"error: no server {', '.join(map(repr, unknown))} in {args.plan}", file=sys.stderr)
+        return exits.INVALID
+    jobs = (data.get("cluster") or {}).get("jobs") or []
+    job = args.job or next((j["name"] for j in jobs if args.server[0] in j["servers"]),
+                           args.server[0])
+    return run_job(plan, path.parent, args.server, job=job)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,663 @@
+"""The Slurm driver: submits a plan's jobs from the login node and follows each to its end.
+
+    execute_slurm(plan, run_dir, cluster)   what `inv run` / execute=true call for cluster=slurm
+
+Only Slurm's own commands, which read the same across versions: `sbatch
+--parsable` to submit (every job at once; Slurm queues what it cannot start
+yet, and a submit limit is waited out), `squeue -h -t all -o ...` to follow,
+`sacct` for jobs squeue no longer shows, `scancel` to stop. Each job is followed
+through pending (with squeue's reason) -> running (on which node) -> the server's
+phase -> its points, from the job's files in the run dir (slurm/state/<job>.json,
+slurm/results/<server>.jsonl, written by `python -m specc.run.node` on the node).
+
+The driver is the only writer of results.jsonl and state.json: it merges each
+job's rows by benchmark id (no duplicate row), and turns Slurm's verdict on a
+job that ended early (FAILED, TIMEOUT, NODE_FAIL, CANCELLED, OUT_OF_MEMORY, or
+pending past `pending_timeout_s`) into failed rows with the reason for the
+points it did not finish. Ctrl-C or SIGTERM cancels every job it submitted
+and checks squeue until they are gone; those points get no row, so a rerun
+runs them. A rerun of the same plan follows jobs an earlier (killed) driver
+left running instead of submitting them twice, and submits only servers with
+unfinished points.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specc import exits
+from specc.files import atomic_write
+from specc.plan import Plan
+from specc.results import ResultLog
+from specc.run.node import read_rows, results_path, state_path
+from specc.run.point import failed_row, with_speedup
+from specc.run.state import RunState
+
+#: Job states after which nothing more happens to a job.
+TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED",
+                      "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED",
+                      "SPECIAL_EXIT"})
+#: What each failure verdict means, for the points' reasons.
+MEANING = {
+    "FAILED": "the job's script exited non-zero",
+    "TIMEOUT": "killed at its time limit",
+    "NODE_FAIL": "its node failed",
+    "CANCELLED": "cancelled outside specc (scancel or an administrator)",
+    "OUT_OF_MEMORY": "killed for exceeding its host memory",
+    "PREEMPTED": "preempted by a higher-priority job",
+    "BOOT_FAIL": "its node failed to boot",
+    "DEADLINE": "past its --deadline",
+}
+#: sbatch refusals that go away when some of our jobs end: wait, then submit again.
+_SUBMIT_LIMITS = ("MaxSubmit", "SubmitJob", "JobLimit", "Resource temporarily unavailable")
+#: How often the run dir is read for phases and rows (file reads only, no Slurm RPC).
+TICK_S = 0.2
+#: Seconds a job gets to tear its servers down after SIGTERM before scancel kills it.
+CANCEL_GRACE_S = 15.0
+
+
+def jobs_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "slurm" / "jobs.json"
+
+
+def read_jobs(run_dir: Path) -> dict:
+    try:
+        return json.loads(jobs_path(run_dir).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+class SlurmError(Exception):
+    """A Slurm command failed in a way the driver cannot work around."""
+
+
+def _cmd(argv, *, cwd=None, env=None, timeout=30.0) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise SlurmError(f"{argv[0]} not found: is this a Slurm login node? ({e})") from e
+    except subprocess.TimeoutExpired as e:
+        raise SlurmError(f"{' '.join(argv[:2])} did not answer in {timeout:g} s") from e
+
+
+@dataclass
+class QueueEntry:
+    id: str
+    state: str
+    nodes: str
+    reason: str
+    name: str
+    comment: str
+
+
+def squeue(ids=None) -> dict[str, QueueEntry]:
+    """The user's jobs Slurm still holds (finished ones too, for MinJobAge), by id."""
+    r = _cmd(["squeue", "-h", "-t", "all", "-u", getpass.getuser(),
+              "-o", "%i|%T|%N|%R|%j|%k"])
+    if r.returncode:
+        raise SlurmError(f"squeue failed: {(r.stderr or r.stdout).strip()}")
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = line.split("|", 5)
+        if len(parts) == 6 and (ids is None or parts[0] in ids):
+            state = parts[1].split()[0].rstrip("+")   # "CANCELLED by 0" on some versions
+            out[parts[0]] = QueueEntry(parts[0], state, parts[2], parts[3].strip("()"),
+                                       parts[4], parts[5])
+    return out
+
+
+def sacct(ids) -> dict[str, tuple[str, str]]:
+    """{id: (state, exit code)} from accounting; {} where sacct is not available."""
+    if not ids:
+        return {}
+    try:
+        r = _cmd(["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode"])
+    except SlurmError:
+        return {}
+    if r.returncode:
+        return {}
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 3 and parts[0] in ids:
+            out[parts[0]] = (parts[1].split()[0].rstrip("+"), parts[2])
+    return out
+
+
+def scancel(ids, *, batch_signal: str | None = None) -> None:
+    if not ids:
+        return
+    argv = ["scancel"] + ([f"--signal={batch_signal}", "--batch"] if batch_signal else [])
+    _cmd(argv + list(ids))
+
+
+# ----------------------------------------------------------------------------- the driver
+@dataclass
+class Job:
+    name: str
+    servers: list[str]
+    script: str
+    time_limit: str
+    id: str | None = None
+    state: str = "UNSUBMITTED"
+    nodes: str = ""
+    reason: str = ""
+    submitted_at: float | None = None
+    started_at: float | None = None
+    cancelled_by: str | None = None
+    done: bool = False
+    exit_code: str | None = None
+    seen: dict = field(default_factory=dict)   # per-server: last phase/point shown
+
+    def record(self) -> dict:
+        return {"id": self.id, "state": self.state, "nodes": self.nodes, "reason": self.reason,
+                "servers": self.servers, "submitted_at": self.submitted_at,
+                "started_at": self.started_at, "cancelled_by": self.cancelled_by,
+                "done": self.done, "exit_code": self.exit_code}
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Driver:
+    def __init__(self, plan: Plan, run_dir: Path, cluster: dict, progress, *,
+                 now=time.time):
+        self.plan = plan
+        self.run_dir = Path(run_dir).resolve()
+        self.cluster = cluster
+        self.progress = progress
+        self.now = now
+        self.results = ResultLog(self.run_dir / "results.jsonl")
+        self.state = RunState(self.run_dir / "state.json")
+        self.comment = str(self.run_dir)
+        self.poll_s = float(cluster.get("poll_interval_s") or 1.0)
+        self.jobs = [Job(j["name"], list(j["servers"]), j["script"], j["time_limit"])
+                     for j in cluster["jobs"]]
+        self.by_server = {sid: job for job in self.jobs for sid in job.servers}
+        self.offsets: dict[str, tuple[int, int]] = {}   # per-server results file: (inode, size)
+        self.stop_signal: int | None = None
+        self.failed_servers: dict[str, str] = {}
+
+    # -- files ----------------------------------------------------------------------------
+    def _save(self) -> None:
+        """slurm/jobs.json: the jobs this run dir submitted, for a rerun, `inv status`/`down`."""
+        atomic_write(jobs_path(self.run_dir), json.dumps(
+            {"comment": self.comment, "jobs": {j.name: j.record() for j in self.jobs}},
+            indent=2, sort_keys=True))
+
+    def _server(self, sid: str, **fields) -> None:
+        entry = self.state.servers.get(sid, {})
+        if any(entry.get(k) != v for k, v in fields.items()):
+            self.state.update(sid, **fields)
+
+    def unfinished(self, job: Job) -> list:
+        return [b for sid in job.servers for b in self.plan.benchmarks_of(sid)
+                if not self.results.finished(b.id)]
+
+    def merge(self, job: Job, *, force: bool = False) -> None:
+        """New rows of the job's per-server files -> results.jsonl (by id, never twice)."""
+        for sid in job.servers:
+            path = results_path(self.run_dir, sid)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (st.st_ino, st.st_size)
+            if not force and self.offsets.get(sid) == key:
+                continue
+            self.offsets[sid] = key
+            for bid, row in read_rows(path).items():
+                if self.results.finished(bid):
+                    continue
+                bench = next((b for b in self.plan.benchmarks_of(sid) if b.id == bid), None)
+                if bench is None:
+                    continue
+                with_speedup(row, self.results.get(bench.baseline) if bench.baseline else None)
+                self.results.append(row)
+                self.progress.point_finished(bid, row["status"], _summary(row))
+
+    def follow_files(self, job: Job) -> None:
+        """The node's executor state -> progress and state.json (phase, point, status)."""
+        try:
+            data = json.loads(state_path(self.run_dir, job.name).read_text())
+        except (OSError, ValueError):
+            data = {}
+        ex = data.get("executor") or {}
+        if job.id and ex.get("job_id") not in (None, job.id):
+            data = {}   # an earlier attempt's file: not this job's yet
+        for sid in job.servers:
+            node = (data.get("servers") or {}).get(sid)
+            if node:
+                seen = job.seen.setdefault(sid, {})
+                status, phase = node.get("status"), node.get("phase")
+                shown = ("ready" if status in ("ready", "benchmarking") else
+                         status if status in ("failed", "stopped") else phase or "launch")
+                since = (node.get("ready_at") if shown == "ready" else
+                         node.get("phase_started_at") or node.get("started_at"))
+                if seen.get("shown") != shown:
+                    seen["shown"] = shown
+                    self.progress.server_phase(sid, shown, since,
+                                               node.get("reason") or "" if shown == "failed" else "")
+                point = node.get("point") if status == "benchmarking" else None
+                if point and seen.get("point") != point and not self.results.finished(point):
+                    seen["point"] = point
+                    bench = next((b for b in self.plan.benchmarks_of(sid) if b.id == point), None)
+                    if bench is not None:
+                        self.progress.point_started(
+                            point, f"{self.plan.server(sid).label} @ c={bench.params['concurrency']}")
+                if status == "failed" and sid not in self.failed_servers:
+                    self.failed_servers[sid] = node.get("reason") or "failed"
+                keep = {k: node.get(k) for k in ("status", "phase", "phase_started_at", "pid",
+                                                  "host", "port", "started_at", "ready_at",
+                                                  "reason", "point", "gpus", "log", "stop")
+                        if k in node}
+                self._server(sid, **keep)
+        self.merge(job)
+
+    # -- Slurm ----------------------------------------------------------------------------
+    def submit(self, job: Job) -> bool:
+        """True when submitted (or failed for good); False when a limit says wait."""
+        (self.run_dir / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "SPECC_PYTHON": sys.executable}
+        r = _cmd(["sbatch", "--parsable", f"--comment={self.comment}", job.script],
+                 cwd=self.run_dir, env=env)
+        if r.returncode == 0 and r.stdout.strip():
+            job.id = r.stdout.strip().split(";")[0]
+            job.state, job.submitted_at, job.reason = "PENDING", self.now(), ""
+            job.cancelled_by, job.done, job.started_at = None, False, None
+            job.seen.clear()
+            for sid in job.servers:
+                self.state.start(sid, status="pending", job=job.name, job_id=job.id)
+                self.progress.server_phase(sid, "pending", job.submitted_at, f"job {job.id}")
+            self._save()
+            return True
+        msg = " ".join((r.stderr or r.stdout).split()) or f"sbatch exited {r.returncode}"
+        if any(k in msg for k in _SUBMIT_LIMITS) and any(j.id and not j.done for j in self.jobs):
+            self.progress.log(f"{job.name}: {msg}; submitting again when a job ends")
+            return False
+        self.end(job, "REFUSED", f"sbatch refused the job: {msg}")
+        return True
+
+    def poll(self, queue: dict[str, QueueEntry]) -> None:
+        for job in self.jobs:
+            if not job.id or job.done:
+                continue
+            q = queue.get(job.id)
+            if q is not None and (q.name != job.name or q.comment != self.comment):
+                q = None   # the id was reused: not our job
+            if q is None:
+                acct = sacct([job.id]).get(job.id)
+                if acct:
+                    job.exit_code = acct[1]
+                    self.finish(job, acct[0])
+                else:
+                    self.finish(job, "UNKNOWN")
+                continue
+            self.update(job, q)
+
+    def update(self, job: Job, q: QueueEntry) -> None:
+        changed = q.state != job.state or q.reason != job.reason or q.nodes != job.nodes
+        job.state, job.nodes = q.state, q.nodes
+        if q.state == "PENDING":
+            if q.reason != job.reason:
+                job.reason = q.reason
+                self.progress.log(f"job {job.id} {job.name}: pending ({q.reason})")
+                for sid in job.servers:
+                    self.progress.server_phase(sid, "pending", job.submitted_at,
+                                               f"job {job.id}: {q.reason}")
+                    self._server(sid, status="pending", job_state="PENDING", reason=q.reason)
+            limit = self.cluster.get("pending_timeout_s")
+            if limit and job.submitted_at and self.now() - job.submitted_at > limit:
+                job.cancelled_by = "pending_timeout"
+                self.end(job, "PENDING", f"slurm job {job.id} still pending after {limit:g} s "
+                         f"({q.reason}); cancelled (raise cluster.pending_timeout_s to wait longer)")
+                self.cancel([job], by="pending_timeout")
+                return
+        elif q.state in ("RUNNING", "COMPLETING", "CONFIGURING") and job.started_at is None:
+            job.started_at, job.reason = self.now(), ""
+            self.progress.log(f"job {job.id} {job.name}: running on {q.nodes}")
+            for sid in job.servers:
+                self.progress.server_phase(sid, "running", job.started_at,
+                                           f"job {job.id} on {q.nodes}")
+                self._server(sid, status="running", job_state=q.state, nodes=q.nodes, reason=None)
+        elif q.state in TERMINAL:
+            self.finish(job, q.state)
+            return
+        if changed:
+            self._save()
+
+    def finish(self, job: Job, verdict: str) -> None:
+        """The job ended: last rows merged, then its unfinished points get the verdict."""
+        self.follow_files(job)
+        self.merge(job, force=True)
+        job.state = verdict
+        if job.cancelled_by in ("interrupt", "fail_fast"):
+            job.done = True   # we stopped it: its points are left for a rerun
+            for sid in job.servers:
+                self._server(sid, status="stopped", job_state=verdict, stopped_by=job.cancelled_by)
+            self._save()
+            return
+        if verdict == "UNKNOWN":
+            left = self.unfinished(job)
+            job.done = True
+            if left:
+                self.progress.log(f"job {job.id} {job.name}: gone from squeue and sacct; its "
+                                  f"{len(left)} unfinished point(s) are left for a rerun")
+            self._save()
+            return
+        left = self.unfinished(job)
+        if verdict == "COMPLETED" and not left:
+            job.done = True
+            self.progress.log(f"job {job.id} {job.name}: completed")
+            for sid in job.servers:
+                if self.state.servers.get(sid, {}).get("status") not in ("failed", "stopped"):
+                    self._server(sid, status="stopped", job_state=verdict)
+            self._save()
+            return
+        self.end(job, verdict, self.reason(job, verdict))
+
+    def reason(self, job: Job, verdict: str) -> str:
+        what = MEANING.get(verdict, "it ended without finishing")
+        if verdict == "COMPLETED":
+            what = "it exited without finishing every point"
+        where = f" on {job.nodes}" if job.nodes else ""
+        text = f"slurm job {job.id} {verdict}{where}: {what}"
+        if verdict == "TIMEOUT":
+            text += f" ({job.time_limit}; raise cluster.time_limit)"
+        if job.exit_code and verdict == "FAILED":
+            text += f" (exit code {job.exit_code})"
+        phases = {self.state.servers.get(s, {}).get("phase") for s in job.servers} - {None}
+        if phases:
+            text += f"; last phase {', '.join(sorted(phases))}"
+        if verdict in ("FAILED", "COMPLETED"):
+            tail = self.job_log_tail(job)
+            if tail:
+                text += f"; job log: {tail}"
+        return text
+
+    def job_log_tail(self, job: Job, n: int = 2) -> str:
+        path = self.run_dir / "slurm" / "logs" / f"{job.name}-{job.id}.out"
+        try:
+            lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])
+
+    def end(self, job: Job, verdict: str, reason: str) -> None:
+        """Fail what the job left unfinished, with the reason."""
+        job.state, job.done, job.reason = verdict, True, reason
+        left = self.unfinished(job)
+        self.progress.log(f"job {job.id or '-'} {job.name}: {reason}"
+                          + (f"; {len(left)} point(s) failed" if left else ""))
+        for b in left:
+            self.results.append(failed_row(b, reason))
+            self.progress.point_finished(b.id, "failed", reason[:120])
+        for sid in job.servers:
+            entry = self.state.servers.get(sid, {})
+            if entry.get("status") != "failed" or not entry.get("reason"):
+                self._server(sid, status="failed", reason=reason, job_state=verdict)
+            self.failed_servers.setdefault(sid, reason)
+            self.progress.server_phase(sid, "failed", self.now(), reason[:120])
+        self._save()
+
+    def cancel(self, jobs: list[Job], *, by: str, grace_s: float = CANCEL_GRACE_S) -> list[Job]:
+        """Stop the jobs and wait until squeue shows none of them active; returns any left.
+
+        Running jobs first get SIGTERM in their batch step only, so the node entry tears
+        its servers down and leaves the point in flight without a row; anything still
+        there after the grace, and every pending job, is scancelled outright."""
+        live = [j for j in jobs if j.id and j.state not in TERMINAL]
+        for j in live:
+            j.cancelled_by = j.cancelled_by or by
+        self._save()
+        running = [j.id for j in live if j.state not in ("PENDING", "UNSUBMITTED")]
+        pending = [j.id for j in live if j.state == "PENDING"]
+        try:
+            scancel(pending)
+            scancel(running, batch_signal="TERM")
+        except SlurmError as e:
+            self.progress.log(f"scancel: {e}")
+        deadline = time.monotonic() + grace_s
+        killed = False
+        while True:
+            try:
+                queue = squeue({j.id for j in live})
+            except SlurmError:
+                queue = {}
+            active = [j for j in live if (q := queue.get(j.id)) and q.state not in TERMINAL]
+            if not active:
+                break
+            if time.monotonic() > deadline:
+                if killed:
+                    return active
+                scancel([j.id for j in active])
+                killed, deadline = True, time.monotonic() + 10.0
+            for j in live:
+                self.follow_files(j)
+            time.sleep(TICK_S)
+        for j in live:
+            self.merge(j, force=True)
+            q = queue.get(j.id)
+            j.state = q.state if q else "CANCELLED"
+            if not j.done:   # stopped by us: unfinished points are left for a rerun
+                j.done = True
+                for sid in j.servers:
+                    if self.state.servers.get(sid, {}).get("status") not in ("failed",):
+                        self._server(sid, status="stopped", job_state=j.state, stopped_by=by)
+        self._save()
+        return []
+
+    # -- the run --------------------------------------------------------------------------
+    def adopt(self) -> list[Job]:
+        """Jobs of an earlier driver on this run dir: follow the live ones, settle the ended."""
+        earlier = read_jobs(self.run_dir)
+        known = {name: rec for name, rec in (earlier.get("jobs") or {}).items()
+                 if rec.get("id") and not rec.get("done")}
+        if not known or earlier.get("comment") != self.comment:
+            return []
+        queue = squeue({rec["id"] for rec in known.values()})
+        adopted = []
+        for job in self.jobs:
+            rec = known.get(job.name)
+            if not rec:
+                continue
+            job.id, job.submitted_at = rec["id"], rec.get("submitted_at")
+            job.started_at, job.cancelled_by = rec.get("started_at"), rec.get("cancelled_by")
+            job.state, job.nodes = rec.get("state") or "PENDING", rec.get("nodes") or ""
+            q = queue.get(job.id)
+            if q is not None and (q.name != job.name or q.comment != self.comment):
+                q = None   # the id was reused: not our job
+            if q is not None and q.state not in TERMINAL:
+                self.progress.log(f"following job {job.id} {job.name} ({q.state}), "
+                                  "submitted by an earlier driver")
+                adopted.append(job)
+                job.state, job.reason, job.started_at = "?", "", None   # shown afresh
+                self.update(job, q)
+            elif q is not None:
+                self.finish(job, q.state)
+            else:
+                acct = sacct([job.id]).get(job.id)
+                self.finish(job, acct[0] if acct else "UNKNOWN")
+        self._save()
+        return adopted
+
+    def run(self, retry_failed: bool = False) -> int:
+        for b in self.plan.benchmarks:
+            row = self.results.get(b.id)
+            if row is not None:
+                self.progress.point_finished(b.id, row["status"], "finished in an earlier run, "
+                                             "not rerun")
+        for job in self.jobs:   # rows a job wrote while no driver was merging
+            self.merge(job, force=True)
+        adopted = self.adopt()
+        if retry_failed:
+            self.drop_failed(keep={s for j in adopted for s in j.servers})
+        todo = [j for j in self.jobs if j not in adopted and self.unfinished(j)]
+        # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
+        est = self.plan.estimates.get("servers_s", {})
+        queue = sorted(todo, key=lambda j: -max(est.get(s, 0.0) for s in j.servers))
+        last_poll = 0.0
+        while True:
+            if self.stop_signal is not None:
+                raise Interrupted()
+            while queue and self.submit(queue[0]):
+                queue.pop(0)
+            live = [j for j in self.jobs if j.id and not j.done]
+            if not live and not queue:
+                break
+            for j in live:
+                if j.state not in ("PENDING", "UNSUBMITTED"):
+                    self.follow_files(j)
+            ended = [j for j in live if self._node_finished(j)]
+            if time.monotonic() - last_poll >= self.poll_s or ended:
+                last_poll = time.monotonic()
+                try:
+                    self.poll(squeue({j.id for j in live}))
+                except SlurmError as e:
+                    self.progress.log(f"squeue: {e}; trying again")
+            if self.plan.fail_fast and self.failed_servers:
+                self.cancel([j for j in self.jobs if j.id and not j.done], by="fail_fast")
+                queue.clear()
+            time.sleep(TICK_S)
+        self.backfill()
+        missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
+        bad = [b for b in self.plan.benchmarks
+               if (r := self.results.get(b.id)) and r["status"] != "ok"]
+        return exits.OK if not bad and not missing else exits.FAILED
+
+    def _node_finished(self, job: Job) -> bool:
+        """The node entry wrote its end: ask Slurm now rather than at the next poll."""
+        if job.seen.get("_ended"):
+            return False
+        try:
+            ex = json.loads(state_path(self.run_dir, job.name).read_text()).get("executor") or {}
+        except (OSError, ValueError):
+            return False
+        if ex.get("job_id") == job.id and ex.get("finished_at"):
+            job.seen["_ended"] = True
+            return True
+        return False
+
+    def drop_failed(self, keep: set[str]) -> None:
+        n = self.results.drop_failed()
+        for sid in (s.id for s in self.plan.servers if s.id not in keep):
+            log = ResultLog(results_path(self.run_dir, sid))
+            n += log.drop_failed()
+        if n:
+            self.progress.log(f"retrying {n} failed point(s)")
+
+    def backfill(self) -> None:
+        """Speedups of points whose baseline ran in another job (results.jsonl rewritten once)."""
+        changed = False
+        for b in self.plan.benchmarks:
+            row = self.results.get(b.id)
+            if row and b.baseline and row["status"] == "ok" \
+                    and "speedup" not in (row.get("metrics") or {}):
+                with_speedup(row, self.results.get(b.baseline))
+                changed = changed or "speedup" in (row.get("metrics") or {})
+        if changed:
+            self.results.rewrite()
+
+
+def _summary(row: dict) -> str:
+    m = row.get("metrics") or {}
+    if row["status"] != "ok":
+        return (row.get("reason") or "")[:120]
+    parts = [f"{m.get('output_throughput', 0):.1f} tok/s"]
+    if m.get("accept_length"):
+        parts.append(f"accept {m['accept_length']:.2f}")
+    return ", ".join(parts)
+
+
+def _lock(run_dir: Path):
+    """One driver per run dir (flock on the login node's view of it)."""
+    path = run_dir / "slurm" / "driver.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip()
+        f.close()
+        return None, holder
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f, None
+
+
+def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: bool = False) -> int:
+    """Submit and follow the plan's jobs; print the results table. Exit code per CONTRACT.md."""
+    from specc.run.progress import SweepProgress
+
+    run_dir = Path(run_dir).resolve()
+    if plan.errors:
+        print(f"error PLAN_HAS_ERRORS: the plan holds {len(plan.errors)} error(s): "
+              + "; ".join(d["message"] for d in plan.errors), file=sys.stderr)
+        return exits.INVALID
+    lock, holder = _lock(run_dir)
+    if lock is None:
+        print(f"error SLURM_DRIVER_RUNNING at {run_dir}: another driver (pid {holder or '?'}) "
+              "follows this run dir (fix: wait for it, or stop it with Ctrl-C)", file=sys.stderr)
+        return exits.INVALID
+    code = exits.OK
+    with SweepProgress(len(plan.benchmarks)) as progress:
+        driver = Driver(plan, run_dir, cluster, progress)
+
+        def on_signal(signum, _frame):
+            driver.stop_signal = signum
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            driver.state.set_executor(pid=os.getpid(), started_at=time.time(), kind="slurm")
+            code = driver.run(retry_failed=retry_failed)
+        except Interrupted:
+            name = signal.Signals(driver.stop_signal).name
+            live = [j for j in driver.jobs if j.id and not j.done]
+            progress.log(f"{name}: cancelling {len(live)} job(s), keeping finished results")
+            for s in old:   # a second Ctrl-C must not cut the cancel short
+                signal.signal(s, signal.SIG_IGN)
+            left = driver.cancel(live, by="interrupt")
+            driver.backfill()
+            if left:
+                progress.log("still in squeue after scancel: "
+                             + ", ".join(f"job {j.id} ({j.state})" for j in left))
+                code = exits.FAILED
+            else:
+                progress.log(f"cancelled {len(live)} job(s); none left in squeue")
+                code = exits.INTERRUPTED
+        except SlurmError as e:
+            progress.log(f"error: {e}")
+            code = exits.FAILED
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            lock.close()
+    _report(run_dir)
+    return code
+
+
+def _report(run_dir: Path) -> None:
+    from specc.report import render_terminal, write_report
+
+    try:
+        report = write_report(run_dir)
+    except Exception as e:  # the results are on disk; `inv report` rebuilds it
+        print(f"warning: report failed ({type(e).__name__}: {e}); results are in "
+              f"{run_dir / 'results.jsonl'}", file=sys.stderr)
+        return
+    print(render_terminal(report))
+    print(f"report: {run_dir / 'report.md'}")
