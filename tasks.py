@@ -43,9 +43,15 @@ def run(c, plan, retry_failed=False):
     path = Path(plan)
     try:
         p = Plan.load(path)
+        cluster = json.loads(path.read_text()).get("cluster")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
-    code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
+    if cluster and cluster.get("name") == "slurm":
+        from specc.run.slurm import execute_slurm
+
+        code = execute_slurm(p, path.resolve().parent, cluster, retry_failed=retry_failed)
+    else:
+        code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
     if code:
         raise Exit(code=code)
 
@@ -61,15 +67,22 @@ def status(c, run):
     d = _run_dir(run)
     state = json.loads((d / "state.json").read_text()) if (d / "state.json").exists() else {}
     rows = []
-    for sid, s in state.get("servers", {}).items():
+    from specc.run import slurm
+
+    slurm_run = slurm.is_slurm_run(d)
+    if slurm_run:   # a job per server: Slurm's view, not local pids
+        print(slurm.status_text(d))
+    for sid, s in ({} if slurm_run else state.get("servers", {})).items():
         alive = is_leftover(s)
         since = s.get("phase_started_at")
         rows.append([sid, s.get("status"), s.get("phase", ""),
                      f"{time.time() - since:.0f}s" if since and alive else "",
                      s.get("pid"), "yes" if alive else "no", s.get("port"),
                      (s.get("reason") or "")[:80]])
-    print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive", "port",
-                                  "reason"], tablefmt="simple") if rows else "no servers started yet")
+    if not slurm_run:
+        print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive",
+                                      "port", "reason"], tablefmt="simple")
+              if rows else "no servers started yet")
     plan_file = d / "plan.json"
     if plan_file.exists():
         total = len(json.loads(plan_file.read_text())["benchmarks"])
@@ -84,6 +97,7 @@ def logs(c, run, server="", lines=40, follow=False):
     """Print the last lines of each server's log (the log knows)."""
     d = _run_dir(run)
     files = sorted((d / "servers").glob(f"{server or '*'}.log"))
+    files += sorted((d / "slurm" / "logs").glob(f"{server or '*'}-*.out"))   # Slurm jobs' own
     if not files:
         raise Exit(f"error: no server logs in {d / 'servers'}", code=2)
     for f in files:
@@ -100,6 +114,20 @@ def down(c, run, grace=10.0):
     from specc.run.state import RunState
 
     d = _run_dir(run)
+    from specc.run import slurm
+
+    if slurm.is_slurm_run(d):   # scancel, then squeue until they are gone
+        try:
+            stopped, left = slurm.down(d, timeout_s=float(grace) + 10)
+        except slurm.SlurmError as e:
+            raise Exit(f"error: {e}", code=3)
+        for line in stopped:
+            print(f"cancelled {line}")
+        if left:
+            raise Exit("\n".join(left), code=3)
+        print("no Slurm job running" if not stopped else
+              f"{len(stopped)} job(s) cancelled; verified gone from squeue")
+        return
     state = RunState(d / "state.json")
     stopped = stop_leftovers(state, grace_s=float(grace))
     for line in stopped:

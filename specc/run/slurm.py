@@ -59,6 +59,8 @@ MEANING = {
 }
 #: sbatch refusals that go away when some of our jobs end: wait, then submit again.
 _SUBMIT_LIMITS = ("MaxSubmit", "SubmitJob", "JobLimit", "Resource temporarily unavailable")
+#: Who may stop a job without its points failing (they are left for a rerun).
+STOPPED_BY_US = frozenset({"interrupt", "fail_fast", "down"})
 #: How often the run dir is read for phases and rows (file reads only, no Slurm RPC).
 TICK_S = 0.2
 #: Seconds a job gets to tear its servers down after SIGTERM before scancel kills it.
@@ -260,7 +262,7 @@ class Driver:
                     self.failed_servers[sid] = node.get("reason") or "failed"
                 keep = {k: node.get(k) for k in ("status", "phase", "phase_started_at", "pid",
                                                   "host", "port", "started_at", "ready_at",
-                                                  "reason", "point", "gpus", "log", "stop")
+                                                  "reason", "point", "gpus", "log", "stop", "stopped_at")
                         if k in node}
                 self._server(sid, **keep)
         self.merge(job)
@@ -342,7 +344,7 @@ class Driver:
         self.follow_files(job)
         self.merge(job, force=True)
         job.state = verdict
-        if job.cancelled_by in ("interrupt", "fail_fast"):
+        if job.cancelled_by in STOPPED_BY_US:
             job.done = True   # we stopped it: its points are left for a rerun
             for sid in job.servers:
                 self._server(sid, status="stopped", job_state=verdict, stopped_by=job.cancelled_by)
@@ -661,3 +663,77 @@ def _report(run_dir: Path) -> None:
         return
     print(render_terminal(report))
     print(f"report: {run_dir / 'report.md'}")
+
+
+# ----------------------------------------------------------------------------- inv status / down
+def is_slurm_run(run_dir: Path) -> bool:
+    try:
+        return (json.loads((Path(run_dir) / "plan.json").read_text()).get("cluster") or {}) \
+            .get("name") == "slurm"
+    except (OSError, ValueError):
+        return False
+
+
+def _ours(run_dir: Path) -> tuple[dict, dict[str, QueueEntry]]:
+    """(jobs.json's jobs, squeue's entries for those of them Slurm still holds as ours)."""
+    data = read_jobs(run_dir)
+    jobs = data.get("jobs") or {}
+    ids = {r["id"] for r in jobs.values() if r.get("id")}
+    queue = squeue(ids) if ids else {}
+    names = {r["id"]: name for name, r in jobs.items() if r.get("id")}
+    return jobs, {i: q for i, q in queue.items()
+                  if q.name == names.get(i) and q.comment == data.get("comment")}
+
+
+def status_text(run_dir: Path) -> str:
+    """One line per job: Slurm's state now (or the last one recorded), node, reason, and
+    its servers' phase from state.json."""
+    from tabulate import tabulate
+
+    state = {}
+    try:
+        state = json.loads((Path(run_dir) / "state.json").read_text()).get("servers") or {}
+    except (OSError, ValueError):
+        pass
+    try:
+        jobs, queue = _ours(run_dir)
+        note = ""
+    except SlurmError as e:
+        jobs, queue, note = read_jobs(run_dir).get("jobs") or {}, {}, f"(squeue: {e})"
+    rows = []
+    for name, rec in jobs.items():
+        q = queue.get(rec.get("id"))
+        for sid in rec.get("servers") or [name]:
+            s = state.get(sid, {})
+            rows.append([rec.get("id"), (q.state if q else rec.get("state")) or "",
+                         (q.nodes if q else rec.get("nodes")) or "", sid, s.get("status", ""),
+                         s.get("phase", ""),
+                         ((q.reason if q and q.state == "PENDING" else s.get("reason")) or "")[:80]])
+    if not rows:
+        return "no Slurm jobs submitted yet"
+    return tabulate(rows, headers=["job", "slurm", "nodes", "server", "status", "phase", "reason"],
+                    tablefmt="simple") + (f"\n{note}" if note else "")
+
+
+def down(run_dir: Path, *, timeout_s: float = 20.0) -> tuple[list[str], list[str]]:
+    """scancel every job of the run Slurm still holds as active; ([stopped], [still there])."""
+    run_dir = Path(run_dir).resolve()
+    jobs, queue = _ours(run_dir)
+    live = {i: q for i, q in queue.items() if q.state not in TERMINAL}
+    if not live:
+        return [], []
+    data = read_jobs(run_dir)
+    for rec in data.get("jobs", {}).values():
+        if rec.get("id") in live:
+            rec["cancelled_by"] = rec.get("cancelled_by") or "down"
+    atomic_write(jobs_path(run_dir), json.dumps(data, indent=2, sort_keys=True))
+    scancel(sorted(live))
+    deadline = time.monotonic() + timeout_s
+    left = live
+    while left and time.monotonic() < deadline:
+        time.sleep(TICK_S)
+        now = squeue(set(live))
+        left = {i: q for i, q in now.items() if q.state not in TERMINAL}
+    stopped = [f"job {i} {q.name} ({q.state} on {q.nodes or '-'})" for i, q in live.items()
+               if i not in left]
+    return stopped, [f"job {i} {q.name} still {q.state} after scancel" for i, q in left.items()]

@@ -1,0 +1,318 @@
+"""specc on a real Slurm (fake nodes and GPUs on this host), with the simulator as the engine.
+
+Each test compiles a small plan with cluster=slurm, runs the driver as a user
+would (`inv run --plan`), disturbs it the way a cluster does (scancel from
+outside, a node dying, a job that cannot start, Ctrl-C, SIGKILL of the driver)
+and checks what reaches the run dir: every point exactly once, failures with
+Slurm's verdict, nothing left in squeue, no process left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import psutil
+
+from conftest import compose_config
+from executor_helpers import PY, REPO, free_port_block, wait_for
+from slurm_cluster import cluster, slurm_cluster  # noqa: F401 (fixtures)
+
+#: The simulator fast: startup scaled down, tiny prompts, four requests per point.
+SMALL = ["engine=sim", "engine.sim.time_scale=0.002", "benchmark.output_len=16",
+         "benchmark.input_len=32", "benchmark.num_prompts=4", "model_pair.context_length=2048",
+         "cluster=slurm", "cluster.poll_interval_s=0.5"]
+#: Two servers (baseline + one EAGLE-3 setting), two points each.
+TWO = ["model_pair=kimi_k25_eagle3",
+       "+sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,2]}"]
+#: Points long enough to be cut in the middle (tokens come in real time: ~3 s a point).
+LONG = ["benchmark.output_len=256", "benchmark.num_prompts=2"]
+
+
+# ----------------------------------------------------------------------------- helpers
+def compile_slurm(run_dir: Path, overrides=()) -> dict:
+    """Compile into run_dir as `python -m specc` does; returns plan.json."""
+    from specc.compile.emit import write_outputs
+    from specc.compile.pipeline import compile_config
+
+    config = compose_config(list(SMALL) + list(overrides))
+    config["engine"]["base_port"] = free_port_block(8)
+    result = compile_config(config)
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    write_outputs(run_dir, result.plan, result.diagnostics, title="slurm test",
+                  cluster=result.cluster)
+    return json.loads((run_dir / "plan.json").read_text())
+
+
+def _inv(*args) -> list[str]:
+    return [PY, "-m", "invoke", *map(str, args)]
+
+
+def start_driver(run_dir: Path, *extra) -> subprocess.Popen:
+    return subprocess.Popen(_inv("run", "--plan", run_dir / "plan.json", *extra), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 180) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        raise AssertionError(f"driver still running after {timeout} s:\n{out[-4000:]}")
+    return out
+
+
+def run_driver(run_dir: Path, *extra, timeout: float = 180) -> tuple[int, str]:
+    proc = start_driver(run_dir, *extra)
+    out = finish(proc, timeout)
+    return proc.returncode, out
+
+
+def inv(*args, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(_inv(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "results.jsonl"
+    return [json.loads(ln) for ln in path.read_text().splitlines()] if path.exists() else []
+
+
+def assert_each_point_once(run_dir: Path, plan: dict, *, all_of_them: bool = True) -> dict:
+    counts = Counter(r["benchmark"] for r in rows(run_dir))
+    assert all(n == 1 for n in counts.values()), f"duplicated rows: {counts}"
+    if all_of_them:
+        assert set(counts) == {b["id"] for b in plan["benchmarks"]}
+    return {r["benchmark"]: r for r in rows(run_dir)}
+
+
+def jobs(run_dir: Path) -> dict:
+    return json.loads((run_dir / "slurm" / "jobs.json").read_text())["jobs"]
+
+
+def node_state(run_dir: Path, server_id: str) -> dict:
+    """The node entry's own state of a server (slurm/state/<job>.json)."""
+    try:
+        data = json.loads((run_dir / "slurm" / "state" / f"{server_id}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return (data.get("servers") or {}).get(server_id) or {}
+
+
+def benchmarking(run_dir: Path, server_id: str) -> bool:
+    return node_state(run_dir, server_id).get("status") == "benchmarking"
+
+
+def servers(plan: dict) -> tuple[str, str]:
+    """(baseline id, the speculative server's id)."""
+    base = next(s["id"] for s in plan["servers"] if s["baseline"])
+    spec = next(s["id"] for s in plan["servers"] if not s["baseline"])
+    return base, spec
+
+
+def processes(run_dir: Path) -> list[psutil.Process]:
+    """Live processes working in the run dir: node entries, simulators, clients."""
+    found = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE \
+                    and Path(p.cwd()) == run_dir:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def assert_no_process_left(run_dir: Path) -> None:
+    left = wait_for(lambda: not processes(run_dir), timeout=15) or processes(run_dir)
+    if left is not True:
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        raise AssertionError(f"processes left: {[(p.pid, p.cmdline()[:4]) for p in left]}")
+
+
+def ours_in_squeue(cluster, run_dir: Path) -> list[str]:
+    ids = {j["id"] for j in jobs(run_dir).values() if j.get("id")}
+    return [ln for ln in cluster.active_jobs() if ln.split("|")[0] in ids]
+
+
+def kill_job_on_node(job_id: str) -> None:
+    """What a dead node does to the job's processes: gone at once, no teardown."""
+    for p in psutil.process_iter(["cmdline"]):
+        if f"[{job_id}.batch]" in " ".join(p.info["cmdline"] or []):
+            tree = p.children(recursive=True) + [p]
+            for q in tree:
+                try:
+                    q.kill()
+                except psutil.Error:
+                    pass
+
+
+# ----------------------------------------------------------------------------- tests
+def test_the_sweep_runs_its_servers_on_different_nodes_at_once(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, ["+experiment=eagle3_sweep"])
+    code, out = run_driver(run_dir)
+    assert code == 0, out[-4000:]
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "ok" for r in got.values())
+    nodes = {j["nodes"] for j in jobs(run_dir).values()}
+    assert len(nodes) >= 2, nodes
+    spans = sorted((s["started_at"], s["stopped_at"])
+                   for s in json.loads((run_dir / "state.json").read_text())["servers"].values())
+    assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), f"no two servers at once: {spans}"
+    assert "pending (job" in out and "running on n" in out and "completed" in out
+    spec = [r for r in got.values() if r["benchmark"] not in
+            {b["id"] for b in plan["benchmarks"] if b["baseline"] is None}]
+    assert spec and all("speedup" in r["metrics"] for r in spec)   # baselines in other jobs
+    assert (run_dir / "report.md").exists()
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+
+
+def test_a_job_cancelled_from_outside_fails_its_unfinished_points(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO + LONG)
+    base, spec = servers(plan)
+    proc = start_driver(run_dir)
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+        job_id = jobs(run_dir)[spec]["id"]
+        cluster.run("scancel", job_id)
+        out = finish(proc)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, out[-3000:]
+    got = assert_each_point_once(run_dir, plan)
+    spec_rows = [r for r in got.values() if r["server"] == spec]
+    assert spec_rows and all(r["status"] == "failed" for r in spec_rows)
+    assert all(f"slurm job {job_id} CANCELLED" in r["reason"] for r in spec_rows), spec_rows
+    assert all(r["status"] == "ok" for r in got.values() if r["server"] == base)
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+
+
+def test_a_node_that_fails_fails_the_points_its_job_did_not_finish(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO + LONG)
+    base, spec = servers(plan)
+    proc = start_driver(run_dir)
+    node = None
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+        job = jobs(run_dir)[spec]
+        node = job["nodes"]
+        cluster.stop_slurmd(node)     # the node dies: its slurmd, and its job's processes
+        kill_job_on_node(job["id"])
+        out = finish(proc)
+    finally:
+        proc.kill()
+        if node:
+            cluster.start_slurmd(node)
+    assert proc.returncode == 3, out[-3000:]
+    got = assert_each_point_once(run_dir, plan)
+    lost = [r for r in got.values() if r["server"] == spec and r["status"] == "failed"]
+    assert lost, got
+    assert all(f"NODE_FAIL on {node}: its node failed" in r["reason"] for r in lost), lost
+    assert all(r["status"] == "ok" for r in got.values() if r["server"] == base)
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+
+
+def test_a_job_that_cannot_start_shows_why_then_fails_at_its_pending_deadline(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO + ["cluster.sbatch_args=['--begin=now+3600']",
+                                         "cluster.pending_timeout_s=3"])
+    code, out = run_driver(run_dir)
+    assert code == 3, out[-3000:]
+    assert "pending (BeginTime)" in out
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "failed" and "still pending after 3 s (BeginTime)" in r["reason"]
+               for r in got.values()), got
+    assert not ours_in_squeue(cluster, run_dir)
+
+
+def test_ctrl_c_cancels_every_job_and_the_rerun_submits_only_unfinished_points(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO + LONG)
+    base, spec = servers(plan)
+    proc = start_driver(run_dir)
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, base) and benchmarking(run_dir, spec),
+                        timeout=90), "never benchmarking"
+        first = {name: j["id"] for name, j in jobs(run_dir).items()}
+        proc.send_signal(signal.SIGINT)
+        out = finish(proc)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out[-3000:]
+    assert "cancelling 2 job(s)" in out and "none left in squeue" in out
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+    done = assert_each_point_once(run_dir, plan, all_of_them=False)
+    assert all(r["status"] == "ok" for r in done.values()), "a cut point got a row"
+    unfinished = {b["server"] for b in plan["benchmarks"] if b["id"] not in done}
+    assert unfinished
+
+    code, out = run_driver(run_dir)
+    assert code == 0, out[-3000:]
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "ok" for r in got.values())
+    resubmitted = {name for name, j in jobs(run_dir).items() if j["id"] != first[name]}
+    assert resubmitted == unfinished
+    assert_no_process_left(run_dir)
+
+
+def test_sigkill_of_the_driver_then_rerun_follows_the_jobs_it_left(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO + LONG)
+    base, spec = servers(plan)
+    proc = start_driver(run_dir)
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+        first = {name: j["id"] for name, j in jobs(run_dir).items()}
+    finally:
+        proc.kill()
+        proc.wait()
+    status = inv("status", "--run", run_dir)
+    assert status.returncode == 0, status.stderr
+    assert first[spec] in status.stdout and "RUNNING" in status.stdout
+
+    code, out = run_driver(run_dir)
+    assert code == 0, out[-3000:]
+    assert f"following job {first[spec]}" in out
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "ok" for r in got.values())
+    assert jobs(run_dir)[spec]["id"] == first[spec]   # followed, not submitted twice
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+
+
+def test_inv_down_cancels_a_run_left_without_its_driver_and_verifies(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO + LONG)
+    base, spec = servers(plan)
+    proc = start_driver(run_dir)
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+    finally:
+        proc.kill()
+        proc.wait()
+    logs = inv("logs", "--run", run_dir, "--server", spec)
+    assert logs.returncode == 0 and f"{spec}-" in logs.stdout and ".out <==" in logs.stdout
+    down = inv("down", "--run", run_dir)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "verified gone from squeue" in down.stdout
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+    again = inv("down", "--run", run_dir)
+    assert again.returncode == 0 and "no Slurm job running" in again.stdout
+    assert not any(r["status"] == "failed" for r in rows(run_dir))
+    assert plan
