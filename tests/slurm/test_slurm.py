@@ -29,8 +29,12 @@ SMALL = ["engine=sim", "engine.sim.time_scale=0.002", "benchmark.output_len=16",
 #: Two servers (baseline + one EAGLE-3 setting), two points each.
 TWO = ["model_pair=kimi_k25_eagle3",
        "+sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,2]}"]
-#: Points long enough to be cut in the middle (tokens come in real time: ~3 s a point).
-LONG = ["benchmark.output_len=256", "benchmark.num_prompts=2"]
+#: Three servers: the baseline and two EAGLE-3 settings.
+THREE = ["model_pair=kimi_k25_eagle3",
+         "+sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4},"
+         "{num_steps:1,topk:1,num_draft_tokens:2}],benchmark.concurrency:[1,2]}"]
+#: Points long enough to be cut in the middle (tokens come in real time: 1-2 s a point).
+LONG = ["benchmark.output_len=160", "benchmark.num_prompts=1"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -177,51 +181,37 @@ def test_the_sweep_runs_its_servers_on_different_nodes_at_once(cluster, tmp_path
     assert_no_process_left(run_dir)
 
 
-def test_a_job_cancelled_from_outside_fails_its_unfinished_points(cluster, tmp_path):
+def test_a_job_cancelled_from_outside_and_a_node_that_fails_fail_their_unfinished_points(
+        cluster, tmp_path):
+    """Three jobs at once: the baseline's runs to the end, one is scancelled from outside
+    mid-point, the third's node dies (its slurmd and its processes) mid-point."""
     run_dir = tmp_path / "run"
-    plan = compile_slurm(run_dir, TWO + LONG)
-    base, spec = servers(plan)
-    proc = start_driver(run_dir)
-    try:
-        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
-        job_id = jobs(run_dir)[spec]["id"]
-        cluster.run("scancel", job_id)
-        out = finish(proc)
-    finally:
-        proc.kill()
-    assert proc.returncode == 3, out[-3000:]
-    got = assert_each_point_once(run_dir, plan)
-    spec_rows = [r for r in got.values() if r["server"] == spec]
-    assert spec_rows and all(r["status"] == "failed" for r in spec_rows)
-    assert all(f"slurm job {job_id} CANCELLED" in r["reason"] for r in spec_rows), spec_rows
-    assert all(r["status"] == "ok" for r in got.values() if r["server"] == base)
-    assert not ours_in_squeue(cluster, run_dir)
-    assert_no_process_left(run_dir)
-
-
-def test_a_node_that_fails_fails_the_points_its_job_did_not_finish(cluster, tmp_path):
-    run_dir = tmp_path / "run"
-    plan = compile_slurm(run_dir, TWO + LONG)
-    base, spec = servers(plan)
+    plan = compile_slurm(run_dir, THREE + LONG)
+    base = next(s["id"] for s in plan["servers"] if s["baseline"])
+    cancelled, lost = [s["id"] for s in plan["servers"] if not s["baseline"]]
     proc = start_driver(run_dir)
     node = None
     try:
-        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
-        job = jobs(run_dir)[spec]
-        node = job["nodes"]
-        cluster.stop_slurmd(node)     # the node dies: its slurmd, and its job's processes
-        kill_job_on_node(job["id"])
+        assert wait_for(lambda: benchmarking(run_dir, cancelled) and benchmarking(run_dir, lost),
+                        timeout=90), "never benchmarking"
+        cancelled_job, lost_job = jobs(run_dir)[cancelled]["id"], jobs(run_dir)[lost]
+        node = lost_job["nodes"]
+        cluster.run("scancel", cancelled_job)
+        cluster.stop_slurmd(node)
+        kill_job_on_node(lost_job["id"])
         out = finish(proc)
     finally:
         proc.kill()
         if node:
-            cluster.start_slurmd(node)
+            cluster.start_slurmd(node)   # it has slurmctld's orphan of the lost job killed
     assert proc.returncode == 3, out[-3000:]
     got = assert_each_point_once(run_dir, plan)
-    lost = [r for r in got.values() if r["server"] == spec and r["status"] == "failed"]
-    assert lost, got
-    assert all(f"NODE_FAIL on {node}: its node failed" in r["reason"] for r in lost), lost
+    for sid, why in ((cancelled, f"slurm job {cancelled_job} CANCELLED"),
+                     (lost, f"slurm job {lost_job['id']} NODE_FAIL on {node}: its node failed")):
+        mine = [r for r in got.values() if r["server"] == sid]
+        assert mine and all(r["status"] == "failed" and why in r["reason"] for r in mine), mine
     assert all(r["status"] == "ok" for r in got.values() if r["server"] == base)
+    assert "CANCELLED" in out and "NODE_FAIL" in out
     assert not ours_in_squeue(cluster, run_dir)
     assert_no_process_left(run_dir)
 
