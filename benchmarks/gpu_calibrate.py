@@ -584,8 +584,115 @@ def _lsq(xs, ys):
     return my - b * mx, b
 
 
+def _wlsq(rows, ys, ws):
+    """Weighted least squares ys ~ rows @ c (normal equations, Gauss-Jordan) -> c."""
+    k = len(rows[0])
+    A = [[sum(w * r[i] * r[j] for r, w in zip(rows, ws)) for j in range(k)] for i in range(k)]
+    b = [sum(w * r[i] * y for r, y, w in zip(rows, ys, ws)) for i in range(k)]
+    for i in range(k):
+        piv = max(range(i, k), key=lambda r: abs(A[r][i]))
+        A[i], A[piv], b[i], b[piv] = A[piv], A[i], b[piv], b[i]
+        for r in range(k):
+            if r != i and A[i][i]:
+                f = A[r][i] / A[i][i]
+                A[r] = [x - f * y for x, y in zip(A[r], A[i])]
+                b[r] -= f * b[i]
+    return [b[i] / A[i][i] if A[i][i] else 0.0 for i in range(k)]
+
+
+def blend(mem_s: float, compute_s: float, p: float) -> float:
+    """Smooth roofline: (mem^p + compute^p)^(1/p); p -> inf is max(mem, compute).
+    The same formula as specc.perf.model.blend."""
+    if mem_s <= 0 or compute_s <= 0:
+        return max(mem_s, compute_s)
+    hi = max(mem_s, compute_s)
+    return hi * ((mem_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+
+
+def interp_log(table, x: float) -> float:
+    """Piecewise-linear in log(x) through [[x, y], ...]; flat outside.  Same as the model's."""
+    if x <= table[0][0]:
+        return table[0][1]
+    for (x0, y0), (x1, y1) in zip(table, table[1:]):
+        if x <= x1:
+            f = math.log(x / x0) / math.log(x1 / x0)
+            return y0 + f * (y1 - y0)
+    return table[-1][1]
+
+
+BLEND_PS = [1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0]
+
+
+def fit_stream(points):
+    """[(weight_bytes, gemm_launches, seconds)] of memory-bound steps (few tokens) ->
+    (bandwidth B/s, seconds per GEMM launch): t = bytes / bw + launches * c, least
+    squares on the relative error.  Many small GEMMs (a TP-8 draft) reach less of the
+    bandwidth than a few large ones: each GEMV ramps up and drains."""
+    inv_bw, c = _wlsq([[b, g] for b, g, _ in points], [t for _, _, t in points],
+                      [1.0 / t ** 2 for _, _, t in points])
+    return 1.0 / inv_bw, max(c, 0.0)
+
+
+def stream_points(m):
+    pts = []
+    dense = (m.get("dense") or {}).get("rows") or []
+    if dense:
+        shape = m["dense"]["shape"]
+        r = min(dense, key=lambda r: r["tokens"])
+        pts.append((r["weight_bytes"], 4 * shape["layers"] + 1, r["median_s"]))
+    for d in (m.get("draft") or {}).values():
+        for r in d["rows"]:
+            if r["tokens"] <= 8:
+                pts.append((r["weight_bytes"], d["gemms"], r["median_s"]))
+    return pts
+
+
+def fit_dense(rows, launches, bw, c, ceiling=None):
+    """Dense GEMM table -> (p, [[rows, FLOP/s]], max error).  Memory term: weight bytes
+    / bw + launches * c.  Compute term: FLOPs / F(rows), with F solved at the
+    compute-bound rows (>= 1.25 x the 1-token time) through the blend of exponent p,
+    held flat below; p is the one with the smallest worst error among those whose F
+    stays physical (not above ``ceiling``, the large square GEMM's rate)."""
+    rows = sorted(rows, key=lambda r: r["tokens"])
+    best = None
+    for p in BLEND_PS:
+        table = []
+        for r in rows:
+            mem, t = r["weight_bytes"] / bw + launches * c, r["median_s"]
+            if t >= 1.25 * rows[0]["median_s"] and t > mem:
+                comp = (t ** p - mem ** p) ** (1.0 / p)
+                table.append([r["tokens"], r["flops"] / comp])
+        if not table or (ceiling and max(f for _, f in table) > 1.02 * ceiling):
+            continue
+        err = max(abs(blend(r["weight_bytes"] / bw + launches * c,
+                            r["flops"] / interp_log(table, r["tokens"]), p) / r["median_s"] - 1.0)
+                  for r in rows)
+        if best is None or err < best[2]:
+            best = (p, table, err)
+    return best
+
+
+def fit_moe(rows, bw, c_launch, p, table):
+    """MoE layer table -> (c, bw, flops, max error) of
+    t = dense part (shared expert + router: 3 GEMMs, as the dense fit) + c
+        + routed_bytes / bw_moe + routed_flops / flops_moe,
+    least squares on the relative error."""
+    X, ys, ws = [], [], []
+    for r in rows:
+        other_flops = r["flops"] * r["other_bytes"] / (r["other_bytes"] + r["expert_flop_bytes"])
+        dense = blend(r["other_bytes"] / bw + 3 * c_launch,
+                      other_flops / interp_log(table, r["tokens"]), p)
+        X.append([1.0, r["routed_bytes"], r["flops"] - other_flops])
+        ys.append(r["median_s"] - dense)
+        ws.append(1.0 / r["median_s"] ** 2)
+    c, inv_bw, inv_fl = _wlsq(X, ys, ws)
+    err = max(abs((x[0] * c + x[1] * inv_bw + x[2] * inv_fl + (r["median_s"] - y)) / r["median_s"] - 1)
+              for x, y, r in zip(X, ys, rows))
+    return c, 1.0 / inv_bw, 1.0 / inv_fl if inv_fl > 0 else float("inf"), err
+
+
 def derive(cal: dict) -> dict:
-    """Tables -> the constants specc.perf reads.  Each: value, unit, source."""
+    """Tables -> the constants specc.perf.model reads.  Each: value, unit, source."""
     m = cal.get("measurements", {})
     src = f"measured on {cal.get('gpu_kind', '?')} {cal.get('date', '?')}"
     kind = cal.get("gpu_kind", "")
@@ -601,55 +708,65 @@ def derive(cal: dict) -> dict:
         put("hbm_peak_Bps", ds["hbm_Bps"], "B/s", "datasheet")
         put("bf16_peak_flops", ds["bf16_flops"], "FLOP/s", "datasheet")
     dense = (m.get("dense") or {}).get("rows") or []
-    if dense:
-        by_n = {r["tokens"]: r for r in dense}
-        t1 = by_n[min(by_n)]["median_s"]
-        put("hbm_bw_dense_Bps", by_n[min(by_n)]["bytes_per_s"], "B/s", src,
-            "dense weight streaming (GEMV at 1 token per step)")
-        # GEMM efficiency vs rows per GEMM: FLOP/s where the step is compute-bound
-        # (>= 1.25 x the 1-token time); below the first such point the compute
-        # time scales with the rows at that point's FLOP/s.
-        eff = []
-        for n in sorted(by_n):
-            r = by_n[n]
-            if r["median_s"] >= 1.25 * t1:
-                eff.append([n, r["flops_per_s"]])
-        if eff:
-            put("gemm_flops_by_rows", eff, "[[rows, FLOP/s], ...]", src,
-                "dense bf16 GEMM FLOP/s vs rows (tokens) per GEMM, log-interpolated; held flat "
-                "outside the table")
+    pts = stream_points(m)
+    ceiling = ((m.get("roofline") or {}).get("gemm") or {}).get("flops_per_s")
+    dense_fit = None
+    if len(pts) >= 2 and dense:
+        bw, c = fit_stream(pts)
+        launches = 4 * m["dense"]["shape"]["layers"] + 1
+        dense_fit = fit_dense(dense, launches, bw, c, ceiling)
+    if dense_fit:
+        p, table, err = dense_fit
+        put("hbm_bw_dense_Bps", bw, "B/s", src,
+            "weight streaming: t = bytes / this + GEMMs * gemm_launch_s, fit to the 1-token dense "
+            "step and the drafts' steps at <= 8 tokens")
+        put("gemm_launch_s", c, "s", src, "per weight GEMM in a memory-bound step (ramp-up and drain)")
+        put("gemm_blend_p", p, "", src,
+            "step = (mem^p + compute^p)^(1/p): how sharply memory- and compute-bound meet "
+            f"(fit to the dense table; worst error {err * 100:.1f} %)")
+        put("gemm_flops_by_rows", table, "[[rows, FLOP/s], ...]", src,
+            "dense bf16 GEMM FLOP/s vs rows (tokens) per GEMM where compute-bound, through the "
+            "blend; log-interpolated, flat outside")
     moe = (m.get("moe") or {}).get("rows") or []
-    if moe:
-        xs = [r["bytes"] for r in moe]
-        ys = [r["median_s"] for r in moe]
-        a, b = _lsq(xs, ys)
-        put("hbm_bw_moe_Bps", 1.0 / b if b > 0 else None, "B/s", src,
-            "grouped-GEMM weight streaming over touched experts: slope of layer time vs bytes read")
-        put("moe_layer_fixed_s", max(a, 0.0), "s", src,
-            "intercept: router, gather/scatter, activation, shared expert kernels per MoE layer")
+    if moe and dense_fit:
+        eb = m["moe"]["expert_bytes"]
+        shp = m["moe"]["shape"]
+        for r in moe:  # FLOPs per token of the routed experts vs the rest, by parameter count
+            r["expert_flop_bytes"] = shp["active"] * eb
+        c_moe, bw_m, fl_m, err = fit_moe(moe, bw, c, p, table)
+        for r in moe:
+            del r["expert_flop_bytes"]
+        put("moe_layer_fixed_s", c_moe, "s", src,
+            "per MoE layer: router, gather, activation, scatter, the grouped GEMMs' launches")
+        put("hbm_bw_moe_Bps", bw_m, "B/s", src,
+            "weight streaming over the experts touched by the step (grouped GEMM; bytes, any dtype)")
+        put("moe_flops", fl_m, "FLOP/s", src,
+            "routed-expert FLOP/s at a few rows per expert (additive to the streaming: the "
+            f"grouped GEMM does not overlap them); fit worst error {err * 100:.1f} %")
     kf = m.get("kernel_floor") or {}
     if kf.get("gemm_s"):
-        put("kernel_floor_s", kf["gemm_s"], "s", src, "one small kernel in a CUDA graph")
+        put("kernel_floor_s", kf["gemm_s"], "s", src, "one tiny GEMM in a CUDA graph")
+        put("elementwise_kernel_s", kf["elementwise_s"], "s", src,
+            "one small elementwise kernel in a CUDA graph (norms, rope, activations, residuals)")
     att = (m.get("attention") or {}).get("gqa_llama8b", {}).get("rows") or []
     if att:
-        big = [r for r in att if r["kv_bytes"] >= 64e6] or att
-        xs, ys = [r["kv_bytes"] for r in att], [r["median_s"] for r in att]
-        a, b = _lsq(xs, ys)
-        put("attn_kv_bw_Bps", statistics.median(r["bytes_per_s"] for r in big), "B/s", src,
-            "decode attention KV-cache read bandwidth (flash SDPA, large caches)")
-        put("attn_layer_fixed_s", max(a, 0.0), "s", src, "decode attention per layer, empty cache")
+        a, b = _wlsq([[1.0, r["kv_bytes"]] for r in att], [r["median_s"] for r in att],
+                     [1.0 / r["median_s"] ** 2 for r in att])
+        put("attn_kv_bw_Bps", 1.0 / b, "B/s", src,
+            "decode attention: KV-cache bytes read per second (flash SDPA, GQA; slope)")
+        put("attn_layer_fixed_s", max(a, 0.0), "s", src, "decode attention per layer at an empty cache")
     mla = (m.get("attention") or {}).get("mla_kimi_tp8", {}).get("rows") or []
     if mla:
-        big = [r for r in mla if r["kv_bytes"] >= 64e6] or mla
-        put("attn_mla_bw_Bps", statistics.median(r["bytes_per_s"] for r in big), "B/s", src,
-            "MLA latent read (two-matmul emulation, not FlashMLA: a lower bound)")
+        put("attn_mla_emulated_Bps", max(r["bytes_per_s"] for r in mla), "B/s", src,
+            "MLA latent read through a two-matmul emulation (not FlashMLA): a lower bound, "
+            "not used by the model")
     ar = (m.get("allreduce") or {}).get("rows") or []
     if ar:
         world = m["allreduce"].get("world", 2)
         put(f"allreduce_latency_tp{world}_s", ar[0]["median_s"], "s", src,
-            f"NCCL all-reduce of {ar[0]['bytes'] // 1024} KB, {world} GPUs")
+            f"all-reduce of {ar[0]['bytes'] // 1024} KB on {world} GPUs ({ar[0]['mode']})")
         put(f"allreduce_busbw_tp{world}_Bps", max(r["busbw_Bps"] for r in ar), "B/s", src,
-            "NCCL bus bandwidth, largest message")
+            "all-reduce bus bandwidth, largest message")
     return out
 
 
@@ -664,19 +781,26 @@ def scale_to(cal: dict, kind: str) -> dict:
            f"{b['bf16_flops'] / 1e12:g} vs {a['bf16_flops'] / 1e12:g} TFLOP/s) until measured")
     out = {"version": cal["version"], "gpu_kind": kind, "gpu_name": None, "date": None,
            "derived_from": {"gpu_kind": src_kind, "date": cal["date"], "file": f"{src_kind.lower()}.json"},
-           "note": why, "measurements": {}, "constants": {}}
+           "note": why + "; latencies (kernels, all-reduce, the calibrated TP-8 term) unchanged",
+           "measurements": {}, "constants": {}}
+    meas = f"{src_kind} measurement of {cal['date']}"
     for key, c in cal["constants"].items():
         c = dict(c)
-        if key.endswith("_Bps") and key.startswith(("hbm_bw", "attn")):
+        calibrated = str(c.get("source", "")).startswith("calibrated")
+        if key in ("hbm_peak_Bps", "bf16_peak_flops"):
+            c["value"] = b["hbm_Bps"] if key == "hbm_peak_Bps" else b["bf16_flops"]
+        elif key.endswith("_Bps") and key.startswith(("hbm_bw", "attn")):
             c["value"] = c["value"] * mem
-        elif key == "gemm_flops_by_rows":
-            c["value"] = [[n, f * fl] for n, f in c["value"]]
-        elif key == "hbm_peak_Bps":
-            c["value"] = b["hbm_Bps"]
-        elif key == "bf16_peak_flops":
-            c["value"] = b["bf16_flops"]
-        if c["source"] != "datasheet":
-            c["source"] = why if not c["source"].startswith("calibrated") else c["source"]
+            c["source"] = (f"derived: {meas} x {b['hbm_Bps'] / 1e12:g}/{a['hbm_Bps'] / 1e12:g} "
+                           "(datasheet HBM ratio), until measured")
+        elif key in ("moe_flops", "gemm_flops_by_rows"):
+            c["value"] = ([[n, f * fl] for n, f in c["value"]] if key == "gemm_flops_by_rows"
+                          else c["value"] * fl)
+            c["source"] = (f"derived: {meas} x {b['bf16_flops'] / 1e12:g}/{a['bf16_flops'] / 1e12:g} "
+                           "(datasheet bf16 ratio), until measured")
+        elif not calibrated:
+            c["source"] = (f"derived: {meas}, unchanged (a latency, a shape or NVLink: the same "
+                           "on both by datasheet), until measured")
         out["constants"][key] = c
     return out
 
@@ -711,6 +835,11 @@ def main(argv=None) -> int:
         for k, v in old.items():  # keep constants set by hand/calibration elsewhere
             if k not in new and str(v.get("source", "")).startswith("calibrated"):
                 new[k] = v
+        try:  # the constant no 1-2 GPU machine measures: solved by specc's own model
+            from specc.perf.model import calibrate_tp8
+            new.update(calibrate_tp8({**cal, "constants": new}))
+        except ImportError:
+            log("specc is not importable here: allreduce_latency_tp8_s not calibrated")
         cal["constants"] = new
         _write(args.out or args.derive_only, cal)
         print(json.dumps(new, indent=1))
