@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-position draft acceptance probability a (default 0.7: a 3-step "
                         "chain then accepts (1-a^4)/(1-a) = 2.53 tokens/step, within the "
                         "2-3 range EAGLE-3 papers and SGLang logs report on chat data)")
+    s.add_argument("--sim-gpu", type=str, default=None, metavar="KIND",
+                   help="GPU kind whose calibration (specc/perf/calibration/KIND.json) times "
+                        "the steps, e.g. H200, H100 (default: H200)")
     s.add_argument("--sim-target-facts", type=_json_obj, default=None, metavar="JSON",
                    help="config.json-style facts of the target (+ weight_gb, active_params_b) "
                         "used where --model-path has no readable config.json")

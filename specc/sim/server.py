@@ -188,11 +188,13 @@ class Sim:
                 4096, args.cuda_graph_max_bs)
         self.max_running = args.max_running_requests
         self.served_name = args.served_model_name or args.model_path
+        gpu = getattr(args, "sim_gpu", None)
         self.cost = perf.model_cost(self.target, tp=self.tp, quantization=args.quantization,
-                                    dtype=args.dtype)
-        self.draft_cost = perf.draft_cost(self.draft, tp=self.tp) if self.has_draft else None
+                                    dtype=args.dtype, gpu=gpu)
+        self.draft_cost = (perf.draft_cost(self.draft, tp=self.tp, gpu=gpu)
+                           if self.has_draft else None)
         if self.speculative and not self.has_draft:  # NGRAM: cheap CPU-side drafting
-            self.draft_cost = perf.ModelCost(self.tp, 0, 0.0, 0.0, 0, 0, 0.0, 50e-6)
+            self.draft_cost = perf.ngram_cost(tp=self.tp, gpu=gpu)
         tw = self.cost.dense_bytes_per_gpu + self.cost.expert_bytes_per_gpu
         self.weight_gb_per_gpu = tw / 1e9
         dw = self.draft_cost.dense_bytes_per_gpu if self.has_draft else 0.0
@@ -504,7 +506,9 @@ class Scheduler:
                     dur += sim.draft_cost.prefill_s(ntok)
                 self._log_prefill(admit, ntok)
             elif self.running:
-                dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost)
+                context = self._token_count() / len(self.running)  # mean KV length
+                dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost,
+                                         context)
             else:
                 prev_due = None
                 continue
