@@ -162,3 +162,36 @@ def test_attention_grows_with_context_and_sequences_not_draft_tokens():
     # a verify pass of 4 tokens of one sequence reads the KV cache once
     assert kimi.step_s(4, seqs=1) < kimi.step_s(4, seqs=4)
     assert perf.decode_step_s(kimi, 1, context=100_000) > perf.decode_step_s(kimi, 1)
+
+
+def test_committed_constants_are_derived_from_the_committed_tables():
+    """No hand-set number: the benchmark's own derivation, rerun on the measured tables of
+    each measured file (``gpu_calibrate.py --derive-only``), gives the committed constants."""
+    import copy
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_calibrate.py"
+    spec = importlib.util.spec_from_file_location("gpu_calibrate", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)     # imports no torch at module level
+    for kind in MEASURED:
+        hw = hardware.calibration(kind)
+        raw = json.loads(Path(hw.path).read_text())
+        derived = mod.derive(copy.deepcopy(raw))
+        derived.update(perf.calibrate_tp8({**raw, "constants": derived}))
+        assert derived.keys() == raw["constants"].keys()
+        for key, c in derived.items():
+            want = raw["constants"][key]["value"]
+            if isinstance(want, list):
+                assert [x for row in c["value"] for x in row] == pytest.approx(
+                    [x for row in want for x in row], rel=1e-9), key
+            else:
+                assert c["value"] == pytest.approx(want, rel=1e-9), key
+            assert c["source"] == raw["constants"][key]["source"], key
+        # and the H100 file is the H200 one scaled by the datasheet
+        if kind == "h200":
+            scaled = mod.scale_to(raw, "H100")
+            committed = json.loads(Path(hardware.calibration("h100").path).read_text())
+            assert scaled["constants"] == committed["constants"]
