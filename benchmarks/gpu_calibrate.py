@@ -835,11 +835,12 @@ def main(argv=None) -> int:
         for k, v in old.items():  # keep constants set by hand/calibration elsewhere
             if k not in new and str(v.get("source", "")).startswith("calibrated"):
                 new[k] = v
-        try:  # the constant no 1-2 GPU machine measures: solved by specc's own model
-            from specc.perf.model import calibrate_tp8
-            new.update(calibrate_tp8({**cal, "constants": new}))
-        except ImportError:
-            log("specc is not importable here: allreduce_latency_tp8_s not calibrated")
+        if "allreduce_latency_tp8_s" not in new:  # measured on an 8-GPU node: keep it
+            try:  # the constant no 1-2 GPU machine measures: solved by specc's own model
+                from specc.perf.model import calibrate_tp8
+                new.update(calibrate_tp8({**cal, "constants": new}))
+            except ImportError:
+                log("specc is not importable here: allreduce_latency_tp8_s not calibrated")
         cal["constants"] = new
         _write(args.out or args.derive_only, cal)
         print(json.dumps(new, indent=1))

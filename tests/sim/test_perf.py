@@ -180,7 +180,8 @@ def test_committed_constants_are_derived_from_the_committed_tables():
         hw = hardware.calibration(kind)
         raw = json.loads(Path(hw.path).read_text())
         derived = mod.derive(copy.deepcopy(raw))
-        derived.update(perf.calibrate_tp8({**raw, "constants": derived}))
+        if "allreduce_latency_tp8_s" not in derived:     # not measured: calibrated
+            derived.update(perf.calibrate_tp8({**raw, "constants": derived}))
         assert derived.keys() == raw["constants"].keys()
         for key, c in derived.items():
             want = raw["constants"][key]["value"]
