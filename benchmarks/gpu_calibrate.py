@@ -669,6 +669,8 @@ def fit_dense(rows, launches, bw, c, ceiling=None):
                   for r in rows)
         if best is None or err < best[2]:
             best = (p, table, err)
+    if best is None and ceiling is not None:   # no physical p: the best fit regardless
+        best = fit_dense(rows, launches, bw, c, None)
     return best
 
 
