@@ -1,0 +1,61 @@
+"""The review's wall-time estimate: server start phases + benchmark points, wave by wave.
+
+Point durations come from the H200 performance model (`specc.perf.model`, shared
+with the simulator and calibrated to the incident's 82 tok/s Kimi-K2.5
+baseline). For people reviewing a plan; nothing at run time depends on it.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from specc.compile.spec import ServerSpec
+
+NOTE = "phase estimates + the H200 performance model of specc.sim"
+#: Per-point overhead beyond the requests themselves (warm-up, cache flush, snapshots).
+POINT_OVERHEAD_S = 0.3
+
+
+def point_estimator(spec: ServerSpec):
+    """bench -> wall time of one benchmark point on this server, in seconds."""
+    from specc.perf import model as perf
+
+    tp = spec.hardware["tp"]
+    target = perf.model_cost(spec.target.values, tp=tp)
+    spec_cfg = draft = None
+    steps, topk, ndt = spec.spec_triple
+    if spec.speculative and steps and topk and ndt:
+        acceptance = (spec.engine.get("sim") or {}).get("acceptance") or perf.DEFAULT_ACCEPTANCE
+        spec_cfg = perf.SpecConfig(steps, topk, ndt, acceptance)
+        draft = perf.draft_cost(spec.draft.values, tp=tp) if spec.draft else None
+
+    @lru_cache(maxsize=None)
+    def wave_s(running: int, input_len: int, output_len: int) -> float:
+        per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft)
+        return target.prefill_s(running * input_len) + output_len / per_stream
+
+    def estimate(bench: dict) -> float:
+        n, conc = bench["num_prompts"], bench["concurrency"]
+        return math.ceil(n / conc) * wave_s(min(n, conc), bench["input_len"],
+                                            bench["output_len"]) + POINT_OVERHEAD_S
+
+    return estimate
+
+
+def server_seconds(spec: ServerSpec, start_s: float, benches) -> float:
+    """Start-up estimate plus every point the server runs, one after another."""
+    estimate = point_estimator(spec)
+    total = start_s
+    for bench in benches:
+        total += estimate(bench)
+    return round(total, 1)
+
+
+def wall_seconds(servers) -> float:
+    """[(wave, server seconds)] -> the sweep's wall time: waves run one after another,
+    and a wave lasts as long as its slowest server."""
+    waves: dict[int, float] = {}
+    for wave, seconds in servers:
+        waves[wave] = max(waves.get(wave, 0.0), seconds)
+    return round(sum(waves.values()), 1)
