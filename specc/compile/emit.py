@@ -205,7 +205,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
         for k, v in f["values"].items():
             frows.append([which, k, v, f["sources"].get(k, "")])
         frows.append([which, "derived context length", f["derived_context_length"],
-                      "SGLang's rule (rope factor)"])
+                      "first context key x rope factor"])
     lines.append(_table(frows, headers=["model", "fact", "value", "source"]))
     est = plan.estimates
     lines += ["", "## Estimated wall time", "",

@@ -11,13 +11,14 @@ import math
 from functools import lru_cache
 
 from specc.compile.spec import ServerSpec
+from specc.engines.base import Engine
 
 NOTE = "phase estimates + the H200 performance model of specc.sim"
 #: Per-point overhead beyond the requests themselves (warm-up, cache flush, snapshots).
 POINT_OVERHEAD_S = 0.3
 
 
-def point_estimator(spec: ServerSpec):
+def point_estimator(spec: ServerSpec, engine: Engine):
     """bench -> wall time of one benchmark point on this server, in seconds."""
     from specc.perf import model as perf
 
@@ -26,7 +27,7 @@ def point_estimator(spec: ServerSpec):
     spec_cfg = draft = None
     steps, topk, ndt = spec.spec_triple
     if spec.speculative and steps and topk and ndt:
-        acceptance = (spec.engine.get("sim") or {}).get("acceptance") or perf.DEFAULT_ACCEPTANCE
+        acceptance = engine.assumed_acceptance(spec) or perf.DEFAULT_ACCEPTANCE
         spec_cfg = perf.SpecConfig(steps, topk, ndt, acceptance)
         draft = perf.draft_cost(spec.draft.values, tp=tp) if spec.draft else None
 
@@ -43,9 +44,9 @@ def point_estimator(spec: ServerSpec):
     return estimate
 
 
-def server_seconds(spec: ServerSpec, start_s: float, benches) -> float:
+def server_seconds(spec: ServerSpec, engine: Engine, start_s: float, benches) -> float:
     """Start-up estimate plus every point the server runs, one after another."""
-    estimate = point_estimator(spec)
+    estimate = point_estimator(spec, engine)
     total = start_s
     for bench in benches:
         total += estimate(bench)

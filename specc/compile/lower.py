@@ -107,7 +107,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
                                         params={**bench, "model": engine.served_model(spec)},
                                         argv=argv))
-        estimates[sid] = estimate.server_seconds(spec, readiness["estimated_start_s"],
+        estimates[sid] = estimate.server_seconds(spec, engine, readiness["estimated_start_s"],
                                                  matrix.client_points)
 
     diags = unique(diags)
