@@ -35,6 +35,9 @@ class Sim(SGLang):
         ])
         return args
 
+    def assumed_acceptance(self, spec):
+        return (spec.engine.get("sim") or {}).get("acceptance")
+
     def phases(self, spec):
         scale = self.time_scale(spec)
         return [{**p, "estimate_s": p["estimate_s"] * scale} for p in super().phases(spec)]
