@@ -9,6 +9,6 @@ stated SGLang version (``--sim-version``, default 0.5.23).
 * ``scheduler``: continuous batching in real time, acceptance, SGLang's counters.
 * ``http``: the routes; ``stream``: SSE token emission.
 * ``truth``: ground truth (``$SPECC_SIM_TRUTH``); ``log``: SGLang's log format.
-* ``perf``: the performance model (pure functions; every constant sourced).
+* the performance model lives in ``specc.perf.model`` (shared with the compiler).
 * ``server``: process main.
 """

@@ -14,10 +14,12 @@ import argparse
 import json
 
 from specc.engines import sglang as sg
-from specc.facts import flatten_config, kv_bytes_per_token
-from specc.facts import read_config_json as read_model_config
+from specc.compile.facts import flatten_config, kv_bytes_per_token
+from specc.compile.facts import read_config_json as read_model_config
 
-from . import perf, versions
+from specc.perf import model as perf
+
+from . import versions
 from .faults import FAULTS, STARTUP_PHASES, TRUTH_ENV, Fault
 
 

@@ -35,7 +35,9 @@ import math
 import random
 import time
 
-from . import perf, truth, versions
+from specc.perf import model as perf
+
+from . import truth, versions
 from .args import Sim
 from .log import log
 

@@ -16,13 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import lifecycle
-from .bench import failed_row, run_point, with_speedup
-from .plan import Plan, Server
-from .progress import SweepProgress
-from .readiness import wait_ready
-from .results import ResultLog
-from .state import RunState
+from specc.run import lifecycle
+from specc.run.point import failed_row, run_point, with_speedup
+from specc.plan import Plan, Server
+from specc.run.progress import SweepProgress
+from specc.run.readiness import wait_ready
+from specc.results import ResultLog
+from specc.run.state import RunState
 
 EXIT_OK, EXIT_INVALID, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -311,7 +311,7 @@ def _run_with_signals(ex: Executor) -> int:
 
 
 def _finish_report(run_dir: Path) -> None:
-    from .report import render_terminal, write_report
+    from specc.report import render_terminal, write_report
 
     try:
         report = write_report(run_dir)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from .plan import Server
+from specc.plan import Server
 
 _PR_SET_PDEATHSIG = 1
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")

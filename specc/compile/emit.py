@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from .diagnostics import Diagnostic
-from .plan import Plan
+from specc.diagnostics import Diagnostic
+from specc.plan import Plan
 
 
 def _q(value) -> str:
@@ -94,7 +94,7 @@ def plan_sh(plan: Plan) -> str:
                 if b.argv:
                     out.append("  " + command_line(b.argv))
                 else:
-                    out.append(f"  python -m specc.bench --plan plan.json --benchmark {_q(b.id)}")
+                    out.append(f"  python -m specc.run.point --plan plan.json --benchmark {_q(b.id)}")
             out.append("fi")
         for s in wave:
             out.append(f"stop_server {_q(s.id)}")
