@@ -275,7 +275,7 @@ class SGLang(Engine):
     async def accept_snapshot(self, client, base_url: str) -> dict:
         """Cumulative acceptance state: /get_server_info (DP rank 0) + /metrics token counter."""
         snap: dict = {}
-        for path in ("/get_server_info", "/server_info"):
+        for path in ("/server_info", "/get_server_info"):   # 0.5.23 deprecates get_*
             try:
                 r = await client.get(base_url + path, timeout=10.0)
             except Exception:
@@ -287,8 +287,9 @@ class SGLang(Engine):
         try:
             r = await client.get(base_url + "/metrics", timeout=10.0)
             if r.status_code == 200:
-                snap["generation_tokens_total"] = prometheus_values(r.text).get(
-                    "sglang:generation_tokens_total")
+                values = prometheus_values(r.text)
+                snap["generation_tokens_total"] = values.get("sglang:generation_tokens_total")
+                snap["spec_verify_calls_total"] = values.get("sglang:spec_verify_calls_total")
         except Exception:
             pass
         return snap
@@ -301,6 +302,12 @@ class SGLang(Engine):
         are tokens / average, so the run's own figure is
         delta tokens / delta steps.
         """
+        # 0.5.23 (metrics_collector.py): both counters grow when a request
+        # finishes, so their deltas over a point are that point's own figure.
+        g0, g1 = before.get("generation_tokens_total"), after.get("generation_tokens_total")
+        v0, v1 = before.get("spec_verify_calls_total") or 0, after.get("spec_verify_calls_total")
+        if g0 is not None and g1 is not None and v1 and v1 > v0:
+            return round((g1 - g0) / (v1 - v0), 4), "run"
         a1 = after.get("avg_spec_accept_length")
         if not a1:
             return None, None
