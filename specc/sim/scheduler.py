@@ -325,10 +325,17 @@ class Scheduler:
         now = time.monotonic()
         gap, self._last_prefill_mono = now - self._last_prefill_mono, now
         usage = self._token_count() / max(1, self.sim.max_total_tokens)
-        log(versions.render(self.sim.version, "prefill_batch", seqs=len(admit), tokens=ntok,
-                            usage=usage, running=len(self.running), queued=len(self.waiting),
-                            graph=False, throughput=ntok / gap if gap > 0 else 0.0),
-            self._rank0())
+        v = self.sim.version
+        log(versions.render(v, "prefill_batch", iter="", seqs=len(admit), tokens=ntok, cached=0,
+                            usage_parts=versions.render(v, "prefill_usage", usage=usage) + ", ",
+                            running=len(self.running), queued=len(self.waiting), pending=0,
+                            graph_part=self._graph_part(False),
+                            throughput=ntok / gap if gap > 0 else 0.0), self._rank0())
+
+    def _graph_part(self, graph: bool) -> str:
+        v = self.sim.version
+        return versions.render(v, "graph_part", label=versions.render(v, "graph_label"),
+                               graph=graph)
 
     def _log_decode(self) -> None:
         w = self._tp_window
@@ -340,8 +347,11 @@ class Scheduler:
             length, rate = self._fold_window()
             spec = versions.render(self.sim.version, "decode_spec", accept_len=length,
                                    accept_rate=rate)
-        log(versions.render(self.sim.version, "decode_batch", running=len(self.running),
-                            tokens=tok, usage=tok / max(1, self.sim.max_total_tokens), spec=spec,
-                            graph=self._graph(len(self.running)),
+        v = self.sim.version
+        usage = versions.render(v, "decode_usage", tokens=tok,
+                                usage=tok / max(1, self.sim.max_total_tokens)) + ", "
+        log(versions.render(v, "decode_batch", iter="", running=len(self.running),
+                            usage_parts=usage, spec=spec,
+                            graph_part=self._graph_part(self._graph(len(self.running))),
                             throughput=self.last_gen_throughput, queued=len(self.waiting)),
             self._rank0())

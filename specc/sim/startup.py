@@ -148,11 +148,12 @@ class Startup:
         s = self.sim
         dtype = ("torch.float8_e4m3fn" if "fp8" in str(s.args.kv_cache_dtype)
                  else "torch.bfloat16")
+        name = dict(cache_name=s.strings["kv_cache_name"][0], state=s.strings["kv_is_allocated"][0])
         if s.mla:
-            self.say("kv_allocated_mla", dtype=dtype, tokens=s.max_total_tokens, kv=s.kv_gb)
+            self.say("kv_allocated_mla", dtype=dtype, tokens=s.max_total_tokens, kv=s.kv_gb, **name)
         else:
             self.say("kv_allocated_mha", dtype=dtype, tokens=s.max_total_tokens,
-                     k=s.kv_gb / 2, v=s.kv_gb / 2, kv=s.kv_gb)
+                     k=s.kv_gb / 2, v=s.kv_gb / 2, kv=s.kv_gb, **name)
         self._fault_at("kv_cache")
         self._sleep(d)
         self.avail = max(1.0, self.avail - s.kv_gb)
@@ -173,7 +174,7 @@ class Startup:
     def target_graph(self, d: float) -> None:
         spec = self.sim.spec
         self._graph("target_graph", "target_graph", d, 0.83, True,
-                    capture_name=self.sim.target_graph,
+                    capture_name=self.sim.target_graph, graph=self.sim.strings["graph_name"][0],
                     tokens_per_req=spec.num_draft_tokens if spec else 1)
 
     def capture_draft_decode_cuda_graph(self, d: float) -> None:

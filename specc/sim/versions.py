@@ -77,16 +77,21 @@ V0_5_23: dict[str, tuple[str, str]] = {
     "load_end": ("Load weight end. elapsed={elapsed:.2f} s, type={cls}, {quant}avail mem="
                  "{avail:.2f} GB, mem usage={usage:.2f} GB.", "srt/model_executor/model_runner.py"),
     # MHA pools log K and V separately, MLA pools (DeepSeek/Kimi) one KV size.
-    "kv_allocated_mha": ("KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, "
+    # "{cache_name} {state}": "KV Cache" + "is allocated" (f-string pieces)
+    "kv_cache_name": ("KV Cache", "srt/mem_cache/memory_pool.py"),
+    "kv_is_allocated": ("is allocated", "srt/mem_cache/memory_pool.py"),
+    "kv_allocated_mha": ("{cache_name} {state}. dtype: {dtype}, #tokens: {tokens}, "
                          "K size: {k:.2f} GB, V size: {v:.2f} GB", "srt/mem_cache/memory_pool.py"),
-    "kv_allocated_mla": ("KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, "
+    "kv_allocated_mla": ("{cache_name} {state}. dtype: {dtype}, #tokens: {tokens}, "
                          "KV size: {kv:.2f} GB", "srt/mem_cache/memory_pool.py"),
     # capture_name = "target verify" with speculation, else "target decode":
     # exactly one of the two prints on a server.
-    "target_graph_begin": ("Capture {capture_name} CUDA graph begin. backend={backend}, "
+    "graph_name": ("CUDA graph",
+                   "srt/model_executor/model_runner_components/cuda_graph_setup.py"),
+    "target_graph_begin": ("Capture {capture_name} {graph} begin. backend={backend}, "
                            "num_tokens_per_req={tokens_per_req}, avail mem={avail:.2f} GB",
                            "srt/model_executor/model_runner_components/cuda_graph_setup.py"),
-    "target_graph_end": ("Capture {capture_name} CUDA graph end. bs={bs}, elapsed={elapsed:.2f} s, "
+    "target_graph_end": ("Capture {capture_name} {graph} end. bs={bs}, elapsed={elapsed:.2f} s, "
                          "mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
                          "srt/model_executor/model_runner_components/cuda_graph_setup.py"),
     "draft_decode_begin": ("Capture draft decode CUDA graph begin. backend={backend}, "
@@ -101,14 +106,20 @@ V0_5_23: dict[str, tuple[str, str]] = {
     "draft_extend_end": ("Capture draft extend CUDA graph end. elapsed={elapsed:.2f} s, "
                          "mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
                          "srt/speculative/eagle_worker_v2.py"),
-    "prefill_batch": ("Prefill batch, #new-seq: {seqs}, #new-token: {tokens}, #cached-token: 0, "
-                      "token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, "
-                      "#pending-token: 0, cuda graph: {graph}, input throughput (token/s): "
+    # built from pieces: "{usage_parts}" and "{graph_part}" are the templates below
+    "prefill_batch": ("Prefill batch{iter}, #new-seq: {seqs}, #new-token: {tokens}, #cached-token: "
+                      "{cached}, {usage_parts}#running-req: {running}, #queue-req: {queued}, "
+                      "#pending-token: {pending}, {graph_part}input throughput (token/s): "
                       "{throughput:.2f}", "srt/managers/scheduler_components/metrics_reporter.py"),
-    "decode_batch": ("Decode batch, #running-req: {running}, #token: {tokens}, token usage: "
-                     "{usage:.2f}, {spec}cuda graph: {graph}, gen throughput (token/s): "
-                     "{throughput:.2f}, #queue-req: {queued}",
+    "prefill_usage": ("token usage: {usage:.2f}",
+                      "srt/managers/scheduler_components/pool_stats_observer.py"),
+    "graph_part": ("{label}: {graph}, ", "srt/managers/scheduler_components/metrics_reporter.py"),
+    "graph_label": ("cuda graph", "srt/managers/scheduler_components/metrics_reporter.py"),
+    "decode_batch": ("Decode batch{iter}, #running-req: {running}, {usage_parts}{spec}{graph_part}"
+                     "gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}",
                      "srt/managers/scheduler_components/metrics_reporter.py"),
+    "decode_usage": ("#token: {tokens}, token usage: {usage:.2f}",
+                     "srt/managers/scheduler_components/pool_stats_observer.py"),
     "decode_spec": ("accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, ",
                     "srt/managers/scheduler_components/metrics_reporter.py"),
 }
@@ -117,8 +128,11 @@ EARLY_2026: dict[str, tuple[str, str]] = {
     **_COMMON,
     "load_end": ("Load weight end. elapsed={elapsed:.2f} s, type={cls}, {quant}dtype={dtype}, "
                  "avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.", INCIDENT),
-    "kv_allocated_mha": ("KV Cache is allocated. #tokens: {tokens}, KV size: {kv:.2f} GB", INCIDENT),
-    "kv_allocated_mla": ("KV Cache is allocated. #tokens: {tokens}, KV size: {kv:.2f} GB", INCIDENT),
+    "kv_cache_name": ("KV Cache", INCIDENT),
+    "kv_is_allocated": ("is allocated", INCIDENT),
+    "kv_allocated_mha": ("{cache_name} {state}. #tokens: {tokens}, KV size: {kv:.2f} GB", INCIDENT),
+    "kv_allocated_mla": ("{cache_name} {state}. #tokens: {tokens}, KV size: {kv:.2f} GB", INCIDENT),
+    "graph_name": ("cuda graph", INCIDENT),
     "target_graph_begin": ("Capture cuda graph begin. This can take up to several minutes. "
                            "avail mem={avail:.2f} GB", INCIDENT),
     "target_graph_bs": ("Capture cuda graph bs {bs}", INCIDENT),
@@ -132,12 +146,15 @@ EARLY_2026: dict[str, tuple[str, str]] = {
                            "minutes. avail mem={avail:.2f} GB", INCIDENT),
     "draft_extend_end": ("Capture draft extend cuda graph end. Time elapsed: {elapsed:.2f} s. "
                          "mem usage={usage:.2f} GB. avail mem={avail:.2f} GB.", INCIDENT),
-    "prefill_batch": ("Prefill batch. #new-seq: {seqs}, #new-token: {tokens}, #cached-token: 0, "
-                      "token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}",
+    "prefill_batch": ("Prefill batch{iter}. #new-seq: {seqs}, #new-token: {tokens}, #cached-token: "
+                      "{cached}, {usage_parts}#running-req: {running}, #queue-req: {queued}",
                       INCIDENT),
-    "decode_batch": ("Decode batch. #running-req: {running}, #token: {tokens}, token usage: "
-                     "{usage:.2f}, {spec}cuda graph: {graph}, gen throughput (token/s): "
-                     "{throughput:.2f}, #queue-req: {queued}", INCIDENT),
+    "prefill_usage": ("token usage: {usage:.2f}", INCIDENT),
+    "graph_part": ("{label}: {graph}, ", INCIDENT),
+    "graph_label": ("cuda graph", INCIDENT),
+    "decode_batch": ("Decode batch{iter}. #running-req: {running}, {usage_parts}{spec}{graph_part}"
+                     "gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}", INCIDENT),
+    "decode_usage": ("#token: {tokens}, token usage: {usage:.2f}", INCIDENT),
     "decode_spec": ("accept len: {accept_len:.2f}, accept rate: {accept_rate:.2f}, ", INCIDENT),
 }
 
