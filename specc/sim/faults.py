@@ -24,7 +24,9 @@ FAULTS: dict[str, tuple[bool, bool, str]] = {
     "die_mid_run": (False, True, "os._exit(1) after N generated tokens (default: ~1 s of "
                                  "generation)"),
     "hang_mid_run": (False, True, "the scheduler wedges after N generated tokens (default: "
-                                  "~1 s of generation): no tokens, no log lines, health still 200"),
+                                  "~1 s of generation): no tokens, no log lines; the health "
+                                  "check (a generation in 0.5.23) answers 503 after "
+                                  "$SGLANG_HEALTH_CHECK_TIMEOUT"),
     "truncate_stream": (False, True, "every streaming response closes the connection after N "
                                      "tokens (default half of max tokens), without [DONE]"),
 }
