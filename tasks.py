@@ -141,3 +141,28 @@ def bench(c, only=""):
         if (not only or only == name) and Path(script).exists():
             print(f"== {name}: {script}")
             c.run(shlex.join([sys.executable, script]), pty=False, warn=True)
+
+
+@task(help={"out": "calibration JSON to write (default: specc/perf/calibration/<gpu kind>.json)",
+            "only": "comma-separated sections (roofline, kernel_floor, dense, moe, draft, "
+                    "attention, allreduce)",
+            "derive_only": "refit the constants of an existing calibration file (no GPU)"})
+def calibrate(c, out="", only="", derive_only=""):
+    """Measure the performance model's constants on this machine's GPU(s) (needs torch and
+    CUDA; not part of CI), write the calibration file, then print model vs measurement."""
+    script = "benchmarks/gpu_calibrate.py"
+    if derive_only:
+        c.run(shlex.join([sys.executable, script, "--derive-only", derive_only]), pty=False)
+        return
+    if not out:
+        probe = c.run(shlex.join([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0))"]),
+                      hide=True, warn=True, pty=False)
+        if not probe.ok:
+            raise Exit("error: no CUDA device visible to torch here", code=2)
+        from specc.perf.hardware import CALIBRATION_DIR, kind_of
+        out = str(CALIBRATION_DIR / f"{kind_of(probe.stdout.strip())}.json")
+    args = [sys.executable, script, "--out", out] + (["--only", only] if only else [])
+    c.run(shlex.join(args), pty=False)
+    # the TP-8 term comes from specc's own model, which the GPU run does not import
+    c.run(shlex.join([sys.executable, script, "--derive-only", out]), pty=False, hide="out")
+    c.run(shlex.join([sys.executable, "-m", "specc.perf", Path(out).stem]), pty=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from specc import exits
 from specc.config import compose
 from specc.compile.pipeline import compile_config
 from specc.compile.emit import write_outputs
 
-EXIT_OK, EXIT_INVALID, EXIT_FAILED = 0, 2, 3
 
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
@@ -23,7 +23,7 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
                 print(d.line(), file=sys.stderr)
         print(f"invalid: {sum(d.severity == 'error' for d in result.diagnostics)} error(s); "
               f"review: {run_dir / 'review.md'}", file=sys.stderr)
-        return EXIT_INVALID
+        return exits.INVALID
     if not hydra_info.get("multirun"):
         print(text)
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
@@ -32,7 +32,7 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
         from specc.run.executor import execute_plan
 
         return execute_plan(result.plan, run_dir)
-    return EXIT_OK
+    return exits.OK
 
 
 def main(argv: list[str] | None = None) -> int:

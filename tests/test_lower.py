@@ -225,3 +225,13 @@ def test_benchmark_ids_hash_the_server_and_the_client_point(compose):
     for b in plan.benchmarks:
         point = {k: v for k, v in b.params.items() if k != "model"}
         assert b.id == f"{b.server}-c{point['concurrency']}-{_hash([b.server, _canonical(point)])}"
+
+
+def test_wall_time_estimate_uses_the_hardware_gpu_calibration(compose):
+    """The review's estimate reads the calibration of hardware.gpu: the derived H100 (less
+    HBM bandwidth) estimates a longer sweep than the measured H200, and says which it used."""
+    h200 = _compile(compose, PACK + ["hardware=h200x8", "hardware.tp=1"]).plan.estimates
+    h100 = _compile(compose, PACK + ["hardware=h100x8", "hardware.tp=1"]).plan.estimates
+    assert "H200 calibration measured" in h200["note"]
+    assert "H100 calibration derived" in h100["note"]
+    assert h100["wall_s"] > h200["wall_s"]

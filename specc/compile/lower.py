@@ -159,23 +159,34 @@ def _params(spec: ServerSpec, axis_values: dict) -> dict:
     return p
 
 
+def _calibration_note(spec: ServerSpec) -> str:
+    from specc.perf.hardware import calibration
+
+    hw = calibration(spec.hardware.get("gpu"))
+    if hw.fallback_for:
+        return f"no calibration for {hw.fallback_for}: {hw.kind.upper()}'s used"
+    return f"{hw.kind.upper()} calibration" + (f" measured {hw.date}" if hw.date else
+                                               " derived from datasheet ratios")
+
+
 def _point_estimator(spec: ServerSpec):
-    """bench -> wall time of one point, from the simulator's H200 performance model
-    (calibrated to the incident's 82 tok/s Kimi-K2.5 baseline); for the review only."""
+    """bench -> wall time of one point, from specc.perf's model with the calibration of
+    the hardware's GPU kind (the simulator's model); for the review only."""
     from specc.perf import model as perf
 
-    tp = spec.hardware["tp"]
-    target = perf.model_cost(spec.target.values, tp=tp)
+    tp, gpu = spec.hardware["tp"], spec.hardware.get("gpu")
+    target = perf.model_cost(spec.target.values, tp=tp, gpu=gpu)
     spec_cfg = draft = None
     steps, topk, ndt = spec.spec_triple
     if spec.speculative and steps and topk and ndt:
         acceptance = (spec.engine.get("sim") or {}).get("acceptance") or perf.DEFAULT_ACCEPTANCE
         spec_cfg = perf.SpecConfig(steps, topk, ndt, acceptance)
-        draft = perf.draft_cost(spec.draft.values, tp=tp) if spec.draft else None
+        draft = perf.draft_cost(spec.draft.values, tp=tp, gpu=gpu) if spec.draft else None
 
     @lru_cache(maxsize=None)
     def wave_s(running: int, input_len: int, output_len: int) -> float:
-        per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft)
+        context = input_len + output_len / 2   # mean KV length while decoding
+        per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft, context)
         return target.prefill_s(running * input_len) + output_len / per_stream
 
     def estimate(bench: dict) -> float:
@@ -336,6 +347,6 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates, "wall_s": round(sum(waves.values()), 1),
-                   "note": "phase estimates + the H200 performance model of specc.sim"},
+                   "note": "phase estimates + specc.perf's model, " + _calibration_note(first)},
         fail_fast=bool(cfg.get("fail_fast")))
     return plan, diags

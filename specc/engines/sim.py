@@ -30,6 +30,7 @@ class Sim(SGLang):
             ("--sim-time-scale", sim.get("time_scale", 0.01)),
             ("--sim-seed", sim.get("seed", 0)),
             ("--sim-acceptance", sim.get("acceptance")),
+            ("--sim-gpu", spec.hardware.get("gpu")),
             ("--sim-target-facts", self.sim_facts_json(spec.target)),
             ("--sim-draft-facts",
              self.sim_facts_json(spec.draft) if spec.uses_draft_model and spec.draft else None),

@@ -15,12 +15,8 @@ import httpx
 
 from specc.run.datasets import DatasetError, load_prompts
 from specc.engines import get_engine
+from specc.net import base_url
 from specc.plan import Benchmark, Plan, Server
-
-
-def base_url(server: Server) -> str:
-    host = "127.0.0.1" if server.host in ("localhost", "0.0.0.0") else server.host
-    return f"http://{host}:{server.port}"
 
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
@@ -95,7 +91,7 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
                     ctx=None) -> dict:
     """Run one point and return its results row (never raises for a server's fault)."""
     engine = get_engine(engine_name)
-    url = base_url(server)
+    url = base_url(server.host, server.port)
     async with httpx.AsyncClient(trust_env=False) as client:
         if bench.params.get("flush_cache") and engine.flush_cache_path:
             try:

@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-position draft acceptance probability a (default 0.7: a 3-step "
                         "chain then accepts (1-a^4)/(1-a) = 2.53 tokens/step, within the "
                         "2-3 range EAGLE-3 papers and SGLang logs report on chat data)")
+    s.add_argument("--sim-gpu", type=str, default=None, metavar="KIND",
+                   help="GPU kind whose calibration (specc/perf/calibration/KIND.json) times "
+                        "the steps, e.g. H200, H100 (default: H200)")
     s.add_argument("--sim-target-facts", type=_json_obj, default=None, metavar="JSON",
                    help="config.json-style facts of the target (+ weight_gb, active_params_b) "
                         "used where --model-path has no readable config.json")
@@ -204,11 +207,13 @@ class Sim:
             args.max_running_requests = 4096
         self.max_running = args.max_running_requests
         self.served_name = args.served_model_name or args.model_path
+        gpu = args.sim_gpu
         self.cost = perf.model_cost(self.target, tp=self.tp, quantization=args.quantization,
-                                    dtype=args.dtype)
-        self.draft_cost = perf.draft_cost(self.draft, tp=self.tp) if self.has_draft else None
+                                    dtype=args.dtype, gpu=gpu)
+        self.draft_cost = (perf.draft_cost(self.draft, tp=self.tp, gpu=gpu)
+                           if self.has_draft else None)
         if self.speculative and not self.has_draft:  # NGRAM: cheap CPU-side drafting
-            self.draft_cost = perf.ModelCost(self.tp, 0, 0.0, 0.0, 0, 0, 0.0, 50e-6)
+            self.draft_cost = perf.ngram_cost(tp=self.tp, gpu=gpu)
         tw = self.cost.dense_bytes_per_gpu + self.cost.expert_bytes_per_gpu
         self.weight_gb_per_gpu = tw / 1e9
         dw = self.draft_cost.dense_bytes_per_gpu if self.has_draft else 0.0

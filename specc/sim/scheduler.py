@@ -213,7 +213,9 @@ class Scheduler:
                     dur += sim.draft_cost.prefill_s(ntok)
                 self._log_prefill(admit, ntok)
             elif self.running:
-                dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost)
+                context = self._token_count() / len(self.running)  # mean KV length
+                dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost,
+                                         context)
             else:
                 prev_due = None
                 continue
