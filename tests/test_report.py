@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specc import report as R
+from specc.report import plots as report_plots, tables as report_tables
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -170,7 +171,7 @@ def test_plots_failing_do_not_fail_the_report(run_a, monkeypatch):
     def boom(report, Figure):
         raise RuntimeError("no display for you")
 
-    monkeypatch.setattr(R, "_plot_throughput", boom)
+    monkeypatch.setattr(report_plots, "_plot_throughput", boom)
     R.write_report(run_a)
     md = (run_a / "report.md").read_text()
     assert "plot throughput_vs_concurrency failed: RuntimeError: no display for you" in md
@@ -216,11 +217,21 @@ def test_cli(run_a, capsys):
     assert R.main([]) == 2
 
 
+def test_python_m_specc_report(run_a):
+    """`python -m specc.report RUN_DIR` runs (a package needs its __main__.py)."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "specc.report", str(run_a), "--no-plots"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "Best speculative setting per concurrency" in p.stdout
+
+
 from hypothesis import given, settings, HealthCheck, strategies as st
 
 _metric_values = st.one_of(st.none(), st.booleans(), st.text(max_size=3),
                            st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6))
-_metrics = st.dictionaries(st.sampled_from(R._METRIC_ORDER + ["speedup", "weird"]), _metric_values, max_size=8)
+_metrics = st.dictionaries(st.sampled_from(report_tables._METRIC_ORDER + ["speedup", "weird"]), _metric_values, max_size=8)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -237,4 +248,4 @@ def test_any_results_render(tmp_path_factory, results, tail):
     rep = R.build_report(d)
     assert len(rep.rows) == 8
     assert R.render_markdown(rep) and R.render_terminal(rep)
-    R._csv_text([r.flat() for r in rep.rows])
+    report_tables._csv_text([r.flat() for r in rep.rows])
