@@ -14,8 +14,8 @@ Every benchmark point in the plan becomes one row, whatever happened to it:
 wins; an unparseable last line -- a writer killed mid-write -- is ignored),
 points with no result are ``pending``.  Speedup is the output-throughput ratio
 against the point's matched baseline (same model, hardware, dataset and
-concurrency); it is taken from the result line, or computed here when the
-result line lacks it and both throughputs are known.
+concurrency); it is taken from the result line, or computed here by
+``specc.results.speedup`` (the executor's one) when the line lacks it.
 """
 
 from __future__ import annotations

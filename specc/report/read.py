@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from specc.report.model import PointRow, Report, ReportError
+from specc.results import ResultRow, read_rows, speedup
 
 
 def _read_json(path: Path) -> Any:
@@ -14,33 +15,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON ({e})") from None
-
-
-def read_results(path: Path) -> tuple[dict[str, dict], list[str]]:
-    """Result lines keyed by benchmark id (the last line for an id wins), and warnings."""
-    results: dict[str, dict] = {}
-    warnings: list[str] = []
-    if not path.exists():
-        return results, warnings
-    lines = path.read_text(errors="replace").splitlines()
-    # the index of the last non-blank line: only it may be a truncated write
-    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict) or not isinstance(obj.get("benchmark"), str):
-                raise ValueError("not a result object")
-        except ValueError:
-            if i == last:
-                warnings.append(f"{path.name}: ignored an unparseable last line (line {i + 1}; "
-                                "truncated by an interrupted write?)")
-            else:
-                warnings.append(f"{path.name}: ignored unparseable line {i + 1}")
-            continue
-        results[obj["benchmark"]] = obj
-    return results, warnings
 
 
 def build_report(run_dir: Path | str) -> Report:
@@ -52,7 +26,7 @@ def build_report(run_dir: Path | str) -> Report:
     plan = _read_json(plan_path)
     if not isinstance(plan, dict):
         raise ReportError(f"{plan_path}: expected a JSON object")
-    results, warnings = read_results(run_dir / "results.jsonl")
+    results, warnings = read_rows(run_dir / "results.jsonl")
 
     state: dict = {}
     state_path = run_dir / "state.json"
@@ -75,9 +49,7 @@ def build_report(run_dir: Path | str) -> Report:
         if res is None:
             status, reason, metrics = "pending", None, {}
         else:
-            status = res.get("status") if res.get("status") in ("ok", "failed") else "failed"
-            reason = res.get("reason")
-            metrics = res.get("metrics") if isinstance(res.get("metrics"), dict) else {}
+            status, reason, metrics = res.status, res.reason, res.metrics
             if status == "failed" and not reason:
                 reason = "no reason given"
         is_baseline = bool(srv.get("baseline", b.get("baseline") is None and _looks_baseline(srv)))
@@ -90,7 +62,7 @@ def build_report(run_dir: Path | str) -> Report:
             status=status, reason=reason, metrics=dict(metrics),
             baseline_benchmark=b.get("baseline"),
         ))
-    _fill_speedups(rows)
+    _fill_speedups(rows, results)
 
     extra = sorted(set(results) - planned)
     if extra:
@@ -120,17 +92,14 @@ def _looks_baseline(srv: dict) -> bool:
     return (srv.get("params") or {}).get("algorithm") is None if srv else False
 
 
-def _fill_speedups(rows: list[PointRow]) -> None:
-    by_id = {r.benchmark: r for r in rows}
+def _fill_speedups(rows: list[PointRow], results: dict[str, ResultRow]) -> None:
+    """The result line's speedup; else the one ``specc.results.speedup`` computes."""
     for r in rows:
         given = r.metric("speedup")
         if r.status != "ok":
             r.speedup = None
-            continue
-        if given is not None:
+        elif given is not None:
             r.speedup = given
-            continue
-        base = by_id.get(r.baseline_benchmark) if r.baseline_benchmark else None
-        if base is not None and base.status == "ok" and r.output_tps is not None and base.output_tps:
-            r.speedup = r.output_tps / base.output_tps
-            r.speedup_computed = True
+        elif r.baseline_benchmark:
+            r.speedup = speedup(results[r.benchmark], results.get(r.baseline_benchmark))
+            r.speedup_computed = r.speedup is not None
