@@ -12,9 +12,9 @@ import time
 import httpx
 import pytest
 
-from specc.run.datasets import Prompt, load_prompts
-from specc.run.loadgen import (METRIC_KEYS, RequestRecord, _finish, percentile, run_load, 
-                           summarize)
+from specc.run.datasets import load_prompts
+from specc.run.loadgen import METRIC_KEYS, RequestRecord, percentile, run_load, summarize
+from specc.run.loadgen.sse import finish
 
 # =========================================================================== summarize
 
@@ -114,7 +114,7 @@ def test_finish_chat_times_and_usage():
         ts.append(1000.0 + i)
         offs.append(pos)
     rec = RequestRecord(start=999.5, requested_output_tokens=6)
-    _finish(rec, "chat", 200, body, ts, offs, None)
+    finish(rec, "chat", 200, body, ts, offs, None)
     assert rec.ok and rec.rid == "r1"
     assert rec.output_tokens == 6 and rec.chunk_count == 3
     assert rec.chunk_times == [1001.0, 1002.0, 1003.0]
@@ -128,7 +128,7 @@ def test_finish_generate_cumulative_text_and_split_reads():
     body = _sse(objs)
     ts, offs = _chunked_times(body, 7)
     rec = RequestRecord(start=999.0, requested_output_tokens=4)
-    _finish(rec, "generate", 200, body, ts, offs, None)
+    finish(rec, "generate", 200, body, ts, offs, None)
     assert rec.ok and rec.output_tokens == 4 and rec.chunk_count == 4 and rec.rid == "g"
     assert rec.chunk_times == sorted(rec.chunk_times)
 
@@ -137,18 +137,18 @@ def test_finish_failures():
     good = [{"id": "c", "choices": [{"text": "x"}]}]
     body = _sse(good, done=False)
     rec = RequestRecord(start=0.0, requested_output_tokens=1)
-    _finish(rec, "completions", 200, body, [1.0], [len(body)], None)
+    finish(rec, "completions", 200, body, [1.0], [len(body)], None)
     assert not rec.ok and "[DONE]" in rec.error
     body = _sse(good)
     rec = RequestRecord(start=0.0, requested_output_tokens=5)
-    _finish(rec, "completions", 200, body, [1.0], [len(body)], None)
+    finish(rec, "completions", 200, body, [1.0], [len(body)], None)
     assert not rec.ok and "short output" in rec.error
     rec = RequestRecord(start=0.0, requested_output_tokens=1)
-    _finish(rec, "completions", 503, b'{"error": "busy"}', [1.0], [17], None)
+    finish(rec, "completions", 503, b'{"error": "busy"}', [1.0], [17], None)
     assert not rec.ok and rec.error.startswith("HTTP 503")
     body = _sse([{"error": {"message": "boom"}}])
     rec = RequestRecord(start=0.0, requested_output_tokens=1)
-    _finish(rec, "chat", 200, body, [1.0], [len(body)], None)
+    finish(rec, "chat", 200, body, [1.0], [len(body)], None)
     assert not rec.ok and "boom" in rec.error
 
 
