@@ -60,13 +60,13 @@ def test_write_report_files(run_a):
     assert md.startswith("# Report: eagle3_sweep (engine: sim)\n")
     assert "## Concurrency 1 \u2014 random, in 1024 / out 256 tokens, 4 prompts" in md
     table_lines = [
-        "| config          |   output tok/s |   per-stream tok/s |   TTFT p50 / p99 (ms) |   ITL p50 / p99 (ms) |   accept length |   speedup | status   |",
-        "| baseline        |           82.5 |               82.5 |          45.0 / 112.5 |          12.1 / 36.3 |               \u2014 |     1.00x | ok       |",
-        "| EAGLE3 s3 k4 d8 |          165.0 |              165.0 |          52.5 / 131.2 |                    \u2014 |        3.10 (?) |     2.00x | ok       |",
-        "| EAGLE3 s3 k1 d4 |          150.0 |              150.0 |          51.2 / 128.1 |          27.0 / 81.0 |      2.41 (run) |     1.82x | ok       |",
-        "| EAGLE3 s3 k1 d4 |         1540.0 |               96.2 |        420.0 / 1050.0 |          33.0 / 99.0 |     2.53 (cum.) |     1.40x | ok       |",
-        "| EAGLE3 s2 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |               \u2014 |         \u2014 | FAILED   |",
-        "| EAGLE3 s3 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |               \u2014 |         \u2014 | pending  |",
+        "| config          |   output tok/s |   per-stream tok/s |   TTFT p50 / p99 (ms) |   ITL p50 / p99 (ms) |   chunk gap p50 / p99 (ms) |   accept length |   speedup | status   |",
+        "| baseline        |           82.5 |               82.5 |          45.0 / 112.5 |          12.1 / 36.3 |                12.1 / 36.3 |               \u2014 |     1.00x | ok       |",
+        "| EAGLE3 s3 k4 d8 |          165.0 |              165.0 |          52.5 / 131.2 |                    \u2014 |               93.8 / 281.3 |        3.10 (?) |     2.00x | ok       |",
+        "| EAGLE3 s3 k1 d4 |          150.0 |              150.0 |          51.2 / 128.1 |          27.0 / 81.0 |               65.1 / 195.2 |      2.41 (run) |     1.82x | ok       |",
+        "| EAGLE3 s3 k1 d4 |         1540.0 |               96.2 |        420.0 / 1050.0 |          33.0 / 99.0 |               83.5 / 250.5 |     2.53 (cum.) |     1.40x | ok       |",
+        "| EAGLE3 s2 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |                          \u2014 |               \u2014 |         \u2014 | FAILED   |",
+        "| EAGLE3 s3 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |                          \u2014 |               \u2014 |         \u2014 | pending  |",
     ]
     md_lines = md.splitlines()
     for line in table_lines:
@@ -87,20 +87,26 @@ def test_write_report_files(run_a):
     assert "## Pending (1)" in md and "kimi-eagle3-s3-k4-d8-4e5f6a-c16" in md
     assert "SPEC_TOPK1_DRAFT_TOKENS" in md
     assert "**speedup**: output throughput divided by the matched baseline" in md
+    assert "`*_itl_ms`: each chunk's gap spread over the tokens it brought" in md
 
     # CSV: one row per point, flat columns
     with open(run_a / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 8
     for col in ("benchmark", "label", "status", "reason", "speedup", "num_steps", "topk",
-                "num_draft_tokens", "concurrency", "output_throughput", "median_ttft_ms", "accept_length"):
+                "num_draft_tokens", "concurrency", "output_throughput", "median_ttft_ms", "accept_length",
+                "median_itl_ms", "p99_chunk_gap_ms"):
         assert col in rows[0], col
+    cols = list(rows[0])   # bench_serving's per-token ITL, then the chunk gap a client sees
+    assert cols.index("p99_itl_ms") < cols.index("mean_chunk_gap_ms") < cols.index("mean_tpot_ms")
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(failed) == 1 and "died mid-run" in failed[0]["reason"]
 
     # JSON: rows + summary
     js = json.loads((run_a / "report.json").read_text())
     assert len(js["rows"]) == 8
+    assert {r["benchmark"]: r.get("median_chunk_gap_ms") for r in js["rows"]}[
+        "kimi-eagle3-s3-k1-d4-3f9a2c-c1"] == pytest.approx(27.0 * 2.41)
     assert js["summary"]["ok"] == 6 and js["summary"]["pending"] == 1
     assert {b["concurrency"]: b["label"] for b in js["summary"]["best"]} == {1: "EAGLE3 s3 k4 d8", 16: "EAGLE3 s3 k1 d4"}
 

@@ -17,15 +17,18 @@ from specc.report.model import (DASH, Best, Group, PointRow, Report, _conc_text,
 _METRIC_ORDER = [
     "completed", "duration", "request_throughput", "output_throughput", "total_throughput",
     "per_stream_output_throughput", "accept_length", "accept_length_scope",
-] + [f"{stat}_{m}_ms" for m in ("ttft", "itl", "tpot", "e2e_latency")
+] + [f"{stat}_{m}_ms" for m in ("ttft", "itl", "chunk_gap", "tpot", "e2e_latency")
      for stat in ("mean", "median", "p90", "p99")]
 
 NOTES = [
     "**output tok/s**: generated tokens per second over the whole benchmark (all streams).",
     "**per-stream tok/s**: decode speed one request sees (`per_stream_output_throughput`; "
     "when absent, 1000 / mean TPOT).",
-    "**TTFT / ITL p50 / p99**: median and 99th percentile time to first token and "
-    "inter-token latency, in ms.",
+    "**TTFT / ITL / chunk gap p50 / p99**: median and 99th percentile, in ms, of the time to "
+    "first token; of the inter-token latency as SGLang's `bench_serving` computes it "
+    "(`*_itl_ms`: each chunk's gap spread over the tokens it brought, so per token); and "
+    "of the gap between the chunks a client sees arrive (`*_chunk_gap_ms`), "
+    "tokens-per-chunk (about the accept length) times the ITL on a speculative server.",
     "**speedup**: output throughput divided by the matched baseline's output throughput "
     "(same model, hardware, dataset and concurrency); " + DASH + " when either is unknown.",
     "**accept length**: mean tokens accepted per target forward pass. "
@@ -36,8 +39,9 @@ NOTES = [
 
 
 _TABLE_HEAD = ["config", "output tok/s", "per-stream tok/s", "TTFT p50 / p99 (ms)",
-               "ITL p50 / p99 (ms)", "accept length", "speedup", "status"]
-_TABLE_ALIGN = ("left", "right", "right", "right", "right", "right", "right", "left")
+               "ITL p50 / p99 (ms)", "chunk gap p50 / p99 (ms)", "accept length", "speedup",
+               "status"]
+_TABLE_ALIGN = ("left", "right", "right", "right", "right", "right", "right", "right", "left")
 
 
 def _status_text(r: PointRow) -> str:
@@ -47,14 +51,15 @@ def _status_text(r: PointRow) -> str:
 def _point_cells(r: PointRow) -> list[str]:
     m = r.metrics
     if r.status != "ok":
-        out, per, ttft, itl, acc, sp = (DASH,) * 6
+        out, per, ttft, itl, gap, acc, sp = (DASH,) * 7
     else:
         out, per = fmt_tps(r.output_tps), fmt_tps(r.per_stream_tps)
         ttft = fmt_pair(m.get("median_ttft_ms"), m.get("p99_ttft_ms"))
         itl = fmt_pair(m.get("median_itl_ms"), m.get("p99_itl_ms"))
+        gap = fmt_pair(m.get("median_chunk_gap_ms"), m.get("p99_chunk_gap_ms"))
         acc = DASH if r.is_baseline else r.accept_text
         sp = "1.00x" if r.is_baseline else fmt_speedup(r.speedup)
-    return [r.label, out, per, ttft, itl, acc, sp, _status_text(r)]
+    return [r.label, out, per, ttft, itl, gap, acc, sp, _status_text(r)]
 
 
 def _table(rows: list[list[str]], head: list[str], align: tuple, fmt: str) -> str:

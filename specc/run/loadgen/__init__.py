@@ -4,7 +4,8 @@ Streams requests to an engine's OpenAI-compatible endpoints (``/v1/chat/completi
 ``/v1/completions``) or SGLang's native ``/generate``, at a fixed concurrency cap
 and/or a Poisson request rate, after a few sequential warm-up requests that are
 excluded from the metrics.  Metrics are named as SGLang's ``bench_serving``
-names them (see ``summarize``), plus specc's per-stream decode tokens/s.
+names them, with its meanings (see ``metrics``: ``itl`` is per token), plus
+specc's per-stream decode tokens/s and the gap between chunks (``chunk_gap``).
 
 Timing.  Every timestamp is epoch seconds (comparable with the simulator's
 ground truth).  On 2 cores with 64 streams, the client's own per-chunk work

@@ -1,4 +1,11 @@
-"""bench_serving's metrics over the request records (pure functions)."""
+"""bench_serving's metrics over the request records (pure functions).
+
+Two views of the time between tokens, both named: ``itl`` is bench_serving's
+(sglang 0.5.23, ``sglang/benchmark/serving.py``): a chunk's gap spread evenly
+over the tokens it brought, one value per token, so on a speculative server
+it is per token, not per forward pass.  ``chunk_gap`` is the time between the
+chunks a user sees arrive, about accept-length times larger there.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ import math
 
 from specc.run.loadgen.records import RequestRecord
 
-_STATS = ("ttft", "itl", "tpot", "e2e_latency")
+_STATS = ("ttft", "itl", "chunk_gap", "tpot", "e2e_latency")
 _PCTS = (("median", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
 METRIC_KEYS: tuple[str, ...] = (
     "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
@@ -15,6 +22,34 @@ METRIC_KEYS: tuple[str, ...] = (
     "per_stream_output_throughput", "median_per_stream_output_throughput",
     "concurrency", "mean_concurrency", "max_concurrent_requests",
 )
+
+
+def per_token_itls(times: list[float], counts: list[int]) -> list[float]:
+    """bench_serving's ``itl`` list of one stream, from the time and cumulative token
+    count of each chunk that carried output: the first chunk is TTFT; a later one
+    with n new tokens adds n values of (gap since the last counted chunk) / n; one
+    with no new tokens is skipped (its gap rolls into the next), as bench_serving does."""
+    out: list[float] = []
+    if not times:
+        return out
+    last_t, last_n = times[0], counts[0]
+    for t, n in zip(times[1:], counts[1:]):
+        new = n - last_n
+        if new <= 0:
+            continue
+        out.extend([(t - last_t) / new] * new)
+        last_t, last_n = t, n
+    return out
+
+
+def spread_itls(chunk_gaps: list[float], output_tokens: int) -> list[float]:
+    """Per-token ITL when the server does not count tokens per chunk: each gap over the
+    stream's mean tokens per chunk after the first (taken as one token); their mean
+    is still the stream's decode time per token."""
+    if not chunk_gaps:
+        return []
+    per_chunk = max(1.0, (output_tokens - 1) / len(chunk_gaps))
+    return [g / per_chunk for g in chunk_gaps]
 
 
 
@@ -69,9 +104,11 @@ def summarize(records: list[RequestRecord], duration_s: float, *,
     m["output_throughput"] = rate(tout)
     m["total_throughput"] = rate(tin + tout)
     itls = [x for r in ok for x in r.itls]
+    gaps = [x for r in ok for x in r.chunk_gaps]
     tpots = [t for t in (r.tpot for r in ok) if t is not None]
     _stats_ms("ttft", [r.ttft for r in ok], m)
     _stats_ms("itl", itls, m)
+    _stats_ms("chunk_gap", gaps, m)
     _stats_ms("tpot", tpots, m)
     _stats_ms("e2e_latency", [r.e2e_latency for r in ok], m)
     per_stream = sorted((r.output_tokens - 1) / (r.e2e_latency - r.ttft) for r in ok

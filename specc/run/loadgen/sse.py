@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from specc.run.loadgen.metrics import per_token_itls, spread_itls
 from specc.run.loadgen.records import RequestRecord
 
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
@@ -14,7 +15,13 @@ API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions",
 
 def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
            ts: list[float], offs: list[int], fail: str | None) -> None:
-    """Fill ``rec`` from a complete (or broken) response body and its read times."""
+    """Fill ``rec`` from a complete (or broken) response body and its read times.
+
+    Per-token ITL counts tokens as bench_serving does: /generate's cumulative
+    ``meta_info.completion_tokens`` on every chunk with text; on the OpenAI APIs
+    the per-chunk ``usage`` that ``continuous_usage_stats`` asks for (bench_serving
+    re-tokenizes the chunk's text instead; specc has no tokenizer).  A stream
+    without per-chunk counts gets ``spread_itls``."""
     rec.status = status
     if ts:
         rec.end = ts[-1]
@@ -24,7 +31,10 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
         text = bytes(body[:300]).decode("utf-8", "replace").strip().replace("\n", " ")
         rec.error = fail or f"HTTP {status}: {text[:200]}"
         return
-    chunk_times: list[float] = []
+    chunk_times: list[float] = []     # content chunks (new text): what a user sees
+    chunk_counts: list = []           # ... and the cumulative tokens at each (None: unknown)
+    tok_times: list[float] = []       # chunks bench_serving's ITL counts, and their counts
+    tok_counts: list = []
     usage_tokens = None
     done = False
     err = None
@@ -67,15 +77,20 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
             if ct is not None:
                 usage_tokens = ct
             text = obj.get("text") or ""
+            if text:
+                tok_times.append(ts[k])
+                tok_counts.append(ct)
             if len(text) > prev_len:
                 prev_len = len(text)
                 chunk_times.append(ts[k])
+                chunk_counts.append(ct)
             continue
         if rec.rid is None:
             rec.rid = obj.get("id")
         usage = obj.get("usage")
+        ct = None
         if usage and usage.get("completion_tokens") is not None:
-            usage_tokens = usage["completion_tokens"]
+            usage_tokens = ct = usage["completion_tokens"]
         choices = obj.get("choices")
         if choices:
             c0 = choices[0]
@@ -86,13 +101,21 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
                 content = c0.get("text")
             if content:
                 chunk_times.append(ts[k])
+                chunk_counts.append(ct)
+                tok_times.append(ts[k])
+                tok_counts.append(ct)
     rec.chunk_times = chunk_times
     rec.chunk_count = len(chunk_times)
     rec.output_tokens = usage_tokens if usage_tokens is not None else len(chunk_times)
     if chunk_times:
         rec.first_token_t = chunk_times[0]
         rec.ttft = chunk_times[0] - rec.start
-        rec.itls = [b - a for a, b in zip(chunk_times, chunk_times[1:])]
+        rec.chunk_gaps = [b - a for a, b in zip(chunk_times, chunk_times[1:])]
+        if None in tok_counts or None in chunk_counts:
+            rec.itls = spread_itls(rec.chunk_gaps, rec.output_tokens)
+        else:
+            rec.itls = per_token_itls(tok_times, tok_counts)
+            rec.chunk_tokens = [b - a for a, b in zip([0] + chunk_counts, chunk_counts)]
     rec.e2e_latency = rec.end - rec.start
     if fail:
         rec.error = fail
@@ -116,7 +139,9 @@ def request_body(api: str, model: str, text: str, max_tokens: int) -> bytes:
                 "stream": True}
     else:
         body = {"model": model, "max_tokens": max_tokens, "stream": True,
-                "stream_options": {"include_usage": True}, "ignore_eos": True,
+                # per-chunk usage: the tokens each chunk brought, for per-token ITL
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "ignore_eos": True,
                 "temperature": 0}
         if api == "chat":
             body["messages"] = [{"role": "user", "content": text}]
