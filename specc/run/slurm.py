@@ -27,6 +27,7 @@ import fcntl
 import getpass
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,6 +157,7 @@ class Job:
     reason: str = ""
     submitted_at: float | None = None
     started_at: float | None = None
+    ended_at: float | None = None   # when the driver saw it end
     cancelled_by: str | None = None
     done: bool = False
     exit_code: str | None = None
@@ -164,7 +166,8 @@ class Job:
     def record(self) -> dict:
         return {"id": self.id, "state": self.state, "nodes": self.nodes, "reason": self.reason,
                 "servers": self.servers, "submitted_at": self.submitted_at,
-                "started_at": self.started_at, "cancelled_by": self.cancelled_by,
+                "started_at": self.started_at, "ended_at": self.ended_at,
+                "cancelled_by": self.cancelled_by,
                 "done": self.done, "exit_code": self.exit_code}
 
 
@@ -277,7 +280,7 @@ class Driver:
         if r.returncode == 0 and r.stdout.strip():
             job.id = r.stdout.strip().split(";")[0]
             job.state, job.submitted_at, job.reason = "PENDING", self.now(), ""
-            job.cancelled_by, job.done, job.started_at = None, False, None
+            job.cancelled_by, job.done, job.started_at, job.ended_at = None, False, None, None
             job.seen.clear()
             for sid in job.servers:
                 self.state.start(sid, status="pending", job=job.name, job_id=job.id)
@@ -343,7 +346,7 @@ class Driver:
         """The job ended: last rows merged, then its unfinished points get the verdict."""
         self.follow_files(job)
         self.merge(job, force=True)
-        job.state = verdict
+        job.state, job.ended_at = verdict, job.ended_at or self.now()
         if job.cancelled_by in STOPPED_BY_US:
             job.done = True   # we stopped it: its points are left for a rerun
             for sid in job.servers:
@@ -399,6 +402,7 @@ class Driver:
     def end(self, job: Job, verdict: str, reason: str) -> None:
         """Fail what the job left unfinished, with the reason."""
         job.state, job.done, job.reason = verdict, True, reason
+        job.ended_at = job.ended_at or self.now()
         left = self.unfinished(job)
         self.progress.log(f"job {job.id or '-'} {job.name}: {reason}"
                           + (f"; {len(left)} point(s) failed" if left else ""))
@@ -452,6 +456,7 @@ class Driver:
             self.merge(j, force=True)
             q = queue.get(j.id)
             j.state = q.state if q else "CANCELLED"
+            j.ended_at = j.ended_at or self.now()
             if not j.done:   # stopped by us: unfinished points are left for a rerun
                 j.done = True
                 for sid in j.servers:
@@ -606,6 +611,12 @@ def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: boo
     from specc.run.progress import SweepProgress
 
     run_dir = Path(run_dir).resolve()
+    missing = [c for c in ("sbatch", "squeue", "scancel") if not shutil.which(c)]
+    if missing:
+        print(f"error SLURM_UNAVAILABLE at cluster.name: {', '.join(missing)} not found on PATH "
+              "(fix: run this on a Slurm login node, or compile with cluster=local)",
+              file=sys.stderr)
+        return exits.INVALID
     if plan.errors:
         print(f"error PLAN_HAS_ERRORS: the plan holds {len(plan.errors)} error(s): "
               + "; ".join(d["message"] for d in plan.errors), file=sys.stderr)
