@@ -160,12 +160,13 @@ def report(c, run):
     print(f"combined report: {combine_reports(d, jobs)}")
 
 
-@task(help={"only": "compile, sim, loadgen, executor (default: all)"})
+@task(help={"only": "compile, sim, loadgen, executor, slurm (default: all)"})
 def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures the README quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
-               "executor": "benchmarks/executor_timing.py"}
+               "executor": "benchmarks/executor_timing.py",
+               "slurm": "benchmarks/slurm_speed.py"}
     if not any(Path(script).exists() for script in scripts.values()):
         raise Exit("error: no benchmarks/ here: the benchmarks ship with the source, run this "
                    "in a checkout", code=2)

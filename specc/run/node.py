@@ -38,7 +38,7 @@ from pathlib import Path
 
 from specc import exits
 from specc.plan import Plan, Server
-from specc.results import ResultLog
+from specc.results import ResultLog, parse_rows
 from specc.run.state import RunState
 
 #: Exit code of a job its node entry crashed in (a traceback is in the job's log).
@@ -54,19 +54,14 @@ def state_path(run_dir: Path, job: str) -> Path:
 
 
 def read_rows(path: Path) -> dict[str, dict]:
-    """Rows of a results file someone else writes: complete lines only, nothing truncated."""
+    """Rows of a results file another process writes: complete lines only, nothing cut
+    (ResultLog would truncate a partial last line: right for its own file only)."""
     try:
         data = Path(path).read_bytes()
     except OSError:
         return {}
-    rows = {}
-    for line in data[: data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines():
-        try:
-            row = json.loads(line)
-            rows[row["benchmark"]] = row
-        except (ValueError, KeyError, TypeError):
-            continue
-    return rows
+    rows, _ = parse_rows(data[: data.rfind(b"\n") + 1].decode("utf-8", "replace"), Path(path).name)
+    return {k: r.to_json() for k, r in rows.items()}
 
 
 class JobResults(ResultLog):
@@ -79,6 +74,7 @@ class JobResults(ResultLog):
     def __init__(self, run_dir: Path, server_ids, stopping=lambda: False):
         self.path = Path(run_dir) / "results.jsonl"
         self.stopping = stopping
+        self.warnings: list[str] = []
         self.own = {sid: ResultLog(results_path(run_dir, sid)) for sid in server_ids}
         self.rows = {}
         for b, row in read_rows(self.path).items():

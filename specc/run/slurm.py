@@ -38,9 +38,9 @@ from pathlib import Path
 from specc import exits
 from specc.files import atomic_write
 from specc.plan import Plan
-from specc.results import ResultLog
+from specc.results import ResultLog, with_speedup
 from specc.run.node import read_rows, results_path, state_path
-from specc.run.point import failed_row, with_speedup
+from specc.run.point import failed_row
 from specc.run.state import RunState
 
 #: Job states after which nothing more happens to a job.
@@ -362,6 +362,8 @@ class Driver:
             self._save()
             return
         left = self.unfinished(job)
+        if verdict == "FAILED" and job.exit_code is None:
+            job.exit_code = (sacct([job.id]).get(job.id) or (None, None))[1]
         if verdict == "COMPLETED" and not left:
             job.done = True
             self.progress.log(f"job {job.id} {job.name}: completed")
@@ -526,8 +528,9 @@ class Driver:
             for j in live:
                 if j.state not in ("PENDING", "UNSUBMITTED"):
                     self.follow_files(j)
-            ended = [j for j in live if self._node_finished(j)]
-            if time.monotonic() - last_poll >= self.poll_s or ended:
+            # a job whose node entry has ended is asked about every tick until Slurm agrees
+            ending = [j for j in live if self._node_finished(j)]
+            if time.monotonic() - last_poll >= (TICK_S if ending else self.poll_s):
                 last_poll = time.monotonic()
                 try:
                     self.poll(squeue({j.id for j in live}))
@@ -544,9 +547,9 @@ class Driver:
         return exits.OK if not bad and not missing else exits.FAILED
 
     def _node_finished(self, job: Job) -> bool:
-        """The node entry wrote its end: ask Slurm now rather than at the next poll."""
+        """The node entry wrote its end (Slurm's verdict follows within moments)."""
         if job.seen.get("_ended"):
-            return False
+            return True
         try:
             ex = json.loads(state_path(self.run_dir, job.name).read_text()).get("executor") or {}
         except (OSError, ValueError):
