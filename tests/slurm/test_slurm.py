@@ -306,3 +306,21 @@ def test_inv_down_cancels_a_run_left_without_its_driver_and_verifies(cluster, tm
     assert again.returncode == 0 and "no Slurm job running" in again.stdout
     assert not any(r["status"] == "failed" for r in rows(run_dir))
     assert plan
+
+
+def test_pack_runs_a_waves_servers_side_by_side_in_one_job(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    llama = ["model_pair=llama3_8b_eagle3"] + THREE[1:]
+    plan = compile_slurm(run_dir, llama + ["hardware.tp=1", "cluster.pack=true"])
+    assert len(plan["cluster"]["jobs"]) == 1 and len(plan["cluster"]["jobs"][0]["servers"]) == 3
+    code, out = run_driver(run_dir)
+    assert code == 0, out[-3000:]
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "ok" for r in got.values())
+    (name, job), = jobs(run_dir).items()
+    node = json.loads((run_dir / "slurm" / "state" / f"{name}.json").read_text())["servers"]
+    gpus = [tuple(s["gpus"]) for s in node.values()]
+    assert len(gpus) == 3 and len(set(gpus)) == 3   # each its own GPU of the job's three
+    spans = sorted((s["started_at"], s["stopped_at"]) for s in node.values())
+    assert all(a[1] > b[0] for a, b in zip(spans, spans[1:]))   # side by side
+    assert_no_process_left(run_dir)
