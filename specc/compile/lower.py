@@ -107,8 +107,9 @@ def _get(tree: dict, path: str):
 
 def _spec_for(sections: dict) -> ServerSpec:
     mp = sections["model_pair"]
-    target = facts_mod.resolve(mp["target"], "model_pair.target")
-    draft = facts_mod.resolve(mp["draft"], "model_pair.draft") if mp.get("draft") else None
+    context = get_engine(sections["engine"]["name"]).derived_context_length
+    target = facts_mod.resolve(mp["target"], "model_pair.target", context)
+    draft = facts_mod.resolve(mp["draft"], "model_pair.draft", context) if mp.get("draft") else None
     return ServerSpec(target=target, draft=draft, **sections)
 
 
