@@ -52,7 +52,7 @@ def _hydra_error_line(exc: BaseException, argv=()) -> str:
                        if a.lstrip("+").startswith("engine=")), "sglang")   # config.yaml's default
         given = next((a.split("=", 1)[1] for a in argv
                       if a.split("=", 1)[0].lstrip("+~") == key and "=" in a), None)
-        other = schema._engine_key(chosen, key.split(".")[1], key, given) \
+        other = schema.other_engine_key(chosen, key.split(".")[1], key, given) \
             if key.startswith("engine.") and key.count(".") == 1 else None
         if other is not None:
             return other.line()

@@ -251,7 +251,7 @@ def _value(value) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _engine_key(chosen: str, key: str, where: str, value=None, *, swept: bool = False):
+def other_engine_key(chosen: str, key: str, where: str, value=None, *, swept: bool = False):
     """A key the chosen engine does not have but another does: name that engine and the
     chosen engine's equivalent. None if no engine has the key."""
     owners = [n for n, sch in ENGINE_SCHEMAS.items() if key in sch["properties"]]
@@ -278,7 +278,7 @@ def _diagnostics(err) -> list[Diagnostic]:
             where = f"{path}.{key}" if path else key
             found = None
             if path == "engine":
-                found = _engine_key(err.instance.get("name"), key, where, err.instance.get(key))
+                found = other_engine_key(err.instance.get("name"), key, where, err.instance.get(key))
             out.append(found or error(code, where, "unknown key", _hint(err)))
         return out
     message, hint = err.message, _hint(err)
@@ -341,7 +341,7 @@ def check_sweep(config: dict) -> list[Diagnostic]:
             continue
         for key in keys:
             if chosen in ENGINE_SCHEMAS and key not in ENGINE_SCHEMAS[chosen]["properties"]:
-                found = _engine_key(chosen, key, where, swept=True)
+                found = other_engine_key(chosen, key, where, swept=True)
                 if found:
                     out.append(found)
     axes = [str(a) for a in sweep]
