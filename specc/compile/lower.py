@@ -290,9 +290,11 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             id=sid, label=_label(spec, engine, entry["axes"]), baseline=not spec.speculative,
             params=_params(spec, entry["axes"]), host=host, port=port, gpus=gpus, wave=wave,
             argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"), port=port)),
-            env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
+            env=env, log=f"servers/{sid}.log", readiness=readiness,
+            cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
+            secrets=tuple(secrets)))
         baseline_key = _canonical(_server_key(_baseline_of(entry["sections"])))
-        run_s = readiness["estimated_start_s"]
+        run_s = readiness.estimated_start_s
         estimate = _point_estimator(spec)
         sid_json = json.dumps(sid)
         for bench, ckey, ckey_json in client_keys:
@@ -330,9 +332,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         dropped=tuple(dropped),
         engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
                      "uses_gpus": engine.uses_gpus,
-                     "health_timeout_s": engine.health_timeout_s,
-                     "flush_cache_path": engine.flush_cache_path,
-                     "accept_length_source": engine.accept_length_source},
+                     "health_timeout_s": engine.health_timeout_s},
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates, "wall_s": round(sum(waves.values()), 1),
