@@ -14,8 +14,9 @@ and printed as medians/max:
    (its traceback; the process exits right after), crash@load_weights and
    crash@capture_cuda_graph on N packed servers.           target: <= 1 s
 3. zombie detection: `failed_at` minus the instant the "Capture draft cuda graph
-   begin" line was written (a 2 ms log watcher, independent of the executor),
-   minus the phase budget, hang@capture_draft_cuda_graph.  target: <= 1 s
+   begin" line (the last before the hang) was written (a 2 ms log watcher,
+   independent of the executor), minus the phase budget: a stall is a log
+   silent for the budget; hang@capture_draft_cuda_graph.    target: <= 1 s
 4. sweep overhead: a sequential sweep (TP 8: one server per wave, three servers,
    two points each): wall time of the run vs the sum of each server's start
    time (started_at -> ready_at) and its points' client durations; each server
@@ -170,8 +171,8 @@ def zombie(root: Path, n: int) -> dict:
     st = state(run_dir)["servers"]
     over, named = [], True
     for s in plan.servers:
-        budget = next(p["budget_s"] for p in s.readiness["phases"]
-                      if p["name"] == "capture_draft_cuda_graph")
+        budget = next(p.budget_s for p in s.readiness.phases
+                      if p.name == "capture_draft_cuda_graph")
         began = watcher.seen.get(run_dir / s.log)
         named &= "stalled in capture_draft_cuda_graph" in st[s.id]["reason"]
         if began is not None:
