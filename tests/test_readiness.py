@@ -222,6 +222,16 @@ def test_a_later_phases_marker_advances_to_it_and_says_it_is_a_guess():
     assert changed.label == "capture_draft_decode_cuda_graph"   # the next one: known again
 
 
+def test_any_of_a_phases_patterns_begins_it_each_with_its_own_flags():
+    plan = _plan([Phase(name="capture_cuda_graph", end=(), estimate_s=1.5, budget_s=120.0,
+                        begin=(r"(?i)Capture cuda graph begin",
+                               r"(?i)Capture target (decode |verify )?CUDA graph begin"))])
+    for line in ("Capture cuda graph begin. This can take up to several minutes.",
+                 "Capture target verify CUDA graph begin. backend=flashinfer"):
+        m = Startup(plan, 0.0)
+        assert m.line(1.0, line) == [PhaseChanged("capture_cuda_graph", False, 1.0)]
+
+
 def test_a_plain_adapter_string_is_a_literal_and_a_list_holds_regexes():
     from specc.engines.base import patterns
 

@@ -79,14 +79,13 @@ def phase_label(name: str, guess: bool) -> str:
     return f"{name} (?)" if guess else name
 
 
-def _compile(patterns) -> re.Pattern | None:
-    """Several regexes as one (None: no pattern, matches nothing)."""
-    patterns = list(patterns)
-    return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+def _compile(patterns) -> tuple[re.Pattern, ...]:
+    """Each regex on its own (one may carry a global flag such as `(?i)`)."""
+    return tuple(re.compile(p) for p in patterns)
 
 
-def _hit(rx: re.Pattern | None, line: str) -> bool:
-    return rx is not None and rx.search(line) is not None
+def _hit(rxs: tuple[re.Pattern, ...], line: str) -> bool:
+    return any(rx.search(line) for rx in rxs)
 
 
 class Startup:
