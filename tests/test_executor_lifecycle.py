@@ -111,5 +111,7 @@ def test_readiness_never_declared_before_the_true_ready_instant(run):
         truth = run["ready"][s["port"]]
         ready_at = run["state"]["servers"][s["id"]]["ready_at"]
         lags.append(ready_at - truth)
-    assert min(lags) >= 0, lags    # never "ready" before the server was
-    # how soon after: benchmarks/executor_timing.py (a timing target, not a unit test)
+    # Order, not timing: never "ready" before the server was.  SGLang 0.5.23's
+    # /health_generate takes >= 1 s (it polls once a second), and so does the
+    # simulator's; the figures are in benchmarks/executor_timing.py.
+    assert min(lags) >= 0, lags

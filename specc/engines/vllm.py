@@ -52,6 +52,7 @@ class VLLM(Engine):
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
     flush_cache_path = "/reset_prefix_cache"
     algorithm_targets = {"EAGLE3": EAGLE3_TARGETS}
+    target_unsupported_fix = "use engine=sglang for this pair"
 
     def speculative_config(self, spec) -> dict | None:
         if not spec.speculative:
@@ -83,6 +84,11 @@ class VLLM(Engine):
              json.dumps(sc, sort_keys=True, separators=(",", ":")) if sc else None),
         ])
         return args + [str(a) for a in eng.get("extra_args") or []]
+
+    def derived_context_length(self, model_config):
+        # vLLM's own derivation is not modelled yet: SGLang's rule, as before this method.
+        from .sglang import derived_context_length
+        return derived_context_length(model_config)
 
     def memory_fraction(self, spec):
         return float(spec.engine.get("gpu_memory_utilization", 0.9)), "engine.gpu_memory_utilization"
