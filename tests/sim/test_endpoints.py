@@ -202,7 +202,7 @@ def test_decode_log_line(shared_sim):
 
 
 def _counters(url: str) -> dict:
-    from specc.engines.base import prometheus_values
+    from specc.run.acceptance import prometheus_values
     return prometheus_values(httpx.get(url + "/metrics").text)
 
 
