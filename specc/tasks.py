@@ -38,13 +38,14 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
             "retry_failed": "forget failed points first so they run again"})
 def run(c, plan, retry_failed=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
+    from specc.compile.sbatch import read_cluster
     from specc.run.executor import execute_plan
     from specc.plan import Plan
 
     path = Path(plan)
     try:
         p = Plan.load(path)
-        cluster = json.loads(path.read_text()).get("cluster")
+        cluster = read_cluster(path)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
     if cluster and cluster.get("name") == "slurm":

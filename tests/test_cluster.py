@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import compose_config
-from specc.compile.cluster import (CLUSTER_RULES, compile_cluster, format_time_limit, jobs,
+from specc.compile.cluster import (CLUSTER_RULES, format_time_limit,
                                    parse_time_limit)
 from specc.compile.emit import write_outputs
 from specc.compile.pipeline import compile_config
-from specc.compile.sbatch import script
+from specc.compile.sbatch import read_cluster, script
 from specc.config import schema
 from specc.plan import Plan
 from specc.run.node import JobResults, on_node, read_rows, results_path
@@ -122,9 +122,23 @@ def test_the_review_shows_each_job(sweep, tmp_path):
     assert "## Slurm jobs" in text
     for job in sweep.cluster["jobs"]:
         assert job["name"] in text.split("## Slurm jobs")[1] and job["time_limit"] in text
-    data = json.loads((tmp_path / "plan.json").read_text())
-    assert data["cluster"]["jobs"] == sweep.cluster["jobs"]
-    assert Plan.from_json(data) == sweep.plan   # the executor reads it unchanged
+    assert read_cluster(tmp_path / "plan.json")["jobs"] == sweep.cluster["jobs"]
+    assert Plan.load(tmp_path / "plan.json") == sweep.plan   # plan.json is the plan, unchanged
+
+
+def test_a_cluster_file_of_another_plan_is_refused(sweep, tmp_path):
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+    other = compile_config(compose_config(SLURM + ["benchmark.output_len=64"]))
+    (tmp_path / "plan.json").write_text(other.plan.dumps())
+    with pytest.raises(ValueError, match="another plan.json"):
+        read_cluster(tmp_path / "plan.json")
+
+
+def test_a_local_plan_compiled_over_a_slurm_run_dir_runs_locally(sweep, tmp_path):
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+    local = compile_config(compose_config(["+experiment=eagle3_sweep"]))
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t", cluster=local.cluster)
+    assert read_cluster(tmp_path / "plan.json") is None
 
 
 # ----------------------------------------------------------------------------- scripts
@@ -169,7 +183,8 @@ def test_the_script_hands_every_value_over_exactly(tmp_path, image):
     done = subprocess.run(["bash", "run.sbatch"], cwd=run_dir, env=env, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
-    node = ["-m", "specc.run.node", "--plan", "plan.json", "--server", job["servers"][0]]
+    node = ["-m", "specc.run.node", "--plan", "plan.json", "--job", job["name"],
+            "--server", job["servers"][0]]
     if image is None:
         assert json.loads(python.read_text()) == node
     else:

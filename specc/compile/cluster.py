@@ -1,6 +1,6 @@
 """Where the plan runs: the Slurm jobs a `cluster=slurm` plan submits, and the rules on them.
 
-Pure (config + Plan in, a plan.json `cluster` section and diagnostics out).
+Pure (config + Plan in, the `cluster` section of slurm/cluster.json and diagnostics out).
 `cluster=local` has no section: the executor runs the waves on this machine.
 With `cluster=slurm` each server and its points are one job (or, with `pack`,
 each wave is one job: its servers fit one node with disjoint GPUs and ports),
@@ -63,9 +63,9 @@ def job_name(plan: Plan, wave: int | None, server_ids: list[str]) -> str:
 def _need_s(plan: Plan, server) -> tuple[float, float]:
     """(readiness deadline, points' estimated time) of one server, in seconds."""
     est = plan.estimates.get("servers_s", {}).get(server.id)
-    start = server.readiness.get("estimated_start_s") or 0.0
+    start = server.readiness.estimated_start_s or 0.0
     points = max(0.0, (est - start)) if est is not None else 0.0
-    return float(server.readiness["deadline_s"]), points
+    return float(server.readiness.deadline_s), points
 
 
 def jobs(cluster: dict, plan: Plan) -> list[dict]:
@@ -162,7 +162,7 @@ CLUSTER_RULES = (slurm_nodes, slurm_gpus_per_node, slurm_time_limit)
 
 
 def compile_cluster(cfg: dict, plan: Plan) -> tuple[dict | None, list[Diagnostic]]:
-    """(plan.json's `cluster` section or None for local, diagnostics)."""
+    """(the cluster section, written to slurm/cluster.json, or None for local; diagnostics)."""
     cluster = cfg.get("cluster") or {"name": "local"}
     if cluster["name"] != "slurm":
         return None, []

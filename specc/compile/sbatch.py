@@ -9,6 +9,8 @@ would split); everything the shell reads is quoted.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from pathlib import Path
 
@@ -54,7 +56,7 @@ def script(plan: Plan, cluster: dict, job: dict) -> str:
         "# each finished point is appended (fsynced) to slurm/results/<server>.jsonl, which the",
         "# driver merges into results.jsonl.",
     ]
-    node = ["-m", "specc.run.node", "--plan", "plan.json"]
+    node = ["-m", "specc.run.node", "--plan", "plan.json", "--job", job["name"]]
     for sid in job["servers"]:
         node += ["--server", sid]
     if cluster.get("container_image"):
@@ -94,7 +96,36 @@ def review_section(plan: Plan, cluster: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_scripts(run_dir: Path, plan: Plan, cluster: dict) -> None:
+def cluster_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "slurm" / "cluster.json"
+
+
+def plan_digest(plan_json: str) -> str:
+    return hashlib.sha256(plan_json.encode()).hexdigest()
+
+
+def write_cluster(run_dir: Path, plan: Plan, cluster: dict | None, plan_json: str) -> None:
+    """slurm/cluster.json (the jobs, tied to this plan.json by its digest) and the scripts;
+    for a local plan, no cluster.json (an earlier compile's would send this plan to Slurm)."""
+    if not cluster:
+        cluster_path(run_dir).unlink(missing_ok=True)
+        return
     (run_dir / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
     for job in cluster["jobs"]:
         atomic_write(run_dir / job["script"], script(plan, cluster, job), mode=0o755)
+    atomic_write(cluster_path(run_dir), json.dumps(
+        {**cluster, "plan_sha256": plan_digest(plan_json)}, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_cluster(plan_path: Path) -> dict | None:
+    """The cluster section beside a plan.json, or None (a local plan). ValueError when it
+    was compiled for another plan.json than the one beside it."""
+    path = cluster_path(Path(plan_path).parent)
+    try:
+        cluster = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    if cluster.get("plan_sha256") != plan_digest(Path(plan_path).read_text()):
+        raise ValueError(f"{path} was written for another plan.json than {plan_path}: "
+                         "compile the experiment again")
+    return cluster

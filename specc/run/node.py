@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -212,20 +211,21 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", required=True)
     ap.add_argument("--server", action="append", required=True,
                     help="a server of the plan (repeat for a packed job)")
-    ap.add_argument("--job", help="the job's name in the plan (default: the first server's job)")
+    ap.add_argument("--job", help="the job's name (its state file: slurm/state/JOB.json; "
+                                  "default: the first server's id)")
     args = ap.parse_args(argv)
     path = Path(args.plan).resolve()
-    data = json.loads(path.read_text())
-    plan = Plan.from_json(data)
+    try:
+        plan = Plan.load(path)
+    except (OSError, ValueError) as e:
+        print(f"error PLAN_UNREADABLE at {args.plan}: {e}", file=sys.stderr)
+        return exits.INVALID
     known = {s.id for s in plan.servers}
     unknown = [s for s in args.server if s not in known]
     if unknown:
         print(f"error: no server {', '.join(map(repr, unknown))} in {args.plan}", file=sys.stderr)
         return exits.INVALID
-    jobs = (data.get("cluster") or {}).get("jobs") or []
-    job = args.job or next((j["name"] for j in jobs if args.server[0] in j["servers"]),
-                           args.server[0])
-    return run_job(plan, path.parent, args.server, job=job)
+    return run_job(plan, path.parent, args.server, job=args.job or args.server[0])
 
 
 if __name__ == "__main__":

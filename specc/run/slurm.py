@@ -681,11 +681,10 @@ def _report(run_dir: Path) -> None:
 
 # ----------------------------------------------------------------------------- inv status / down
 def is_slurm_run(run_dir: Path) -> bool:
-    try:
-        return (json.loads((Path(run_dir) / "plan.json").read_text()).get("cluster") or {}) \
-            .get("name") == "slurm"
-    except (OSError, ValueError):
-        return False
+    """A run dir compiled with cluster=slurm (slurm/cluster.json beside plan.json)."""
+    from specc.compile.sbatch import cluster_path
+
+    return cluster_path(run_dir).exists()
 
 
 def _ours(run_dir: Path) -> tuple[dict, dict[str, QueueEntry]]:
