@@ -241,3 +241,16 @@ def test_a_slurm_plan_off_a_login_node_says_so(sweep, tmp_path):
     assert res.returncode == 2
     assert "error SLURM_UNAVAILABLE" in res.stderr and "cluster=local" in res.stderr
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_a_jobs_plan_is_a_valid_plan_of_its_servers_alone(sweep):
+    """Plan v2 refuses a point whose baseline is not in the plan: a job's cut-down plan
+    drops links to baselines that run in other jobs (the driver computes those speedups)."""
+    from specc.run.node import job_plan
+
+    spec = next(s for s in sweep.plan.servers if not s.baseline)
+    cut = job_plan(sweep.plan, [spec.id], {})
+    assert [s.id for s in cut.servers] == [spec.id]
+    assert [b.id for b in cut.benchmarks] == [b.id for b in sweep.plan.benchmarks_of(spec.id)]
+    assert all(b.baseline is None for b in cut.benchmarks)
+    assert Plan.from_json(cut.to_json()) == cut

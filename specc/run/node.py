@@ -120,11 +120,16 @@ def on_node(servers: list[Server], environ=os.environ) -> list[Server]:
 
 
 def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
-    """The plan cut down to this job's servers and their points, placed on this node."""
+    """The plan cut down to this job's servers and their points, placed on this node.
+    A point whose baseline runs in another job loses the link here: the driver, which
+    sees both rows, computes its speedup."""
     servers = on_node([plan.server(sid) for sid in server_ids], environ)
     keep = set(server_ids)
-    return replace(plan, servers=tuple(servers),
-                   benchmarks=tuple(b for b in plan.benchmarks if b.server in keep))
+    mine = [b for b in plan.benchmarks if b.server in keep]
+    ids = {b.id for b in mine}
+    return replace(plan, servers=tuple(servers), benchmarks=tuple(
+        b if b.baseline is None or b.baseline in ids else replace(b, baseline=None)
+        for b in mine))
 
 
 @contextlib.contextmanager
