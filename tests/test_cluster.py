@@ -254,3 +254,39 @@ def test_a_jobs_plan_is_a_valid_plan_of_its_servers_alone(sweep):
     assert [b.id for b in cut.benchmarks] == [b.id for b in sweep.plan.benchmarks_of(spec.id)]
     assert all(b.baseline is None for b in cut.benchmarks)
     assert Plan.from_json(cut.to_json()) == cut
+
+
+def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_path, monkeypatch):
+    """Neither squeue nor sacct knows the job: a node entry that never wrote its end is a
+    lost job (its points fail, saying so); one that ended on its own completed."""
+    import io
+
+    from specc.run.node import state_path
+    from specc.run.progress import SweepProgress
+    from specc.run.slurm import Driver
+
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text("#!/bin/sh\nexit 1\n")   # no accounting here
+    (bin_dir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    progress = SweepProgress(len(sweep.plan.benchmarks), stream=io.StringIO(), live=False)
+    driver = Driver(sweep.plan, tmp_path, sweep.cluster, progress)
+    lost, done = driver.jobs[0], driver.jobs[1]
+    for job, jid in ((lost, "41"), (done, "42")):
+        job.id, job.state = jid, "RUNNING"
+    ended = state_path(tmp_path, done.name)
+    ended.parent.mkdir(parents=True, exist_ok=True)
+    ended.write_text(json.dumps({"executor": {"job_id": "42", "finished_at": 1.0,
+                                              "stopped_by": None}, "servers": {}}))
+    for b in sweep.plan.benchmarks_of(done.servers[0]):   # it wrote every row
+        JobResults(tmp_path, done.servers).append(_row(b.id, b.server))
+    driver.poll({})
+    rows = {r["benchmark"]: r for r in
+            (json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines())}
+    for b in sweep.plan.benchmarks_of(lost.servers[0]):
+        assert rows[b.id]["status"] == "failed"
+        assert "slurm job 41 is gone from squeue" in rows[b.id]["reason"]
+    assert all(rows[b.id]["status"] == "ok" for b in sweep.plan.benchmarks_of(done.servers[0]))
+    assert (lost.state, done.state) == ("GONE", "COMPLETED") and lost.done and done.done

@@ -19,7 +19,7 @@ class Compilation:
     config: dict
     plan: Plan | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    #: plan.json's `cluster` section (the Slurm jobs); None runs on this machine.
+    #: The Slurm jobs (written to slurm/cluster.json); None: the plan runs on this machine.
     cluster: dict | None = None
 
     @property

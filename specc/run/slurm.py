@@ -189,7 +189,7 @@ class Driver:
         self.poll_s = float(cluster.get("poll_interval_s") or 1.0)
         self.jobs = [Job(j["name"], list(j["servers"]), j["script"], j["time_limit"])
                      for j in cluster["jobs"]]
-        self.by_server = {sid: job for job in self.jobs for sid in job.servers}
+        self.bench = {b.id: b for b in plan.benchmarks}
         self.offsets: dict[str, tuple[int, int]] = {}   # per-server results file: (inode, size)
         self.stop_signal: int | None = None
         self.failed_servers: dict[str, str] = {}
@@ -225,8 +225,8 @@ class Driver:
             for bid, row in read_rows(path).items():
                 if self.results.finished(bid):
                     continue
-                bench = next((b for b in self.plan.benchmarks_of(sid) if b.id == bid), None)
-                if bench is None:
+                bench = self.bench.get(bid)
+                if bench is None or bench.server != sid:
                     continue
                 with_speedup(row, self.results.get(bench.baseline) if bench.baseline else None)
                 self.results.append(row)
@@ -257,7 +257,7 @@ class Driver:
                 point = node.get("point") if status == "benchmarking" else None
                 if point and seen.get("point") != point and not self.results.finished(point):
                     seen["point"] = point
-                    bench = next((b for b in self.plan.benchmarks_of(sid) if b.id == point), None)
+                    bench = self.bench.get(point)
                     if bench is not None:
                         self.progress.point_started(
                             point, f"{self.plan.server(sid).label} @ c={bench.params['concurrency']}")
@@ -353,14 +353,17 @@ class Driver:
                 self._server(sid, status="stopped", job_state=verdict, stopped_by=job.cancelled_by)
             self._save()
             return
-        if verdict == "UNKNOWN":
-            left = self.unfinished(job)
-            job.done = True
-            if left:
-                self.progress.log(f"job {job.id} {job.name}: gone from squeue and sacct; its "
-                                  f"{len(left)} unfinished point(s) are left for a rerun")
-            self._save()
-            return
+        if verdict == "UNKNOWN":   # neither squeue nor sacct: the node entry's own record
+            ex = self.node_record(job)
+            if not ex.get("finished_at"):
+                self.end(job, "GONE", f"slurm job {job.id} is gone from squeue and sacct has no "
+                         "record of it; its node entry never wrote its end (node lost?)")
+                return
+            if ex.get("stopped_by"):
+                self.end(job, "GONE", f"slurm job {job.id} was stopped ({ex['stopped_by']}) and "
+                         "is gone from squeue; sacct has no record of it")
+                return
+            verdict = job.state = "COMPLETED"
         left = self.unfinished(job)
         if verdict == "FAILED" and job.exit_code is None:
             job.exit_code = (sacct([job.id]).get(job.id) or (None, None))[1]
@@ -546,15 +549,19 @@ class Driver:
                if (r := self.results.get(b.id)) and r["status"] != "ok"]
         return exits.OK if not bad and not missing else exits.FAILED
 
+    def node_record(self, job: Job) -> dict:
+        """The node entry's record of this job (slurm/state/<job>.json), {} if none yet."""
+        try:
+            ex = json.loads(state_path(self.run_dir, job.name).read_text()).get("executor") or {}
+        except (OSError, ValueError):
+            return {}
+        return ex if ex.get("job_id") == job.id else {}
+
     def _node_finished(self, job: Job) -> bool:
         """The node entry wrote its end (Slurm's verdict follows within moments)."""
         if job.seen.get("_ended"):
             return True
-        try:
-            ex = json.loads(state_path(self.run_dir, job.name).read_text()).get("executor") or {}
-        except (OSError, ValueError):
-            return False
-        if ex.get("job_id") == job.id and ex.get("finished_at"):
+        if self.node_record(job).get("finished_at"):
             job.seen["_ended"] = True
             return True
         return False
