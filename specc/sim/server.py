@@ -176,6 +176,13 @@ class Sim:
                     f"when speculative_eagle_topk == 1 (from {ndt} to {steps + 1})")
                 ndt = steps + 1
                 args.speculative_num_draft_tokens = ndt
+            # SGLang takes the best ndt - 1 of the tree's candidates with torch.topk: more
+            # than the tree holds fails in the draft's first graph capture.
+            self.tree_error = None
+            if self.has_draft and ndt > sg.max_draft_tokens(steps, topk):
+                self.tree_error = (
+                    "RuntimeError: selected index k out of range (speculative_num_draft_tokens "
+                    f"{ndt} > topk + (num_steps - 1) * topk^2 + 1 = {sg.max_draft_tokens(steps, topk)})")
             self.spec = perf.SpecConfig(steps, topk, ndt, args.sim_acceptance)
             if args.max_running_requests is None:
                 args.max_running_requests = sg.SPEC_DEFAULT_MAX_RUNNING_REQUESTS
@@ -312,18 +319,30 @@ class Startup:
             f"context_len={self.sim.context_length}, available_gpu_mem={self.avail:.2f} GB", 0)
 
     def _graph(self, label: str, phase: str, d: float, usage: float) -> None:
+        # the lines SGLang 0.5.23 prints (sample lines of the adapter's phase markers)
+        begin, end = (ln.split(". ")[0] for ln in self._marker(phase).samples)
+        if not self.sim.speculative:
+            begin, end = begin.replace(" verify ", " decode "), end.replace(" verify ", " decode ")
+        bs = [1, 2, 4, 8] + list(range(16, (self.sim.args.cuda_graph_max_bs or 256) + 1, 8))
         for r in self.ranks():
-            log(f"Capture {label}cuda graph begin. This can take up to several minutes. "
-                f"avail mem={self.avail:.2f} GB", r)
-        if not label:
-            bs = [1, 2, 4, 8] + list(range(16, (self.sim.args.cuda_graph_max_bs or 256) + 1, 8))
-            log(f"Capture cuda graph bs {bs}", 0)
+            log(f"{begin}. backend=full, bs={bs}, avail mem={self.avail:.2f} GB", r)
+        first_draft_graph = ("capture_draft_cuda_graph" if "capture_draft_cuda_graph" in self.sim.phases
+                             else "capture_draft_extend_cuda_graph")
+        if getattr(self.sim, "tree_error", None) and phase == first_draft_graph:
+            print_traceback(self.sim.tree_error, [
+                ("/sgl-workspace/sglang/python/sglang/srt/speculative/eagle_utils.py", 109,
+                 "organize_draft_results", "top_scores = torch.topk(score_list, num_draft_token - 1, dim=-1)")])
+            hard_exit(1)
         self._fault_at(phase)
         self._sleep(d)
         self.avail = max(0.5, self.avail - usage)
         for r in self.ranks():
-            log(f"Capture {label}cuda graph end. Time elapsed: {d:.2f} s. mem usage={usage:.2f} GB. "
+            log(f"{end}. elapsed={d:.2f} s, mem usage={usage:.2f} GB, "
                 f"avail mem={self.avail:.2f} GB.", r)
+
+    @staticmethod
+    def _marker(phase: str):
+        return next(m for m in sg.phase_markers() if m.name == phase)
 
     def capture_cuda_graph(self, d: float) -> None:
         self._graph("", "capture_cuda_graph", d, 0.83)
