@@ -131,6 +131,15 @@ def _table(rows, headers) -> str:
     return tabulate([[cell(x) for x in r] for r in rows], headers=headers, tablefmt="github")
 
 
+def _begin_cell(begin) -> str:
+    """A phase's begin patterns for the review: `re` or `re`."""
+    if not begin:
+        return "(process start)"
+    if isinstance(begin, str):
+        return begin
+    return " or ".join(f"`{p}`" for p in begin).replace("|", "\\|")
+
+
 def _fmt_s(sec: float | None) -> str:
     if sec is None:
         return "-"
@@ -150,6 +159,12 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
         return "\n".join(lines) + "\n"
     n_b = len(plan.benchmarks)
     dropped_points = sum(d.points for d in plan.dropped)
+    info = plan.engine_info or {}
+    if info.get("version"):
+        lines += ["", f"Engine: {plan.engine} {info['version']} (facts, flags and log markers "
+                      f"for that release; specc's {plan.engine} facts were read from "
+                      f"{info.get('pinned_version', '?')}). Check the node's install with "
+                      "`inv doctor --plan PATH`."]
     lines += ["", "## Matrix", "",
               f"{n_b} benchmark points on {len(plan.servers)} server(s) in {len(plan.waves)} wave(s); "
               f"{len(plan.dropped)} server configuration(s) dropped ({dropped_points} points)."]
@@ -192,7 +207,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
                      f"log silent for {r['serving_silence_s']:g} s with requests in flight is a "
                      "hung server (its health may still answer 200).")
     lines.append("")
-    lines.append(tabulate([[p["name"], p["begin"] or "(process start)", _fmt_s(p["estimate_s"]),
+    lines.append(tabulate([[p["name"], _begin_cell(p["begin"]), _fmt_s(p["estimate_s"]),
                             _fmt_s(p["budget_s"])] for p in r["phases"]],
                           headers=[f"phase ({plan.servers[0].id})", "begins at log line", "estimate",
                                    "budget"], tablefmt="github"))

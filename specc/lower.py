@@ -19,7 +19,7 @@ from functools import lru_cache
 
 from . import facts as facts_mod
 from . import rules, schema
-from .diagnostics import Diagnostic, error, has_errors, info, unique
+from .diagnostics import Diagnostic, error, has_errors, info, unique, warning
 from .engines import get_engine
 from .plan import Benchmark, Dropped, Plan, Server
 from .spec import ServerSpec
@@ -128,6 +128,17 @@ def _server_key(sections: dict) -> dict:
     return {k: sections[k] for k in SERVER_SECTIONS if k != "readiness"}
 
 
+def _same_server(engine, spec: ServerSpec, key: str, launched: dict, servers: dict):
+    """The entry of an earlier, differently configured server that the engine would run
+    identically (same command and environment), else None; records this one's command."""
+    env, _ = engine.env(spec, [])
+    ident = _canonical([engine.argv(spec, host="", port=0), env])
+    first = launched.setdefault(ident, key)
+    if first != key and first in servers:
+        return servers[first]
+    return None
+
+
 def _label(spec: ServerSpec, engine, axis_values: dict) -> str:
     if not spec.speculative:
         base = "baseline"
@@ -187,7 +198,7 @@ def _point_estimator(spec: ServerSpec):
 
 def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     """Config (schema-valid) -> (plan or None, diagnostics)."""
-    engine = get_engine(cfg["engine"]["name"])
+    engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
     diags: list[Diagnostic] = check_axes(cfg)
     if has_errors(diags):
         return None, diags
@@ -212,6 +223,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     servers: dict[str, dict] = {}   # key -> {"sections", "spec", "axes"}
     dropped: list[Dropped] = []
     order: list[str] = []
+    launched: dict[str, str] = {}   # what the engine would run -> the first key that runs it
     for combo in itertools.product(*(v for _, v in server_axes)):
         sections = copy.deepcopy(base)
         axis_values: dict = {}
@@ -234,11 +246,26 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             twins.insert(0, (bs, _spec_for(bs), b_axes))
         for secs, sp, ax in twins:
             key = _canonical(_server_key(secs))
+            same = _same_server(engine, sp, key, launched, servers)
+            if same is not None:   # e.g. vLLM, which has no tree: topk does not change the server
+                dropped.append(Dropped(
+                    point=ax, code="ENGINE_SAME_SERVER", points=n_client,
+                    reason=f"{engine.name} runs the same server as "
+                           f"{_label(same['spec'], engine, same['axes'])!r} (the settings differ "
+                           f"only in what {engine.name} ignores); measured once, there"))
+                continue
             if key not in servers:
                 servers[key] = {"sections": secs, "spec": sp, "axes": ax}
                 order.append(key)
                 if sp is not spec:
                     diags += rules.check_server(sp, engine)
+    merged = [d for d in dropped if d.code == "ENGINE_SAME_SERVER"]
+    if merged:
+        diags.append(warning(
+            "ENGINE_SAME_SERVER", "sweep",
+            f"{len(merged)} server configuration(s) launch the same {engine.name} server as "
+            "another one; each server is measured once (see the dropped points)",
+            "sweep only what the engine distinguishes (vLLM: speculation.num_steps)"))
     if has_errors(diags):
         return None, unique(diags)
     if not servers:
@@ -281,7 +308,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         port = engine_cfg["base_port"] + slot
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
         sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(key)}"
-        env, secrets = engine.env(spec, list(gpus))
+        env, secrets = engine.env(spec, list(gpus), flush_cache=any(
+            b.get("flush_cache") for b in client_points))
         readiness = engine.readiness(spec)
         for bench in client_points:
             diags += rules.check_point(spec, engine, bench)
@@ -327,11 +355,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
         benchmarks=tuple(benchmarks), diagnostics=tuple(d.to_json() for d in diags),
         dropped=tuple(dropped),
-        engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
-                     "uses_gpus": engine.uses_gpus,
-                     "health_timeout_s": engine.health_timeout_s,
-                     "flush_cache_path": engine.flush_cache_path,
-                     "accept_length_source": engine.accept_length_source},
+        engine_info=engine.info(),
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates, "wall_s": round(sum(waves.values()), 1),

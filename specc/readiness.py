@@ -95,9 +95,16 @@ def _next_phase(phases: list, cur: int, line: str, skippable: list[bool]) -> int
     label, never a false stall while later phases are visibly under way)."""
     for j in range(cur + 1, len(phases)):
         begin = phases[j]["begin"]
-        if begin and begin in line and (j == cur + 1 or skippable[j]):
+        if begin and _begins(begin, line) and (j == cur + 1 or skippable[j]):
             return j
     return None
+
+
+def _begins(begin, line: str) -> bool:
+    """A phase's `begin`: regular expressions (any one found), or one plain string (old plans)."""
+    if isinstance(begin, str):
+        return begin in line
+    return any(re.search(p, line) for p in begin)
 
 
 async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time) -> Outcome:

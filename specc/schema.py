@@ -57,6 +57,9 @@ _MODEL = _obj({
     "facts": _FACTS,
 }, required=("path",))
 
+#: An engine release: digits and dots, optionally a post/rc/dev suffix (quote it in YAML).
+VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+)*([.-]?(post|rc|dev|a|b)[0-9]*)?$"
+
 _ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}
 
@@ -89,6 +92,8 @@ SCHEMA = _obj({
     }, required=("gpu_memory_gb", "gpus_per_node", "nodes", "tp")),
     "engine": _obj({
         "name": {"enum": ["sglang", "vllm", "sim"]},
+        # the engine release the plan targets (facts, flags and log markers follow it)
+        "version": {"type": "string", "pattern": VERSION_PATTERN},
         "python": _STR,
         "bind_host": _STR,
         "base_port": {"type": "integer", "minimum": 1024, "maximum": 65000},
@@ -170,6 +175,8 @@ def _hint(err) -> str:
     if v == "required":
         return "add it to the config group or experiment"
     if v == "pattern":
+        if err.validator_value == VERSION_PATTERN:
+            return "give a release such as '0.5.23' (quoted, so YAML keeps it a string)"
         if "." not in str(err.validator_value):   # environment variable names
             return "use letters, digits and '_', not starting with a digit"
         return "use letters, digits, '.', '_' and '-'"

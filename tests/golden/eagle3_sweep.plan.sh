@@ -42,8 +42,8 @@ wait_ready() {  # id url timeout_s interval_s deadline_s ready_line log
 
 
 # ===== wave 0: 1 server(s) at once =====
-# kimi-k2.5-baseline-tp8-3da5fb: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-baseline-tp8-3da5fb servers/kimi-k2.5-baseline-tp8-3da5fb.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-baseline-tp8-9473b4: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-baseline-tp8-9473b4 servers/kimi-k2.5-baseline-tp8-9473b4.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -52,22 +52,22 @@ launch kimi-k2.5-baseline-tp8-3da5fb servers/kimi-k2.5-baseline-tp8-3da5fb.log e
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics
-wait_ready kimi-k2.5-baseline-tp8-3da5fb http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3da5fb.log || { stop_server kimi-k2.5-baseline-tp8-3da5fb; }
-if [ -n "${PGID[kimi-k2.5-baseline-tp8-3da5fb]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3da5fb
-  # kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990: concurrency 1
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990
-  # kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0: concurrency 4
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0
-  # kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324: concurrency 16
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324
-  # kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de: concurrency 64
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de
+wait_ready kimi-k2.5-baseline-tp8-9473b4 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-9473b4.log || { stop_server kimi-k2.5-baseline-tp8-9473b4; }
+if [ -n "${PGID[kimi-k2.5-baseline-tp8-9473b4]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-9473b4
+  # kimi-k2.5-baseline-tp8-9473b4-c1-fe682c: concurrency 1
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c1-fe682c
+  # kimi-k2.5-baseline-tp8-9473b4-c4-f1bf96: concurrency 4
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c4-f1bf96
+  # kimi-k2.5-baseline-tp8-9473b4-c16-6e977e: concurrency 16
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c16-6e977e
+  # kimi-k2.5-baseline-tp8-9473b4-c64-baf589: concurrency 64
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c64-baf589
 fi
-stop_server kimi-k2.5-baseline-tp8-3da5fb
+stop_server kimi-k2.5-baseline-tp8-9473b4
 
 # ===== wave 1: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -81,22 +81,22 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-steps 1 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 http://localhost:30000/health_generate 30 0.1 1607 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d: concurrency 1
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0: concurrency 4
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b: concurrency 16
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4: concurrency 64
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4
+wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c http://localhost:30000/health_generate 30 0.1 1607 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-631b8a: concurrency 1
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-631b8a
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-c931b2: concurrency 4
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-c931b2
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-46fbe1: concurrency 16
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-46fbe1
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-7337a9: concurrency 64
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-7337a9
 fi
-stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
+stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
 
 # ===== wave 2: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k1-d4-tp8-806024: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-806024.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -110,22 +110,22 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 1 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-806024.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-806024]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3: concurrency 1
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d: concurrency 4
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8: concurrency 16
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3: concurrency 64
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3
+wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-2896a7: concurrency 1
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-2896a7
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-ecaf45: concurrency 4
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-ecaf45
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-a32e18: concurrency 16
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-a32e18
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-cd861f: concurrency 64
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-cd861f
 fi
-stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
+stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
 
 # ===== wave 3: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -139,22 +139,22 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8: concurrency 1
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b: concurrency 4
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a: concurrency 16
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25: concurrency 64
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25
+wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-f2573f: concurrency 1
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-f2573f
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-c405d7: concurrency 4
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-c405d7
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-bb92ec: concurrency 16
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-bb92ec
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-b18533: concurrency 64
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-b18533
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
+stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
 
 # ===== wave 4: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d8-tp8-366980: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-366980.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -168,17 +168,17 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 8
-wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-366980.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-366980; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-366980]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-366980
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e: concurrency 1
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd: concurrency 4
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc: concurrency 16
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6: concurrency 64
-  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6
+wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-669be4: concurrency 1
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-669be4
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-67a819: concurrency 4
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-67a819
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-a817bb: concurrency 16
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-a817bb
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-912b02: concurrency 64
+  python -m specc.bench --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-912b02
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-366980
+stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
 
 stop_all
