@@ -21,7 +21,7 @@ def _run_dir(run: str) -> Path:
     return d
 
 
-@task(help={"experiment": "experiment name (conf/experiment/NAME.yaml)",
+@task(help={"experiment": "experiment name (specc/conf/experiment/NAME.yaml)",
             "engine": "sglang (default), vllm or sim",
             "overrides": "more Hydra overrides, space-separated, e.g. 'hardware.tp=4'"})
 def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
@@ -37,7 +37,7 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
             "retry_failed": "forget failed points first so they run again"})
 def run(c, plan, retry_failed=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
-    from specc.executor import execute_plan
+    from specc.run.executor import execute_plan
     from specc.plan import Plan
 
     path = Path(plan)
@@ -55,7 +55,7 @@ def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
     from tabulate import tabulate
 
-    from specc.lifecycle import is_leftover
+    from specc.run.lifecycle import is_leftover
     from specc.results import ResultLog
 
     d = _run_dir(run)
@@ -96,8 +96,8 @@ def logs(c, run, server="", lines=40, follow=False):
 @task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})
 def down(c, run, grace=10.0):
     """Stop every server this run started (from state.json) and verify they are gone."""
-    from specc.lifecycle import group_alive, is_leftover, stop_leftovers, wait_port_free
-    from specc.state import RunState
+    from specc.run.lifecycle import group_alive, is_leftover, stop_leftovers, wait_port_free
+    from specc.run.state import RunState
 
     d = _run_dir(run)
     state = RunState(d / "state.json")

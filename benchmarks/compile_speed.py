@@ -27,7 +27,7 @@ def big_config() -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "specc" / "conf")):
         cfg = compose(config_name="config", overrides=["+experiment=llama3_eagle3_pack"])
     cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg.pop("hydra", None)
@@ -42,7 +42,7 @@ def big_config() -> dict:
 
 
 def time_compile(runs: int) -> tuple[float, int, int]:
-    from specc.compiler import compile_config
+    from specc.compile.pipeline import compile_config
 
     cfg = big_config()
     times, result = [], None
@@ -75,7 +75,7 @@ def main() -> None:
         import cProfile
         import pstats
 
-        from specc.compiler import compile_config
+        from specc.compile.pipeline import compile_config
 
         cfg = big_config()
         compile_config(cfg)

@@ -3,7 +3,7 @@
     python3 benchmarks/gpu_holders_check.py
 
 Starts a child that allocates ~2 GB on GPU 0 (torch, else a CUDA driver call
-through ctypes), then asks specc.lifecycle.gpu_holders about GPU 0 and GPU 1.
+through ctypes), then asks specc.run.lifecycle.gpu_holders about GPU 0 and GPU 1.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Ctx:
 
 
 def main() -> int:
-    from specc.lifecycle import gpu_holders
+    from specc.run.lifecycle import gpu_holders
 
     print("before:", gpu_holders(Ctx(), [0]))
     child = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)

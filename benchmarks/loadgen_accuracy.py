@@ -1,7 +1,7 @@
 """How close are the load generator's TTFT/ITL to the simulator's ground truth?
 
 Starts ``python -m specc.sim`` with ``SPECC_SIM_TRUTH=<tmpfile>`` on a free port,
-waits for ``GET /health`` 200, runs ``specc.loadgen.run_load`` at each
+waits for ``GET /health`` 200, runs ``specc.run.loadgen.run_load`` at each
 concurrency, then matches every measured content chunk to the simulator's
 token events of the same request (``rid`` = the OpenAI response ``id`` /
 SGLang ``meta_info.id``) and prints, per concurrency, the median and p99 of
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from specc.datasets import load_prompts  # noqa: E402
-from specc.loadgen import percentile, run_load  # noqa: E402
+from specc.run.datasets import load_prompts  # noqa: E402
+from specc.run.loadgen import percentile, run_load  # noqa: E402
 
 LLAMA_FACTS = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 131072,
                "vocab_size": 128256, "hidden_size": 4096, "num_attention_heads": 32,

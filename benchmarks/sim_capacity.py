@@ -94,7 +94,7 @@ def run_level(c: int, seconds: float, spec: bool) -> dict:
             else:
                 raise RuntimeError("sim did not become ready")
             sys.path.insert(0, str(ROOT))
-            from specc.sim import perf
+            from specc.perf import model as perf
             step = perf.decode_step_s(perf.model_cost(KIMI, tp=8), c)
             max_new = max(20, int(seconds / step))
             asyncio.run(drive(port, c, max_new))

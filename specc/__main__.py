@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import compose
-from .compiler import compile_config
-from .emit import write_outputs
+from specc import exits
+from specc.config import compose
+from specc.compile.pipeline import compile_config
+from specc.compile.emit import write_outputs
 
-EXIT_OK, EXIT_INVALID, EXIT_FAILED = 0, 2, 3
 
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
@@ -23,20 +23,20 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
                 print(d.line(), file=sys.stderr)
         print(f"invalid: {sum(d.severity == 'error' for d in result.diagnostics)} error(s); "
               f"review: {run_dir / 'review.md'}", file=sys.stderr)
-        return EXIT_INVALID
+        return exits.INVALID
     if not hydra_info.get("multirun"):
         print(text)
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
           f"review: {run_dir / 'review.md'}")
     if config.get("execute"):
-        from .executor import execute_plan
+        from specc.run.executor import execute_plan
 
         return execute_plan(result.plan, run_dir)
-    return EXIT_OK
+    return exits.OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .multirun import combine
+    from specc.report.combine import combine
 
     return compose.run(sys.argv[1:] if argv is None else argv, job, combine)
 

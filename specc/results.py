@@ -7,8 +7,9 @@ skips finished points and never duplicates a row.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from specc.files import append_durable, atomic_write
 
 
 class ResultLog:
@@ -49,24 +50,13 @@ class ResultLog:
 
     def rewrite(self) -> None:
         """Write the rows known now, atomically (temp file, fsync, rename)."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        data = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False, default=str) + "\n"
-                       for r in self.rows.values())
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, "".join(json.dumps(r, ensure_ascii=False, allow_nan=False,
+                                                   default=str) + "\n" for r in self.rows.values()))
 
     def get(self, benchmark_id: str) -> dict | None:
         return self.rows.get(benchmark_id)
 
     def append(self, row: dict) -> None:
         line = json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append_durable(self.path, line)
         self.rows[row["benchmark"]] = row

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO / "conf"
+CONF_DIR = REPO / "specc" / "conf"
 PY = sys.executable
 
 #: A fast plan: the simulator's startup scaled down, tiny prompts, four requests per point.
@@ -77,8 +77,8 @@ def compose(overrides=()) -> dict:
 def compile_plan(run_dir: Path, overrides=(), *, port: int | None = None, edit=None):
     """Compile into run_dir (plan.json, plan.sh, review.md); optionally edit plan.json
     (edit(plan_dict) in place) the way a user could before `inv run`. Returns the Plan."""
-    from specc.compiler import compile_config
-    from specc.emit import write_outputs
+    from specc.compile.pipeline import compile_config
+    from specc.compile.emit import write_outputs
     from specc.plan import Plan
 
     ov = list(SMALL) + list(overrides)
@@ -110,7 +110,7 @@ def set_server_env(plan_dict: dict, server_index: int, **env) -> str:
 
 
 def execute(plan, run_dir: Path) -> int:
-    from specc.executor import execute_plan
+    from specc.run.executor import execute_plan
 
     return execute_plan(plan, Path(run_dir))
 

@@ -14,7 +14,7 @@ import socket
 
 import invoke
 
-from specc.bench import run_point
+from specc.run.point import run_point
 from specc.plan import Benchmark, Server
 
 LINE = {"backend": "sglang", "request_rate": float("inf"), "completed": 8, "duration": 1.5,

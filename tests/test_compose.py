@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from specc import compose as compose_mod
-from specc.compiler import compile_config
+from specc.config import compose as compose_mod
+from specc.compile.pipeline import compile_config
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parent.parent / "specc" / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 INVALID = {"eagle3_context_mismatch"}
 

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import example, HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specc.compiler import compile_config
-from specc.emit import _SH_PRELUDE, command_line, plan_sh, review, write_outputs
+from specc.compile.pipeline import compile_config
+from specc.compile.emit import _SH_PRELUDE, command_line, plan_sh, review, write_outputs
 from specc.plan import Plan
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

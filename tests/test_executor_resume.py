@@ -99,8 +99,8 @@ def test_sigkill_leaves_nothing_after_inv_down_and_resumes(guard, tmp_path):
 def test_inv_down_stops_a_server_left_running(guard, tmp_path):
     """A server that outlived its executor (PDEATHSIG cannot cover a remote or
     re-parented process) is found from state.json, stopped, and verified gone."""
-    from specc import lifecycle
-    from specc.state import RunState
+    from specc.run import lifecycle
+    from specc.run.state import RunState
 
     run_dir = tmp_path / "run"
     plan = compile_plan(run_dir, ["baseline=false"], port=guard.port(1))

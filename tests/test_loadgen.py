@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-from specc.datasets import Prompt, load_prompts
-from specc.loadgen import (METRIC_KEYS, RequestRecord, _finish, percentile, run_load,
+from specc.run.datasets import Prompt, load_prompts
+from specc.run.loadgen import (METRIC_KEYS, RequestRecord, _finish, percentile, run_load, 
                            summarize)
 
 # =========================================================================== summarize

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from specc.compiler import compile_config
-from specc.emit import review
-from specc.lower import _canonical, lower
+from specc.compile.pipeline import compile_config
+from specc.compile.emit import review
+from specc.compile.lower import _canonical, lower
 
 SWEEP = ["+experiment=eagle3_sweep"]
 PACK = ["+experiment=llama3_eagle3_pack"]
@@ -219,7 +219,7 @@ def test_lower_is_pure(compose):
 
 def test_benchmark_ids_hash_the_server_and_the_client_point(compose):
     """bid = <server id>-c<concurrency>-sha256([sid, canonical(client point)])[:6]."""
-    from specc.lower import _hash
+    from specc.compile.lower import _hash
 
     plan = _compile(compose, PACK).plan
     for b in plan.benchmarks:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from specc.progress import SweepProgress, format_duration
+from specc.run.progress import SweepProgress, format_duration
 
 STAMP = r"\d\d:\d\d:\d\d "
 

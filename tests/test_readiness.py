@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_a_renamed_phase_marker_never_causes_a_false_stall():
-    from specc.readiness import _next_phase
+    from specc.run.readiness import _next_phase
 
     phases = [{"name": n, "begin": b} for n, b in [
         ("launch", None), ("load_weights", "Load weight begin"), ("kv_cache", "KV Cache is allocated"),

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from specc import facts as facts_mod
-from specc import rules
-from specc.compiler import compile_config
+from specc.compile import facts as facts_mod
+from specc.compile import rules
+from specc.compile.pipeline import compile_config
 from specc.engines import get_engine
 from specc.engines.sglang import derived_context_length
-from specc.lower import _spec_for
+from specc.compile.lower import _spec_for
 
 LLAMA = ["model_pair.context_length=2048"]           # the llama pair needs this to be valid
 KIMI = ["model_pair=kimi_k25_eagle3"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specc import schema
+from specc.config import schema
 
 
 def _diags(compose, mutate):

@@ -12,9 +12,9 @@ import json
 import os
 from dataclasses import dataclass
 
-from specc.facts import read_config_json as read_model_config
+from specc.compile.facts import read_config_json as read_model_config
 
-from . import perf
+from specc.perf import model as perf
 
 
 FAULT_ENV = "SPECC_SIM_FAULT"

@@ -38,7 +38,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from specc.engines import sglang as sg
-from specc.sim import cli, perf
+from specc.sim import cli
+from specc.perf import model as perf
 
 VERSION = "0.5.x-sim"
 WARMUP_PROMPT = "The capital city of France is"

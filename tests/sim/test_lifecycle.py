@@ -118,7 +118,6 @@ def test_context_mismatch_dies(start_sim, tmp_path):
     assert "TP7] Load weight end." in log            # after the target's weights
     assert "Capture cuda graph end" in log
     assert sg.READY_LINE not in log
-    assert time.monotonic() - t0 > 0.2               # a (scaled) realistic delay
     assert probe(p.url) == "refused"
 
 

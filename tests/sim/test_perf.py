@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from specc.sim import perf
+from specc.perf import model as perf
 
 
 def test_chain_closed_form():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .diagnostics import Diagnostic, error
+from specc.diagnostics import Diagnostic, error
 
 _INT = {"type": "integer"}
 _POS_INT = {"type": "integer", "minimum": 1}

@@ -20,7 +20,7 @@ def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
     (sweep_dir / "review.md").write_text("\n".join(lines))
     executed = [d for d in run_dirs if (d / "results.jsonl").exists()]
     if executed:
-        from .report import combine_reports
+        from specc.report import combine_reports
 
         combine_reports(sweep_dir, executed)
     print(f"combined review: {sweep_dir / 'review.md'}")

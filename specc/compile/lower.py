@@ -17,12 +17,13 @@ import math
 import re
 from functools import lru_cache
 
-from . import facts as facts_mod
-from . import rules, schema
-from .diagnostics import Diagnostic, error, has_errors, info, unique, warning
-from .engines import get_engine
-from .plan import Benchmark, Dropped, Plan, Server
-from .spec import ServerSpec
+from specc.compile import facts as facts_mod
+from specc.compile import rules
+from specc.config import schema
+from specc.diagnostics import Diagnostic, error, has_errors, info, unique, warning
+from specc.engines import get_engine
+from specc.plan import Benchmark, Dropped, Plan, Server
+from specc.compile.spec import ServerSpec
 
 SERVER_SECTIONS = ("model_pair", "hardware", "engine", "speculation", "readiness")
 CLIENT_SECTION = "benchmark"
@@ -172,7 +173,7 @@ def _params(spec: ServerSpec, axis_values: dict) -> dict:
 def _point_estimator(spec: ServerSpec):
     """bench -> wall time of one point, from the simulator's H200 performance model
     (calibrated to the incident's 82 tok/s Kimi-K2.5 baseline); for the review only."""
-    from .sim import perf
+    from specc.perf import model as perf
 
     tp = spec.hardware["tp"]
     target = perf.model_cost(spec.target.values, tp=tp)

@@ -1,6 +1,6 @@
 """One benchmark point against a ready server: flush, acceptance before, load, acceptance after.
 
-Also `python -m specc.bench --plan plan.json --benchmark ID` (what plan.sh calls).
+Also `python -m specc.run.point --plan plan.json --benchmark ID` (what plan.sh calls).
 """
 
 from __future__ import annotations
@@ -13,14 +13,10 @@ from pathlib import Path
 
 import httpx
 
-from .datasets import DatasetError, load_prompts
-from .engines import get_engine
-from .plan import Benchmark, Plan, Server
-
-
-def base_url(server: Server) -> str:
-    host = "127.0.0.1" if server.host in ("localhost", "0.0.0.0") else server.host
-    return f"http://{host}:{server.port}"
+from specc.run.datasets import DatasetError, load_prompts
+from specc.engines import get_engine
+from specc.net import base_url
+from specc.plan import Benchmark, Plan, Server
 
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
@@ -43,7 +39,7 @@ def with_speedup(row: dict, baseline_row: dict | None) -> dict:
 
 
 async def _builtin(server: Server, bench: Benchmark, url: str):
-    from .loadgen import run_load
+    from specc.run.loadgen import run_load
 
     p = bench.params
     prompts = load_prompts(p["dataset"], num=p["num_prompts"], input_len=p["input_len"],
@@ -65,7 +61,7 @@ class DriverError(Exception):
 async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
     """SGLang's own client, run as the plan says (from the run dir, like plan.sh);
     its last JSON line becomes the metrics."""
-    from .lifecycle import resolve_argv
+    from specc.run.lifecycle import resolve_argv
 
     out = run_dir / "bench_serving" / f"{bench.id}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +91,7 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
                     ctx=None) -> dict:
     """Run one point and return its results row (never raises for a server's fault)."""
     engine = get_engine(engine_name)
-    url = base_url(server)
+    url = base_url(server.host, server.port)
     async with httpx.AsyncClient(trust_env=False) as client:
         if bench.params.get("flush_cache") and engine.flush_cache_path:
             try:
@@ -133,9 +129,9 @@ def main(argv=None) -> int:
     """Run one point of a plan against its (already ready) server, appending its row."""
     import argparse
 
-    from .results import ResultLog
+    from specc.results import ResultLog
 
-    ap = argparse.ArgumentParser(prog="python -m specc.bench", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m specc.run.point", description=main.__doc__)
     ap.add_argument("--plan", required=True)
     ap.add_argument("--benchmark", required=True)
     args = ap.parse_args(argv)

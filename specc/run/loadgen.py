@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlsplit
 
-from specc.datasets import Prompt
+from specc.run.datasets import Prompt
 
 __all__ = ["RequestRecord", "LoadResult", "run_load", "summarize", "percentile",
            "API_PATHS", "METRIC_KEYS"]

@@ -16,15 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-from . import lifecycle
-from .bench import failed_row, run_point, with_speedup
-from .plan import Plan, Server
-from .progress import SweepProgress
-from .readiness import wait_ready
-from .results import ResultLog
-from .state import RunState
+from specc import exits
+from specc.run import lifecycle
+from specc.run.point import failed_row, run_point, with_speedup
+from specc.plan import Plan, Server
+from specc.run.progress import SweepProgress
+from specc.run.readiness import wait_ready
+from specc.results import ResultLog
+from specc.run.state import RunState
 
-EXIT_OK, EXIT_INVALID, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 #: How often a running benchmark checks that its server process is still alive.
 WATCH_S = 0.1
@@ -241,7 +241,7 @@ class Executor:
         bad = [r for b in self.plan.benchmarks if (r := self.results.get(b.id))
                and r["status"] != "ok"]
         missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
-        return EXIT_OK if not bad and not missing else EXIT_FAILED
+        return exits.OK if not bad and not missing else exits.FAILED
 
     def teardown_all(self) -> None:
         for sid in list(self.running):
@@ -280,7 +280,7 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
             code = _run_with_signals(ex)
     except PlanRefused as e:
         print(f"error PLAN_HAS_ERRORS: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return exits.INVALID
     _finish_report(run_dir)
     return code
 
@@ -301,7 +301,7 @@ def _run_with_signals(ex: Executor) -> int:
     try:
         return loop.run_until_complete(main)
     except asyncio.CancelledError:
-        return EXIT_INTERRUPTED
+        return exits.INTERRUPTED
     finally:
         ex.teardown_all()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -311,7 +311,7 @@ def _run_with_signals(ex: Executor) -> int:
 
 
 def _finish_report(run_dir: Path) -> None:
-    from .report import render_terminal, write_report
+    from specc.report import render_terminal, write_report
 
     try:
         report = write_report(run_dir)

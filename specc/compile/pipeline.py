@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import schema
-from .diagnostics import Diagnostic, has_errors
-from .lower import lower
-from .plan import Plan
+from specc.config import schema
+from specc.diagnostics import Diagnostic, has_errors
+from specc.compile.lower import lower
+from specc.plan import Plan
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import httpx
 
+from specc.net import base_url
+
 #: How often the log is read and the process checked; probes keep their own interval.
 TICK_S = 0.02
 #: After a fatal line, how long to keep reading for the exception line that names the cause.
@@ -114,7 +116,7 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
     begins = [p["begin"] for p in phases]
     skippable = [b is not None and b not in begins[:j] for j, b in enumerate(begins)]
     probe = readiness["probe"]
-    url = f"http://{server.host if server.host != 'localhost' else '127.0.0.1'}:{server.port}{probe['path']}"
+    url = base_url(server.host, server.port) + probe["path"]
     fatal = readiness.get("fatal_patterns", [])
     ready_line = readiness.get("ready_log")
     tail = LogTail(running.log_path)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from .engines.sglang import derived_context_length
+from specc.engines.sglang import derived_context_length
 
 #: Keys taken from config.json (or its text_config for multimodal wrappers).
 CONFIG_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "max_seq_len",

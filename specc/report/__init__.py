@@ -27,6 +27,8 @@ from typing import Any, Iterable
 
 from tabulate import tabulate
 
+from specc.files import atomic_write
+
 __all__ = [
     "PointRow",
     "Report",
@@ -709,11 +711,6 @@ def _csv_cell(v: Any) -> Any:
     return v
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
 
 def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
     """Build the report and write report.md, report.csv, report.json and plots/ into run_dir."""
@@ -722,10 +719,10 @@ def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
     if plots:
         make_plots(report, run_dir / "plots")
     flat = [r.flat() for r in report.rows]
-    _atomic_write(run_dir / "report.csv", _csv_text(flat))
-    _atomic_write(run_dir / "report.json", json.dumps(
+    atomic_write(run_dir / "report.csv", _csv_text(flat))
+    atomic_write(run_dir / "report.json", json.dumps(
         _plain({"version": 1, "summary": report.summary(), "rows": flat}), indent=2) + "\n")
-    _atomic_write(run_dir / "report.md", render_markdown(report))
+    atomic_write(run_dir / "report.md", render_markdown(report))
     return report
 
 
@@ -937,15 +934,15 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
         jobinfo = next((j for j in jobs if j["job"] == r.job), {})
         fr = {"job": r.job, "experiment": jobinfo.get("experiment"), **{k: v for k, v in fr.items() if k != "job"}}
         flat.append(fr)
-    _atomic_write(sweep_dir / "report.csv", _csv_text(flat))
-    _atomic_write(sweep_dir / "report.json", json.dumps(_plain({
+    atomic_write(sweep_dir / "report.csv", _csv_text(flat))
+    atomic_write(sweep_dir / "report.json", json.dumps(_plain({
         "version": 1, "jobs": jobs,
         "summary": {"points": len(rows), "ok": sum(r.status == "ok" for r in rows),
                     "failed": sum(r.status == "failed" for r in rows), "pending": len(pend),
                     "server_failures": server_failures, "warnings": warnings},
         "rows": flat}), indent=2) + "\n")
     md = sweep_dir / "report.md"
-    _atomic_write(md, "\n".join(out))
+    atomic_write(md, "\n".join(out))
     return md
 
 

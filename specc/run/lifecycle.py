@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from .plan import Server
+from specc.net import connect_host
+from specc.plan import Server
 
 _PR_SET_PDEATHSIG = 1
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -39,7 +40,7 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         try:
-            s.connect((_addr(host), port))
+            s.connect((connect_host(host), port))
             return True
         except OSError:
             pass
@@ -50,10 +51,6 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as e:
             return e.errno == errno.EADDRINUSE
     return False
-
-
-def _addr(host: str) -> str:
-    return "127.0.0.1" if host in ("localhost", "0.0.0.0") else host
 
 
 def port_holder(port: int) -> str:

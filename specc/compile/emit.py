@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
 from tabulate import tabulate
 
-from .diagnostics import Diagnostic
-from .plan import Plan
+from specc.diagnostics import Diagnostic
+from specc.files import atomic_write
+from specc.plan import Plan
 
 
 def _q(value) -> str:
@@ -94,7 +94,7 @@ def plan_sh(plan: Plan) -> str:
                 if b.argv:
                     out.append("  " + command_line(b.argv))
                 else:
-                    out.append(f"  python -m specc.bench --plan plan.json --benchmark {_q(b.id)}")
+                    out.append(f"  python -m specc.run.point --plan plan.json --benchmark {_q(b.id)}")
             out.append("fi")
         for s in wave:
             out.append(f"stop_server {_q(s.id)}")
@@ -231,15 +231,9 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
     """Write review.md always; plan.json and plan.sh only for a valid plan. Returns the review."""
     run_dir.mkdir(parents=True, exist_ok=True)
     text = review(plan, diagnostics, title=title)
-    _atomic(run_dir / "review.md", text)
+    atomic_write(run_dir / "review.md", text)
     if plan is not None and not any(d.severity == "error" for d in diagnostics):
-        _atomic(run_dir / "plan.json", plan.dumps())
-        _atomic(run_dir / "plan.sh", plan_sh(plan))
-        os.chmod(run_dir / "plan.sh", 0o755)
+        atomic_write(run_dir / "plan.json", plan.dumps())
+        atomic_write(run_dir / "plan.sh", plan_sh(plan), mode=0o755)
     return text
 
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

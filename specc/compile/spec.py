@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .facts import ModelFacts
+from specc.compile.facts import ModelFacts
 
 #: Algorithms that load a separate draft model from speculation's draft path.
 DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")

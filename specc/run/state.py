@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
+
+from specc.files import atomic_write
 
 
 class RunState:
@@ -46,6 +47,4 @@ class RunState:
             self._write()
 
     def _write(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=True))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(self.data, indent=2, sort_keys=True))

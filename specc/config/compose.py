@@ -29,7 +29,7 @@ def _hydra_error_line(exc: BaseException) -> str:
         return f"error CONFIG_UNKNOWN_GROUP at {missing}: {str(exc).splitlines()[0]}"
     override = getattr(exc, "override", None)   # hydra.errors.OverrideParseException
     if isinstance(override, str):
-        from .engines.base import is_secret
+        from specc.engines.base import is_secret
 
         key = override.split("=", 1)[0].lstrip("+~") or "<overrides>"
         shown = f"{key}=..." if is_secret(key.rsplit(".", 1)[-1]) else override
@@ -59,7 +59,7 @@ REDACTED = "<redacted>"
 
 def _redact(node, parent: str = ""):
     """A copy of a saved Hydra yaml tree with secret env values (names per is_secret) blanked."""
-    from .engines.base import is_secret
+    from specc.engines.base import is_secret
 
     if isinstance(node, dict):
         return {k: (REDACTED if parent == "env" and is_secret(str(k))

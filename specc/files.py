@@ -1,0 +1,39 @@
+"""File writes every stage shares: atomic replace, durable appends."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None) -> None:
+    """Write to a temp file beside `path`, fsync it, then rename over `path`: a reader sees
+    the old file or the new one, never half of one, even after a crash or a full disk."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def append_durable(path: Path | str, line: str) -> None:
+    """Append one line with a single write(2) and fsync it: lost only if the machine dies
+    before the call returns."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
