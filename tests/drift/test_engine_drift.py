@@ -200,3 +200,11 @@ def test_doctor_with_the_real_engines(compose):
     assert d.code == "DOCTOR_VERSION" and "has sglang 0.5.23" in d.message
     vplan = compile_config(compose(["+experiment=llama3_eagle3_pack", "engine=vllm"])).plan
     assert check_plan(vplan, python=str(engine_python("vllm"))) == []
+
+
+def test_an_unreachable_registry_is_told_apart_from_a_missing_release(monkeypatch):
+    from venvs import index_reachable
+
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    ok, why = index_reachable(Path(sys.executable))
+    assert not ok and "127.0.0.1:9" in why

@@ -78,9 +78,41 @@ def _pip(py: Path, args: list[str], log) -> None:
     log(f"$ pip {' '.join(args[:6])}{' ...' if len(args) > 6 else ''} ({time.time() - t0:.0f} s)")
     if proc.returncode == 0:
         return
+    last = out.strip().splitlines()[-1] if out.strip() else "pip failed"
     if any(marker in out for marker in _UNREACHABLE):
-        raise RegistryUnreachable(out.strip().splitlines()[-1] if out.strip() else "pip failed")
+        raise RegistryUnreachable(last)
+    reachable, why = index_reachable(py)
+    if not reachable:
+        raise RegistryUnreachable(f"{last} ({why})")
     raise BuildFailed(f"pip {' '.join(args)} failed:\n{out[-3000:]}")
+
+
+_PROBE = """
+import json, os, subprocess, sys, urllib.request
+from pip._internal.models.index import PyPI
+url = os.environ.get("PIP_INDEX_URL")
+if not url:
+    got = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                         capture_output=True, text=True)
+    url = got.stdout.strip() if got.returncode == 0 and got.stdout.strip() else PyPI.simple_url
+try:
+    urllib.request.urlopen(url.rstrip("/") + "/pip/", timeout=20).close()
+    print(json.dumps([True, url]))
+except urllib.error.HTTPError as e:   # it answered: reachable
+    print(json.dumps([True, f"{url}: HTTP {e.code}"]))
+except Exception as e:
+    print(json.dumps([False, f"{url}: {type(e).__name__}: {e}"]))
+"""
+
+
+def index_reachable(py: Path) -> tuple[bool, str]:
+    """(whether the index pip is configured for answers at all, what was tried)."""
+    proc = subprocess.run([str(py), "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    try:
+        ok, why = json.loads(proc.stdout.strip().splitlines()[-1])
+        return bool(ok), why
+    except (ValueError, IndexError):
+        return True, "probe failed"   # cannot tell: do not hide a real failure behind a skip
 
 
 def venv_dir(engine: str, version: str) -> Path:
