@@ -198,8 +198,6 @@ def test_doctor_with_the_real_engines(compose):
     # a plan for another release than the installed one
     (d,) = check_plan(compile_config(compose(sweep + ["engine.version=0.5.13"])).plan, python=py)
     assert d.code == "DOCTOR_VERSION" and "has sglang 0.5.23" in d.message
-    vplan = compile_config(compose(["+experiment=llama3_eagle3_pack", "engine=vllm"])).plan
-    assert check_plan(vplan, python=str(engine_python("vllm"))) == []
 
 
 def test_an_unreachable_registry_is_told_apart_from_a_missing_release(monkeypatch):
