@@ -154,6 +154,44 @@ def test_waves_have_disjoint_gpus_and_ports(compose, overrides):
         assert [len(w) for w in plan.waves] == [4, 4]
 
 
+def _sweep(axes):
+    def mutate(cfg):
+        cfg["sweep"] = axes
+    return mutate
+
+
+@pytest.mark.parametrize("axes, waves", [
+    ({"hardware.tp": [1, 8]}, 3),                                   # issue 7, bug 1
+    ({"hardware.tp": [1, 2], "hardware.dp": [1, 2]}, 3),            # sizes 1, 2, 2, 4
+    ({"hardware.tp": [1, 4, 8], "benchmark.concurrency": [1, 4]}, 4),
+])
+def test_servers_of_different_sizes_are_placed_by_their_own_size(compose, axes, waves):
+    plan = _compile(compose, ["model_pair.context_length=2048"], _sweep(axes)).plan
+    for s in plan.servers:
+        hw = s.params
+        assert len(s.gpus) == hw["tp"] * hw["dp"] * hw["pp"], s.id
+        assert s.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, s.gpus))
+        assert s.argv[s.argv.index("--port") + 1] == str(s.port)
+    for wave in plan.waves:
+        gpus = [g for s in wave for g in s.gpus]
+        assert len(gpus) == len(set(gpus)) and max(gpus) < 8
+        assert len({s.port for s in wave}) == len(wave)
+    assert len(plan.waves) == waves
+    # the review lists servers in the order their waves start
+    table = review(plan, [], title="t").split("## Servers")[1].split("## Launch")[0]
+    rows = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("|")]
+    listed = [int(w) for w in rows if w.isdigit()]
+    assert listed == sorted(listed) and len(listed) == len(plan.servers)
+
+
+def test_a_server_larger_than_the_node_is_refused(compose):
+    result = _compile(compose, ["model_pair.context_length=2048"],
+                      _sweep({"hardware.tp": [1, 8], "hardware.dp": [1, 2]}))
+    assert result.plan is None
+    assert {(d.code, d.path) for d in result.diagnostics if d.severity == "error"} == {
+        ("TOPOLOGY_GPUS", "hardware.tp")}
+
+
 def test_matrix_too_large(compose):
     cfg = compose(SWEEP + ["max_points=10"])
     n = 1
@@ -253,9 +291,9 @@ def test_vllm_flush_cache_sets_dev_mode_and_says_so(compose):
 
 
 def test_the_headline_pair_compiles_on_vllm_0_33(compose):
-    result = _compile(compose, SWEEP + ["engine=vllm"])
+    result = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"])
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
-    result = _compile(compose, SWEEP + ["engine=vllm", "engine.version=0.16.0"])
+    result = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests", "engine.version=0.16.0"])
     assert not result.ok
     assert any(d.code == "ENGINE_TARGET_UNSUPPORTED" for d in result.diagnostics)
 
@@ -269,7 +307,7 @@ def test_plan_records_the_engine_version(compose):
     assert old.engine_info["version"] == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
     names = [p["name"] for p in old.servers[1].readiness["phases"]]
     assert names.index("load_draft_weights") > names.index("capture_cuda_graph")
-    vllm = _compile(compose, SWEEP + ["engine=vllm"]).plan
+    vllm = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"]).plan
     assert vllm.engine_info["version"] == "0.33.0"
 
 
@@ -282,3 +320,13 @@ def test_an_unverified_engine_version_is_a_warning_and_a_bad_one_an_error(compos
     assert not result.ok
     (d,) = [d for d in result.diagnostics if d.path == "engine.version"]
     assert "0.5.23" in d.hint
+
+
+def test_wall_time_estimate_uses_the_hardware_gpu_calibration(compose):
+    """The review's estimate reads the calibration of hardware.gpu: the derived H100 (less
+    HBM bandwidth) estimates a longer sweep than the measured H200, and says which it used."""
+    h200 = _compile(compose, PACK + ["hardware=h200x8", "hardware.tp=1"]).plan.estimates
+    h100 = _compile(compose, PACK + ["hardware=h100x8", "hardware.tp=1"]).plan.estimates
+    assert "H200 calibration measured" in h200["note"]
+    assert "H100 calibration derived" in h100["note"]
+    assert h100["wall_s"] > h200["wall_s"]

@@ -12,20 +12,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specc.secrets import split_args, split_env
+
 if TYPE_CHECKING:  # pragma: no cover
     from specc.compile.spec import ServerSpec
-
-#: Environment variable names whose values are never written or printed.
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
-
-def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
-def env_reference(name: str) -> str:
-    """How a secret appears in a plan: a reference the executor resolves at launch."""
-    return "${" + name + "}"
 
 
 _VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:[.-]?(post|rc|dev|a|b)(\d*))?\s*$", re.IGNORECASE)
@@ -155,6 +145,8 @@ class Engine(ABC):
     bench_serving_backend = "sglang"
     #: Target architectures allowed per algorithm (None: any).
     algorithm_targets: dict[str, tuple[str, ...]] = {}
+    #: The fix to suggest when `algorithm_targets` refuses the target.
+    target_unsupported_fix = "use another engine or algorithm for this pair"
     #: Tree speculation (topk, a draft-token budget); False: a chain of num_steps tokens.
     tree_speculation = True
 
@@ -191,23 +183,29 @@ class Engine(ABC):
 
     def env(self, spec: ServerSpec, gpus: list[int], *,
             flush_cache: bool = False) -> tuple[dict, list[str]]:
-        """(env for the server, names of secrets referenced rather than written).
+        """(env for the server, names of secrets referenced rather than written: in the
+        env and in extra_args, which compile has already turned into references).
 
         `flush_cache`: some benchmark point on this server drops the prefix cache.
         """
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-        secrets = []
-        for name, value in (spec.engine.get("env") or {}).items():
-            if is_secret(name):
-                env[name] = env_reference(name)
-                secrets.append(name)
-            else:
-                env[name] = value if isinstance(value, str) else str(value).lower() \
-                    if isinstance(value, bool) else str(value)
+        values, secrets = split_env(spec.engine.get("env") or {})
+        env.update(values)
         if flush_cache:
             for name, value in self.flush_cache_env.items():
                 env.setdefault(name, value)
-        return env, secrets
+        _, in_args, _ = split_args(spec.engine.get("extra_args") or [])
+        return env, secrets + [n for n in in_args if n not in secrets]
+
+    @abstractmethod
+    def derived_context_length(self, model_config: dict) -> int:
+        """The context length the engine serves a model at by default, from its
+        config.json values (first length key present, rope scaling included)."""
+
+    def assumed_acceptance(self, spec: ServerSpec) -> float | None:
+        """Per-position draft acceptance the server is configured to show (None: unknown
+        until measured; the wall-time estimate then assumes the performance model's default)."""
+        return None
 
     def reserved_gb_per_gpu(self, spec: ServerSpec) -> float:
         """Memory the engine sets aside per GPU beyond weights and KV cache."""
@@ -220,10 +218,6 @@ class Engine(ABC):
     @abstractmethod
     def max_running_requests(self, spec: ServerSpec) -> tuple[int | None, str]:
         """(effective cap on running requests or None, where it comes from)."""
-
-    def context_length(self, facts) -> int | None:
-        """A model's context length as this engine release derives it."""
-        return facts.context_length
 
     def default_max_running(self, spec: ServerSpec) -> int | None:
         """Running-request cap when none is configured and no speculation default applies."""

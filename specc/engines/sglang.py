@@ -35,18 +35,17 @@ _S = "sglang/srt/"   # source paths below are inside the wheel
 #: KV pools, captures the target's graphs (decode without speculation, verify
 #: with it; a prefill graph first where enabled), then the draft's decode graph
 #: (num_steps > 1) and draft-extend graph; then uvicorn, warm-up, the ready line.
+#: The draft's "Load weight begin" directly follows the target's, and every TP rank
+#: prints its own: a later rank's target line cannot be told from the draft's, so
+#: both models' loading is one phase here (load_weights, estimated for both).
 PHASES_0_5_14: tuple[PhaseMarker, ...] = (
     PhaseMarker("load_weights", (r"Load weight begin",), (r"Load weight end",), ALWAYS,
                 ("Load weight begin. avail mem=283.62 GB",
                  "Load weight end. elapsed=228.09 s, type=DeepseekV3ForCausalLM, "
                  "dtype=torch.bfloat16, avail mem=194.04 GB, mem usage=89.58 GB."),
                 ((_S + "model_executor/model_runner.py", "Load weight begin. avail mem="),
-                 (_S + "model_executor/model_runner.py", "Load weight end. "))),
-    PhaseMarker("load_draft_weights", (r"Load weight begin",), (r"Load weight end",), DRAFT,
-                ("Load weight begin. avail mem=194.04 GB",
-                 "Load weight end. elapsed=11.02 s, type=LlamaForCausalLMEagle3, "
-                 "dtype=torch.bfloat16, avail mem=193.22 GB, mem usage=0.82 GB."),
-                ((_S + "managers/scheduler.py", "self.init_tp_model_worker()\n"),
+                 (_S + "model_executor/model_runner.py", "Load weight end. "),
+                 (_S + "managers/scheduler.py", "self.init_tp_model_worker()\n"),
                  (_S + "managers/scheduler.py", "self.maybe_init_draft_worker()\n\n"
                   "        # Prepare KV cache pools for all workers"))),
     PhaseMarker("kv_cache", (r"KV Cache is allocated",), (r"Memory pool end",), ALWAYS,
@@ -113,7 +112,9 @@ PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
                  "Capture cuda graph end. Time elapsed: 1.24 s. mem usage=0.09 GB. "
                  "avail mem=2.89 GB.")),
     PhaseMarker("load_draft_weights", (r"Load weight begin",), (r"Load weight end",), DRAFT,
-                PHASES_0_5_14[1].samples),
+                ("Load weight begin. avail mem=194.04 GB",
+                 "Load weight end. elapsed=11.02 s, type=LlamaForCausalLMEagle3, "
+                 "dtype=torch.bfloat16, avail mem=193.22 GB, mem usage=0.82 GB.")),
     PhaseMarker("capture_draft_cuda_graph", (r"(?i)Capture draft cuda graph begin",),
                 (r"(?i)Capture draft cuda graph end",), MULTI_STEP,
                 ("Capture draft cuda graph begin. This can take up to several minutes. "
@@ -219,9 +220,9 @@ def startup_phases(*, speculative: bool, num_steps: int | None,
 
 
 def estimate_phase_seconds(*, weight_gb_per_gpu: float, draft_weight_gb_per_gpu: float,
-                           speculative: bool, num_steps: int | None,
-                           version: str = PINNED_VERSION) -> dict[str, float]:
-    """Typical wall time of each startup phase on H200-class hardware, in log order.
+                           speculative: bool, num_steps: int | None) -> dict[str, float]:
+    """Typical wall time of each startup step on H200-class hardware, by step name
+    (the draft's weight loading on its own, whatever a release's phase markers group).
 
     Calibrated on the scenario's Kimi-K2.5 TP8 log: ~69 GB of INT4 weights per
     GPU loaded in 228 s from local NVMe (~0.3 GB/s per rank, ranks share the
@@ -229,17 +230,14 @@ def estimate_phase_seconds(*, weight_gb_per_gpu: float, draft_weight_gb_per_gpu:
     Used both for the compiler's readiness budgets and the simulator's timing,
     so the two can never disagree.
     """
-    est = {
-        "load_weights": 5.0 + weight_gb_per_gpu / 0.3,
-        "kv_cache": 2.0,
-        "capture_cuda_graph": 1.5,
-        "load_draft_weights": 2.0 + draft_weight_gb_per_gpu / 0.3,
-        "capture_draft_cuda_graph": 1.5,
-        "capture_draft_extend_cuda_graph": 1.2,
-        "warmup": 3.0,
-    }
-    return {p: est[p] for p in startup_phases(speculative=speculative, num_steps=num_steps,
-                                              version=version)}
+    est = {"load_weights": 5.0 + weight_gb_per_gpu / 0.3, "kv_cache": 2.0,
+           "capture_cuda_graph": 1.5, "warmup": 3.0}
+    if speculative:
+        est["load_draft_weights"] = 2.0 + draft_weight_gb_per_gpu / 0.3
+        if (num_steps or 0) > 1:
+            est["capture_draft_cuda_graph"] = 1.5
+        est["capture_draft_extend_cuda_graph"] = 1.2
+    return est
 
 
 def max_draft_tokens(num_steps: int, topk: int) -> int:
@@ -262,24 +260,26 @@ ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
 
 #: Rope types whose factor SGLang's get_context_length ignores: 0.5.10 moved to
-#: transformers 5, whose config standardisation fills in rope_type (from "type")
-#: and original_max_position_embeddings (= max_position_embeddings) for llama3,
-#: yarn and longrope, so a yarn config without that key is no longer multiplied.
+#: transformers 5, whose config standardisation (modeling_rope_utils.
+#: standardize_rope_params; 5.19 under 0.5.23) fills in rope_type (from "type") and
+#: original_max_position_embeddings (= max_position_embeddings) for llama3, yarn and
+#: longrope, so a yarn config without that key is no longer multiplied.
 FACTOR_IGNORED_ROPE_TYPES = [("0.5.10", ("llama3", "yarn", "longrope")),
                              (OLDEST_VERSION, ("llama3",))]
+ROPE_TYPES_WITH_ORIGINAL = FACTOR_IGNORED_ROPE_TYPES[0][1]
 
 
 def derived_context_length(hf_config: dict, version: str = PINNED_VERSION) -> int:
-    """SGLang's ``get_context_length`` as `version` sees a config.json: the first
-    present key, times the rope factor unless the factor is ignored (an
-    ``original_max_position_embeddings`` key, or a rope type in
-    FACTOR_IGNORED_ROPE_TYPES for that release)."""
-    rope = hf_config.get("rope_scaling") or {}
+    """SGLang's ``get_context_length`` (0.5.23 srt/utils/hf_transformers/common.py) as
+    `version` sees a config.json: the first present key, times the rope factor unless
+    the factor is ignored (an ``original_max_position_embeddings`` key, or a rope type
+    in FACTOR_IGNORED_ROPE_TYPES for that release)."""
+    rope = hf_config.get("rope_scaling") or hf_config.get("rope_parameters") or {}
     factor = 1.0
-    if rope and "original_max_position_embeddings" not in rope:
-        rope_type = rope.get("rope_type", rope.get("type"))
-        if rope_type not in for_version(version, FACTOR_IGNORED_ROPE_TYPES):
-            factor = float(rope.get("factor", 1.0) or 1.0)
+    rope_type = rope.get("rope_type", rope.get("type")) if rope else None
+    if (rope and "original_max_position_embeddings" not in rope
+            and rope_type not in for_version(version, FACTOR_IGNORED_ROPE_TYPES)):
+        factor = float(rope.get("factor", 1.0) or 1.0)
     for key in CONTEXT_KEYS:
         value = hf_config.get(key)
         if value is not None:
@@ -307,6 +307,34 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
 
 #: With speculation and no --max-running-requests, SGLang caps running requests here.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+
+def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
+                             max_running_requests: int | None = None) -> float:
+    """``mem_fraction_static`` as 0.5.23 picks it when not given
+    (srt/arg_groups/memory_hook.py ``_handle_gpu_memory_settings``), for the
+    common case: no post-capture KV sizing (off by default), no disaggregation,
+    no DP attention, no VLM adjustment, prefill CUDA graph not counted.
+
+    reserved MiB = 512 + 1.5 x chunked_prefill_size + tp x pp / 8 x 1024
+    + 2 x decode cuda-graph max bs, at least 10 GiB above 60 GiB of memory;
+    fraction = (memory - reserved) / memory.  On an H200 (141 GB) at TP 8 with
+    speculation (max bs 48) this is ~0.90: neither 0.85 nor 0.88.
+    """
+    mem = gpu_memory_gb * 1024.0
+    tiers = ((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (90, 8192, 256, 512),
+             (160, 8192, 256, 512))
+    chunked, bs = 16384, 512
+    for limit_gb, chunk, bs_small, bs_large in tiers:
+        if mem < limit_gb * 1024:
+            chunked, bs = chunk, (bs_small if tp < 4 else bs_large)
+            break
+    if max_running_requests is not None:
+        bs = min(bs, max_running_requests)
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + bs * 2
+    if mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem - reserved) / mem, 3)
 
 
 # --- the adapter -------------------------------------------------------------
@@ -337,8 +365,6 @@ class SGLang(Engine):
     serving_silence_s = 60.0
     accept_length_source = "sglang_metrics"
     flush_cache_path = FLUSH_CACHE_PATH
-    #: SGLang's mem_fraction_static is chosen automatically; ~0.85 on 80-141 GB GPUs.
-    auto_mem_fraction = 0.85
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
 
@@ -381,16 +407,14 @@ class SGLang(Engine):
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)
 
-    def context_length(self, facts):
-        if facts.context_length is None:   # no length key known at all
-            return None
-        return derived_context_length(facts.values, self.version)
-
     def env(self, spec, gpus, *, flush_cache=False):
         env, secrets = super().env(spec, gpus, flush_cache=flush_cache)
         if spec.uses_draft_model and spec.model_pair.get("draft_context_override"):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
+
+    def derived_context_length(self, model_config):
+        return derived_context_length(model_config, self.version)
 
     def startup_context_error(self, target_len, draft_len):
         """The first sentence of SGLang's startup ValueError."""
@@ -406,7 +430,11 @@ class SGLang(Engine):
         value = spec.engine.get("mem_fraction_static")
         if value is not None:
             return float(value), "engine.mem_fraction_static"
-        return self.auto_mem_fraction, "SGLang auto (assumed ~0.85)"
+        running, _ = self.max_running_requests(spec)
+        hw = spec.hardware
+        return auto_mem_fraction_static(
+            gpu_memory_gb=hw["gpu_memory_gb"], tp=hw["tp"], pp=hw.get("pp", 1),
+            max_running_requests=running), "SGLang auto (0.5.23 formula)"
 
     def max_running_requests(self, spec):
         value = spec.engine.get("max_running_requests")
@@ -420,11 +448,13 @@ class SGLang(Engine):
         return phase_markers(self.version)
 
     def phase_estimates(self, spec):
-        return estimate_phase_seconds(
+        est = estimate_phase_seconds(
             weight_gb_per_gpu=spec.weight_gb_per_gpu("target"),
             draft_weight_gb_per_gpu=spec.weight_gb_per_gpu("draft"),
-            speculative=spec.uses_draft_model, num_steps=spec.speculation.get("num_steps"),
-            version=self.version)
+            speculative=spec.uses_draft_model, num_steps=spec.speculation.get("num_steps"))
+        if not any(m.name == "load_draft_weights" for m in self.phase_markers()):
+            est["load_weights"] += est.pop("load_draft_weights", 0.0)
+        return est
 
     @property
     def spec_verify_metric(self) -> str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import flag_args
+from .base import flag_args, parse_version
 from .sglang import SGLang
 
 
@@ -25,14 +25,26 @@ class Sim(SGLang):
         sim = spec.engine.get("sim") or {}
         args = super().argv(spec, host=host, port=port)
         args += flag_args([
+            # SGLang 0.5.23's run-scoped acceptance needs the /metrics counters
+            ("--enable-metrics", not spec.engine.get("enable_metrics")),
+            ("--sim-version", None if self.sim_version() == "0.5.23" else self.sim_version()),
             ("--sim-time-scale", sim.get("time_scale", 0.01)),
             ("--sim-seed", sim.get("seed", 0)),
             ("--sim-acceptance", sim.get("acceptance")),
+            ("--sim-gpu", spec.hardware.get("gpu")),
             ("--sim-target-facts", self.sim_facts_json(spec.target)),
             ("--sim-draft-facts",
              self.sim_facts_json(spec.draft) if spec.uses_draft_model and spec.draft else None),
         ])
         return args
+
+    def assumed_acceptance(self, spec):
+        return (spec.engine.get("sim") or {}).get("acceptance")
+
+    #: The simulator emulates an SGLang release (specc/sim/versions.py): engine.version
+    #: picks the one whose strings and order the adapter's phase markers describe.
+    def sim_version(self) -> str:
+        return "0.5.23" if parse_version(self.version) >= parse_version("0.5.14") else "early-2026"
 
     def phases(self, spec):
         scale = self.time_scale(spec)

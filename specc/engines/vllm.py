@@ -167,6 +167,7 @@ class VLLM(Engine):
     accept_length_source = "vllm_metrics"
     flush_cache_path = FLUSH_CACHE_PATH
     flush_cache_env = {DEV_MODE_ENV: "1"}
+    target_unsupported_fix = "use vllm >= 0.17.0 (engine.version), or engine=sglang for this pair"
 
     @property
     def algorithm_targets(self) -> dict:
@@ -207,6 +208,11 @@ class VLLM(Engine):
              json.dumps(sc, sort_keys=True, separators=(",", ":")) if sc else None),
         ])
         return args + [str(a) for a in eng.get("extra_args") or []]
+
+    def derived_context_length(self, model_config):
+        # vLLM's own derivation is not modelled yet: SGLang's rule, as before this method.
+        from .sglang import derived_context_length
+        return derived_context_length(model_config)
 
     def memory_fraction(self, spec):
         return float(spec.engine.get("gpu_memory_utilization", 0.9)), "engine.gpu_memory_utilization"

@@ -59,7 +59,7 @@ def _raise(message):
 
 
 def _sim_problems(plan) -> list[Diagnostic]:
-    from specc.sim.cli import build_parser
+    from specc.sim.args import build_parser
 
     out = []
     for s in plan.servers:

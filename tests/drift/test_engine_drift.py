@@ -77,7 +77,12 @@ def compiled_servers(engine: str) -> list[dict]:
     runs += [(["+experiment=eagle3_sweep", "model_pair=llama3_8b_eagle3", *v], True)
              for v in FLAG_VARIANTS[engine]]
     for overrides, must_compile in runs:
-        result = compile_config(_compose([*overrides, f"engine={engine}"]))
+        try:   # an experiment's SGLang-only knob (e.g. max_running_requests) is vLLM's max_num_seqs
+            cfg = _compose([*overrides, f"engine={engine}", "~engine.max_running_requests"]
+                           if engine == "vllm" else [*overrides, f"engine={engine}"])
+        except Exception:
+            cfg = _compose([*overrides, f"engine={engine}"])
+        result = compile_config(cfg)
         if not result.ok:   # e.g. the incident's mismatch: refused, so nothing is launched
             assert not must_compile, [d.line() for d in result.diagnostics if d.severity == "error"]
             continue

@@ -81,7 +81,7 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-steps 1 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c http://localhost:30000/health_generate 30 0.1 1607 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c; }
+wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
   # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-631b8a: concurrency 1
   python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-631b8a
@@ -110,7 +110,7 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 1 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a; }
+wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
   # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-2896a7: concurrency 1
   python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-2896a7
@@ -139,7 +139,7 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2; }
+wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
   # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-f2573f: concurrency 1
   python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-f2573f
@@ -168,7 +168,7 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 8
-wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71; }
+wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
   # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-669be4: concurrency 1
   python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-669be4
