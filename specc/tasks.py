@@ -97,8 +97,11 @@ def logs(c, run, server="", lines=40, follow=False):
 @task(help={"plan": "path to a plan.json",
             "python": "the engine's Python (default: the one each launch command runs under)"})
 def doctor(c, plan, python=""):
-    """Preflight on the node: the installed engine is the release the plan targets, and its own
-    parser accepts every launch command. Launches nothing."""
+    """Preflight: check the installed engine release and its parser against a plan.
+
+    On the node that will run the servers: the installed engine must be the release the
+    plan targets, and its own argument parser must accept every launch command.
+    Launches nothing; exit 2 with one line per problem."""
     from specc.plan import Plan
     from specc.run.doctor import check_plan
 

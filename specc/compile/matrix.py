@@ -225,7 +225,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
         for secs, sp, ax in twins:
             key = server_key(secs)
             same = _same_server(engine, sp, key, launched, servers)
-            if same is not None:   # e.g. vLLM, which has no tree: topk does not change the server
+            if same is not None:   # an engine without trees: topk does not change its server
                 dropped.append(Dropped(
                     point=ax, code="ENGINE_SAME_SERVER", points=n_client,
                     reason=f"{engine.name} runs the same server as "
@@ -243,7 +243,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
             "ENGINE_SAME_SERVER", "sweep",
             f"{len(merged)} server configuration(s) launch the same {engine.name} server as "
             "another one; each server is measured once (see the dropped points)",
-            "sweep only what the engine distinguishes (vLLM: speculation.num_steps)"))
+            f"sweep only what {engine.name} distinguishes (see ENGINE_NO_TREE)"))
     if has_errors(diags):
         return None, unique(diags)
     if not servers:
