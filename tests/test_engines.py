@@ -1,104 +1,55 @@
-"""Engine adapters: acceptance length from two snapshots, labelled with its scope."""
+"""Engine adapters state, at compile time, how the runtime reads acceptance and flushes the cache."""
 
 from __future__ import annotations
 
-import pytest
-
-from specc.engines import get_engine
-from specc.engines.base import prometheus_values
+from specc.compile.pipeline import compile_config
 
 
-def test_sglang_run_scoped_accept_length_is_generation_tokens_per_verify_call():
-    # the run adds 900 tokens in 300 verify calls; the cumulative average (folded in only
-    # every 40 decode iterations, warm-up included) says something else and is not used
-    before = {"avg_spec_accept_length": 2.5, "generation_tokens_total": 1000,
-              "spec_verify_calls_total": 400}
-    after = {"avg_spec_accept_length": 1.4, "generation_tokens_total": 1900,
-             "spec_verify_calls_total": 700}
-    value, scope = get_engine("sglang").accept_length(before, after)
-    assert scope == "run" and value == pytest.approx(3.0)
+def _servers(overrides):
+    from conftest import compose_config
+
+    result = compile_config(compose_config(overrides))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    return result.plan.servers
 
 
-def test_sglang_accept_length_is_not_folded_from_the_cumulative_average():
-    # the old formula (tokens / average, differenced) gave 3.09 where the truth was 1.22:
-    # without the verify-call counter the figure is the cumulative one, labelled so
-    before = {"avg_spec_accept_length": 2.9, "generation_tokens_total": 10000}
-    after = {"avg_spec_accept_length": 2.7, "generation_tokens_total": 10122}
-    assert get_engine("sglang").accept_length(before, after) == (2.7, "cumulative")
+LLAMA = ["model_pair=llama3_8b_eagle3", "hardware=h200x1", "model_pair.context_length=2048"]
 
 
-def test_sglang_snapshot_reads_the_counters_named_in_the_adapter():
-    import asyncio
-
-    from specc.engines import sglang as sg
-
-    class R:
-        def __init__(self, code, text="", js=None):
-            self.status_code, self.text, self._js = code, text, js
-
-        def json(self):
-            return self._js
-
-    class FakeClient:
-        def __init__(self):
-            self.paths = []
-
-        async def get(self, url, timeout):
-            path = url[len("http://x"):]
-            self.paths.append(path)
-            if path == "/metrics":
-                return R(200, f'{sg.GENERATION_TOKENS_METRIC}{{is_streaming="true"}} 90\n'
-                              f'{sg.GENERATION_TOKENS_METRIC}{{is_streaming="false"}} 10\n'
-                              f"{sg.SPEC_VERIFY_CALLS_METRIC} 40\n")
-            return R(200, js={"internal_states": [{"avg_spec_accept_length": 2.2}]})
-
-    c = FakeClient()
-    snap = asyncio.run(get_engine("sglang").accept_snapshot(c, "http://x"))
-    assert snap == {"generation_tokens_total": 100.0, "spec_verify_calls_total": 40.0,
-                    "avg_spec_accept_length": 2.2}
-    assert c.paths == ["/metrics", "/server_info"]   # not the deprecated /get_server_info
-    # releases before 0.5.13 have no verify-call counter
-    assert get_engine("sglang", "0.5.9").spec_verify_metric is None
+def test_sglang_reads_verify_calls_and_falls_back_to_the_cumulative_average():
+    spec = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang"]) if not s.baseline)
+    assert spec.acceptance.run.denominator == "sglang:spec_verify_calls_total"
+    assert spec.acceptance.run.offset == 0.0
+    assert spec.acceptance.cumulative.scope == "cumulative"
 
 
-def test_sglang_without_the_counter_reports_the_cumulative_figure_as_such():
-    value, scope = get_engine("sglang").accept_length({}, {"avg_spec_accept_length": 2.41})
-    assert (value, scope) == (2.41, "cumulative")
-    assert get_engine("sglang").accept_length({}, {}) == (None, None)
+def test_sglang_without_metrics_has_only_the_cumulative_figure():
+    spec = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang",
+                                     "engine.enable_metrics=false"]) if not s.baseline)
+    assert spec.acceptance.run is None and spec.acceptance.cumulative is not None
 
 
-def test_vllm_accept_length_is_one_plus_accepted_per_draft_over_the_run():
-    before = {"num_drafts": 100, "num_accepted_tokens": 150}
-    after = {"num_drafts": 300, "num_accepted_tokens": 450}
-    assert get_engine("vllm").accept_length(before, after) == (2.5, "run")
-    assert get_engine("vllm").accept_length(before, before) == (None, None)
+def test_vllm_acceptance_is_one_plus_accepted_per_draft():
+    spec = next(s for s in _servers([*LLAMA, "engine=vllm", "speculation=eagle3"])
+                if not s.baseline)
+    assert (spec.acceptance.run.numerator, spec.acceptance.run.denominator,
+            spec.acceptance.run.offset) == ("vllm:spec_decode_num_accepted_tokens_total",
+                                            "vllm:spec_decode_num_drafts_total", 1.0)
+    assert spec.acceptance.cumulative is None
 
 
-def test_prometheus_text_sums_label_sets_and_skips_comments():
-    text = ("# HELP vllm:spec_decode_num_drafts drafts\n"
-            'vllm:spec_decode_num_drafts_total{model="m",engine="0"} 10\n'
-            'vllm:spec_decode_num_drafts_total{model="m",engine="1"} 5\n'
-            "sglang:generation_tokens_total 42.0\n")
-    v = prometheus_values(text)
-    assert v["vllm:spec_decode_num_drafts_total"] == 15
-    assert v["sglang:generation_tokens_total"] == 42.0
+def test_vllm_flushes_the_prefix_cache_only_in_dev_mode_and_says_so_otherwise():
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none"])
+    assert server.cache_flush.path is None
+    assert "VLLM_SERVER_DEV_MODE=1" in server.cache_flush.unavailable
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none",
+                          "+engine.env.VLLM_SERVER_DEV_MODE=1"])
+    assert (server.cache_flush.method, server.cache_flush.path) == ("POST", "/reset_prefix_cache")
 
 
-def test_vllm_snapshot_reads_the_total_suffixed_counters(tmp_path):
-    import asyncio
-
-    class FakeResponse:   # the shape of an httpx response, for vLLM's /metrics text
-        status_code = 200
-        text = ('vllm:spec_decode_num_drafts_total{model_name="m"} 300.0\n'
-                'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 450.0\n')
-
-    class FakeClient:
-        async def get(self, url, timeout):
-            assert url.endswith("/metrics")
-            return FakeResponse()
-
-    snap = asyncio.run(get_engine("vllm").accept_snapshot(FakeClient(), "http://x"))
-    assert snap == {"num_drafts": 300.0, "num_accepted_tokens": 450.0}
+def test_a_baseline_has_no_acceptance_to_read():
+    base = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang"]) if s.baseline)
+    assert base.acceptance is None
 
 
 # --- facts keyed by engine release ---------------------------------------------------
@@ -181,10 +132,10 @@ def test_readiness_phases_are_lists_of_patterns_in_the_plan(compose):
     spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
                                           "readiness")})
     r = get_engine("sglang").readiness(spec)
-    names = [p["name"] for p in r["phases"]]
+    names = [p.name for p in r.phases]
     assert "capture_draft_cuda_graph" not in names   # num_steps 1: no draft decode graph
     assert names[:3] == ["launch", "load_weights", "kv_cache"]
-    assert all(isinstance(p["begin"], list) for p in r["phases"][1:])
+    assert all(p.begin for p in r.phases[1:])
 
 
 def test_vllm_cache_flush_sets_dev_mode_in_the_server_env(compose):
@@ -199,3 +150,14 @@ def test_vllm_cache_flush_sets_dev_mode_in_the_server_env(compose):
     assert "VLLM_SERVER_DEV_MODE" not in env
     env, _ = get_engine("sglang").env(spec, [0], flush_cache=True)
     assert "VLLM_SERVER_DEV_MODE" not in env
+
+
+def test_sglang_acceptance_recipe_follows_the_release():
+    """Run-scoped: delta generation tokens / delta verify calls (0.5.13 on); before that
+    release only the cumulative average exists, labelled as such."""
+    spec = next(s for s in _servers(["+experiment=eagle3_sweep"]) if not s.baseline).acceptance
+    assert (spec.run.numerator, spec.run.denominator) == (
+        "sglang:generation_tokens_total", "sglang:spec_verify_calls_total")
+    old = next(s for s in _servers(["+experiment=eagle3_sweep", "engine.version=0.5.9"])
+               if not s.baseline).acceptance
+    assert old.run is None and old.cumulative.scope == "cumulative"

@@ -91,7 +91,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             wave=slot.wave,
             argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
                                    port=slot.port)),
-            env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
+            env=env, log=f"servers/{sid}.log", readiness=readiness,
+            cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
+            secrets=tuple(secrets)))
         sid_json = json.dumps(sid)
         for bench, ckey, ckey_json in client_keys:
             # == _hash([sid, ckey]), without re-encoding the point for every server
@@ -108,7 +110,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
                                         params={**bench, "model": engine.served_model(spec)},
                                         argv=argv))
-        estimates[sid] = estimate.server_seconds(spec, engine, readiness["estimated_start_s"],
+        estimates[sid] = estimate.server_seconds(spec, engine, readiness.estimated_start_s,
                                                  matrix.client_points)
 
     diags = unique(diags)

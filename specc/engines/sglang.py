@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json as _json
 
-from .base import (ALWAYS, DRAFT, MULTI_STEP, Engine, PhaseMarker, flag_args, for_version,
-                   prometheus_values)
+from specc.plan import Acceptance, CounterRatio, ServerField
+
+from .base import ALWAYS, DRAFT, MULTI_STEP, Engine, PhaseMarker, flag_args, for_version
 
 PINNED_VERSION = "0.5.23"
 OLDEST_VERSION = "0.5.0"
@@ -363,7 +364,6 @@ class SGLang(Engine):
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
     #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
     serving_silence_s = 60.0
-    accept_length_source = "sglang_metrics"
     flush_cache_path = FLUSH_CACHE_PATH
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
@@ -460,47 +460,20 @@ class SGLang(Engine):
     def spec_verify_metric(self) -> str | None:
         return for_version(self.version, SPEC_VERIFY_COUNTER)
 
-    async def accept_snapshot(self, client, base_url: str) -> dict:
-        """Acceptance state now: the counters from /metrics, and the cumulative
-        average of /server_info (DP rank 0) as a fallback."""
-        snap: dict = {}
-        try:
-            r = await client.get(base_url + METRICS_PATH, timeout=10.0)
-            if r.status_code == 200:
-                values = prometheus_values(r.text)
-                snap["generation_tokens_total"] = values.get(GENERATION_TOKENS_METRIC)
-                if self.spec_verify_metric:
-                    snap["spec_verify_calls_total"] = values.get(self.spec_verify_metric)
-        except Exception:
-            pass
-        for path in SERVER_INFO_PATHS:
-            try:
-                r = await client.get(base_url + path, timeout=10.0)
-            except Exception:
-                continue
-            if r.status_code == 200:
-                states = r.json().get("internal_states") or [{}]
-                snap["avg_spec_accept_length"] = states[0].get("avg_spec_accept_length")
-                break
-        return snap
-
-    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
-        """Run-scoped: delta generation tokens / delta verify calls (both counted when a
-        request finishes, so the two deltas cover the same requests). Without the
-        counters, SGLang's cumulative average, labelled as such: it includes warm-up and
-        is folded in only every 40 decode iterations, so no difference of it is run-scoped.
-        """
-        try:
-            tokens = after["generation_tokens_total"] - before["generation_tokens_total"]
-            calls = after["spec_verify_calls_total"] - before["spec_verify_calls_total"]
-        except (KeyError, TypeError):
-            tokens = calls = 0
-        if calls > 0 and tokens > 0:
-            return round(tokens / calls, 4), "run"
-        a1 = after.get("avg_spec_accept_length")
-        if a1:
-            return round(float(a1), 4), "cumulative"
-        return None, None
+    def acceptance(self, spec):
+        """Run-scoped: generated tokens per verify call over the point, from two reads of
+        the counters (both counted when a request finishes, so the two deltas cover the
+        same requests; the verify-call counter exists from 0.5.13). Fallback: DP rank 0's
+        cumulative average since start, warm-up included, folded in only every 40 decode
+        iterations, so no difference of it is run-scoped."""
+        if not spec.speculative:
+            return None
+        run = None
+        if spec.engine.get("enable_metrics") and self.spec_verify_metric:
+            run = CounterRatio(path=METRICS_PATH, numerator=GENERATION_TOKENS_METRIC,
+                               denominator=self.spec_verify_metric)
+        return Acceptance(run=run, cumulative=ServerField(
+            paths=SERVER_INFO_PATHS, field="internal_states.0.avg_spec_accept_length"))
 
     def source_evidence(self) -> list[tuple[str, str, str]]:
         """(fact, file in the package, text) for every marker, metric and endpoint this

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 
-from .base import ALWAYS, Engine, PhaseMarker, flag_args, for_version, prometheus_values
+from specc.plan import Acceptance, CacheFlush, CounterRatio
+
+from .base import ALWAYS, Engine, PhaseMarker, flag_args, for_version
 
 PINNED_VERSION = "0.33.0"
 OLDEST_VERSION = "0.10.0"
@@ -141,6 +143,10 @@ SOURCE_EVIDENCE = (
           for c in COUNTERS + (PER_POSITION_COUNTER,))
 
 
+ACCEPTED_COUNTER = f"{METRIC_PREFIX}num_accepted_tokens_total"
+DRAFTS_COUNTER = f"{METRIC_PREFIX}num_drafts_total"
+
+
 class VLLM(Engine):
     """`vllm serve <model> --speculative-config '<json>'`."""
 
@@ -164,7 +170,6 @@ class VLLM(Engine):
     launch_budget_s = 300.0
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
-    accept_length_source = "vllm_metrics"
     flush_cache_path = FLUSH_CACHE_PATH
     flush_cache_env = {DEV_MODE_ENV: "1"}
     target_unsupported_fix = "use vllm >= 0.17.0 (engine.version), or engine=sglang for this pair"
@@ -254,28 +259,24 @@ class VLLM(Engine):
         return {"load_weights": 5.0 + w / 0.3, "kv_cache": 10.0, "capture_cuda_graph": 30.0,
                 "api_server": 5.0}
 
-    async def accept_snapshot(self, client, base_url: str) -> dict:
-        """vLLM's spec-decode counters from /metrics."""
-        try:
-            r = await client.get(base_url + METRICS_PATH, timeout=10.0)
-        except Exception:
-            return {}
-        if r.status_code != 200:
-            return {}
-        v = prometheus_values(r.text)
-        return {k: v.get(f"{METRIC_PREFIX}{k}_total", v.get(f"{METRIC_PREFIX}{k}"))
-                for k in ("num_drafts", "num_accepted_tokens")}
+    def acceptance(self, spec):
+        """1 + accepted tokens per draft over the point (counter differences)."""
+        if not spec.speculative:
+            return None
+        return Acceptance(run=CounterRatio(
+            path=METRICS_PATH, numerator=ACCEPTED_COUNTER, denominator=DRAFTS_COUNTER,
+            offset=1.0))
 
-    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
-        """1 + accepted / drafts over the run (counter differences)."""
-        try:
-            drafts = after["num_drafts"] - before["num_drafts"]
-            accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
-        except (KeyError, TypeError):
-            return None, None
-        if drafts <= 0:
-            return None, None
-        return round(1 + accepted / drafts, 4), "run"
+    def cache_flush(self, spec):
+        """/reset_prefix_cache exists only in dev mode (else 404, and the prefix cache, on
+        by default, stays warm): specc sets VLLM_SERVER_DEV_MODE=1 in the env of every
+        server some point of which flushes (`env(..., flush_cache=True)`), unless the
+        config sets it otherwise."""
+        given = (spec.engine.get("env") or {}).get(DEV_MODE_ENV)
+        if given is None or str(given).lower() in ("1", "true"):
+            return CacheFlush(method="POST", path=self.flush_cache_path)
+        return CacheFlush(unavailable=f"vLLM serves {self.flush_cache_path} only with "
+                                      f"{DEV_MODE_ENV}=1 (engine.env sets {DEV_MODE_ENV}={given})")
 
     def source_evidence(self) -> list[tuple[str, str, str]]:
         out = [(f"phase {m.name}", path, text) for m in PHASES_0_17 for path, text in m.evidence]
