@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specc.compile.pipeline import compile_config
+from specc.engines import get_engine
 
 
 def _servers(overrides):
@@ -38,13 +41,20 @@ def test_vllm_acceptance_is_one_plus_accepted_per_draft():
     assert spec.acceptance.cumulative is None
 
 
-def test_vllm_flushes_the_prefix_cache_only_in_dev_mode_and_says_so_otherwise():
+def test_vllm_flushes_the_prefix_cache_in_dev_mode_which_specc_sets():
+    """/reset_prefix_cache exists only with VLLM_SERVER_DEV_MODE=1 (else 404 and a warm
+    cache): specc sets it for every server some point of which flushes, and says so."""
     (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none"])
+    assert (server.cache_flush.method, server.cache_flush.path) == ("POST", "/reset_prefix_cache")
+    assert server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none", "benchmark.flush_cache=false"])
+    assert "VLLM_SERVER_DEV_MODE" not in server.env
+    # the config turning dev mode off: no flush, and why
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none",
+                          "+engine.env.VLLM_SERVER_DEV_MODE=0"])
     assert server.cache_flush.path is None
     assert "VLLM_SERVER_DEV_MODE=1" in server.cache_flush.unavailable
-    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none",
-                          "+engine.env.VLLM_SERVER_DEV_MODE=1"])
-    assert (server.cache_flush.method, server.cache_flush.path) == ("POST", "/reset_prefix_cache")
+    assert server.env["VLLM_SERVER_DEV_MODE"] == "0"
 
 
 def test_a_baseline_has_no_acceptance_to_read():

@@ -305,7 +305,7 @@ def test_plan_records_the_engine_version(compose):
         compose, SWEEP + ["engine.cuda_graph_max_bs=64"]).plan.servers[0].argv
     old = _compile(compose, SWEEP + ["engine.version=0.5.9", "engine.cuda_graph_max_bs=64"]).plan
     assert old.engine_info["version"] == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
-    names = [p["name"] for p in old.servers[1].readiness["phases"]]
+    names = [p.name for p in old.servers[1].readiness.phases]
     assert names.index("load_draft_weights") > names.index("capture_cuda_graph")
     vllm = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"]).plan
     assert vllm.engine_info["version"] == "0.33.0"
