@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from specc.run.datasets import DatasetError, load_prompts
+from specc.run.lifecycle import auth_headers
 from specc.engines import get_engine
 from specc.net import base_url
 from specc.plan import Benchmark, Plan, Server
@@ -38,6 +39,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str):
                            path=p.get("dataset_path"), seed=p.get("seed", 0))
     rate = p.get("request_rate") or float("inf")
     res = await run_load(url, prompts, api=p["api"], model=p["model"],
+                         headers=auth_headers(server),
                          concurrency=p["concurrency"], request_rate=rate,
                          warmup=p.get("warmup_requests", 1), seed=p.get("seed", 0),
                          timeout_s=p.get("timeout_s", 600))
@@ -83,7 +85,7 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
     """Run one point and return its results row (never raises for a server's fault)."""
     engine = get_engine(engine_name)
     url = base_url(server.host, server.port)
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, headers=auth_headers(server)) as client:
         if bench.params.get("flush_cache") and engine.flush_cache_path:
             try:
                 await client.post(url + engine.flush_cache_path, timeout=30.0)

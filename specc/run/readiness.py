@@ -102,8 +102,12 @@ def _next_phase(phases: list, cur: int, line: str, skippable: list[bool]) -> int
     return None
 
 
-async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time) -> Outcome:
-    """Drive one server from launch to ready or to a diagnosed failure."""
+async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time,
+                     listener_check=None) -> Outcome:
+    """Drive one server from launch to ready or to a diagnosed failure.
+
+    `listener_check()` -> None or why the process answering on the port is not this
+    server: asked (in a thread) on every answer that is not "refused", before it counts."""
     server = running.server
     phases = readiness["phases"]
     begins = [p["begin"] for p in phases]
@@ -176,6 +180,10 @@ async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time
                 if probe_task is not None and probe_task.done():
                     answer = probe_task.result()
                     probe_task = None
+                    if answer != "refused" and listener_check is not None:
+                        taken = await asyncio.to_thread(listener_check)
+                        if taken:
+                            return fail(taken)
                     last_answer = answer
                     done_at = clock()
                     meaning = readiness["answers"].get(answer, "warming" if answer != "refused" else "starting")
