@@ -52,15 +52,13 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
 def run(c, plan, retry_failed=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
     from specc.run.executor import execute_plan
-    from specc.plan import Plan
+    from specc.plan import Plan, PlanError
 
     path = Path(plan)
     try:
         p = Plan.load(path)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, PlanError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        if isinstance(e, (KeyError, TypeError, AttributeError)):
-            why = f"not a plan ({type(e).__name__}: {e})"
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2)
     code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
     if code:

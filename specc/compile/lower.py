@@ -90,7 +90,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             wave=slot.wave,
             argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
                                    port=slot.port)),
-            env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
+            env=env, log=f"servers/{sid}.log", readiness=readiness,
+            cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
+            secrets=tuple(secrets)))
         sid_json = json.dumps(sid)
         for bench, ckey, ckey_json in client_keys:
             # == _hash([sid, ckey]), without re-encoding the point for every server
@@ -107,7 +109,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
                                         params={**bench, "model": engine.served_model(spec)},
                                         argv=argv))
-        estimates[sid] = estimate.server_seconds(spec, engine, readiness["estimated_start_s"],
+        estimates[sid] = estimate.server_seconds(spec, engine, readiness.estimated_start_s,
                                                  matrix.client_points)
 
     diags = unique(diags)
@@ -124,9 +126,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         dropped=matrix.dropped,
         engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
                      "uses_gpus": engine.uses_gpus,
-                     "health_timeout_s": engine.health_timeout_s,
-                     "flush_cache_path": engine.flush_cache_path,
-                     "accept_length_source": engine.accept_length_source},
+                     "health_timeout_s": engine.health_timeout_s},
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates,

@@ -238,7 +238,7 @@ def readiness_deadline(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
     deadline = spec.readiness.get("deadline_s")
     if not deadline:
         return
-    est = engine.readiness(spec)["estimated_start_s"]
+    est = engine.readiness(spec).estimated_start_s
     if deadline < est:
         yield error("READINESS_DEADLINE", "readiness.deadline_s",
                     f"start deadline {deadline:g} s is shorter than the estimated start time "

@@ -128,6 +128,12 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
     return (3, 1, 4)
 
 
+# --- acceptance (srt/metrics/collector.py, srt/entrypoints/http_server.py) --------
+GENERATION_TOKENS_COUNTER = "sglang:generation_tokens_total"
+VERIFY_CALLS_COUNTER = "sglang:spec_verify_calls_total"
+#: `/get_server_info` is deprecated (a warning per call) but older releases have only it.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
 #: With speculation and no --max-running-requests, SGLang caps running requests here.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
 
@@ -169,7 +175,9 @@ def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
 # --- the adapter -------------------------------------------------------------
 import json as _json  # noqa: E402
 
-from .base import Engine, flag_args, prometheus_values  # noqa: E402
+from specc.plan import Acceptance, CounterRatio, ServerField  # noqa: E402
+
+from .base import Engine, flag_args  # noqa: E402
 
 
 class SGLang(Engine):
@@ -192,7 +200,6 @@ class SGLang(Engine):
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
     #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
     serving_silence_s = 60.0
-    accept_length_source = "sglang_server_info"
     flush_cache_path = "/flush_cache"
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
@@ -275,52 +282,18 @@ class SGLang(Engine):
         return [{"name": name, "begin": marks[name][0], "end": marks[name][1], "estimate_s": sec}
                 for name, sec in est.items()]
 
-    async def accept_snapshot(self, client, base_url: str) -> dict:
-        """Cumulative acceptance state: /get_server_info (DP rank 0) + /metrics token counter."""
-        snap: dict = {}
-        for path in ("/server_info", "/get_server_info"):   # 0.5.23 deprecates get_*
-            try:
-                r = await client.get(base_url + path, timeout=10.0)
-            except Exception:
-                continue
-            if r.status_code == 200:
-                states = r.json().get("internal_states") or [{}]
-                snap["avg_spec_accept_length"] = states[0].get("avg_spec_accept_length")
-                break
-        try:
-            r = await client.get(base_url + "/metrics", timeout=10.0)
-            if r.status_code == 200:
-                values = prometheus_values(r.text)
-                snap["generation_tokens_total"] = values.get("sglang:generation_tokens_total")
-                snap["spec_verify_calls_total"] = values.get("sglang:spec_verify_calls_total")
-        except Exception:
-            pass
-        return snap
-
-    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
-        """Run-scoped where derivable, else SGLang's cumulative figure (incl. warm-up).
-
-        SGLang's avg_spec_accept_length is accepted tokens / verify steps since
-        start. With the generation-token counter before and after, the steps
-        are tokens / average, so the run's own figure is
-        delta tokens / delta steps.
-        """
-        # 0.5.23 (metrics_collector.py): both counters grow when a request
-        # finishes, so their deltas over a point are that point's own figure.
-        g0, g1 = before.get("generation_tokens_total"), after.get("generation_tokens_total")
-        v0, v1 = before.get("spec_verify_calls_total") or 0, after.get("spec_verify_calls_total")
-        if g0 is not None and g1 is not None and v1 and v1 > v0:
-            return round((g1 - g0) / (v1 - v0), 4), "run"
-        a1 = after.get("avg_spec_accept_length")
-        if not a1:
-            return None, None
-        a0, t0, t1 = (before.get("avg_spec_accept_length"), before.get("generation_tokens_total"),
-                      after.get("generation_tokens_total"))
-        if a0 and t0 is not None and t1 is not None and t1 > t0:
-            steps = t1 / a1 - t0 / a0
-            if steps > 0:
-                return round((t1 - t0) / steps, 4), "run"
-        return round(float(a1), 4), "cumulative"
+    def acceptance(self, spec):
+        """Run-scoped: generated tokens per verify call over the point (both counters are
+        exact; the cumulative average is folded in only every 40 decode iterations).
+        Fallback: DP rank 0's cumulative average since start, warm-up included."""
+        if not spec.speculative:
+            return None
+        run = None
+        if spec.engine.get("enable_metrics"):
+            run = CounterRatio(path="/metrics", numerator=GENERATION_TOKENS_COUNTER,
+                               denominator=VERIFY_CALLS_COUNTER)
+        return Acceptance(run=run, cumulative=ServerField(
+            paths=SERVER_INFO_PATHS, field="internal_states.0.avg_spec_accept_length"))
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""
