@@ -103,3 +103,16 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
     assert json.loads((tmp_path / ".lock").read_text())["pid"] == holder.pid
     with rundir.locked(tmp_path):
         pass
+
+
+def test_a_compile_into_a_run_dir_in_use_rewrites_nothing(tmp_path):
+    """`specc ... hydra.run.dir=D` while an executor holds D: the plan it runs stays as it is."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "plan.json").write_text("the plan being run\n")
+    with rundir.locked(run_dir, command="specc run --plan D/plan.json"):
+        res = _specc("engine=sim", f"hydra.run.dir={run_dir}", "execute=true")
+    assert res.returncode == 4, res.stderr[-2000:]
+    assert "error RUN_DIR_BUSY: run dir" in res.stderr and "Traceback" not in res.stderr
+    assert (run_dir / "plan.json").read_text() == "the plan being run\n"
+    assert not (run_dir / "review.md").exists()

@@ -83,10 +83,12 @@ def _say(text: str) -> None:
 
 @contextmanager
 def handled(stopper: Stopper):
-    """Route every stop signal to `stopper` for the duration (sweep, teardown, report)."""
+    """Route every stop signal to `stopper` for the duration (sweep, teardown, report).
+    Once stopped, the process is on its way out with 130: later stop signals stay ignored
+    rather than turn into a KeyboardInterrupt in the caller's exit path."""
     old = {s: signal.signal(s, stopper.handler) for s in STOP_SIGNALS}
     try:
         yield stopper
     finally:
         for s, h in old.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if stopper.stopping else h)

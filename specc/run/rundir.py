@@ -98,3 +98,21 @@ def unwritable(run_dir: Path) -> str | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+def busy(run_dir: Path | str) -> str | None:
+    """The RunDirBusy message when a live process holds run_dir's lock now, else None.
+    For the compiler, which must not rewrite plan.json under a running executor."""
+    path = Path(run_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None   # no lock file: nobody ever held it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return (f"run dir {run_dir} is in use by {_holder(fd)}; wait for it to finish, or "
+                "choose another hydra.run.dir")
+    finally:
+        os.close(fd)
+    return None
