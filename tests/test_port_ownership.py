@@ -46,12 +46,13 @@ def test_listener_is_ours_only_when_our_process_group_holds_it():
         other = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"],
                                  start_new_session=True)
         try:
-            kind, line = ownership.listener("localhost", port, other.pid)
+            kind, who = ownership.listener("localhost", port, other.pid)
+            line = ownership.taken("localhost", port, other.pid)
         finally:
             other.kill()
             other.wait()
-        assert kind == "foreign"
-        assert line.startswith(f"port {port} taken after preflight by pid {os.getpid()} (")
+        assert kind == "foreign" and who.startswith(f"pid {os.getpid()} (")
+        assert line == f"port {port} taken after preflight by {who}"
     assert ownership.listener("localhost", port, os.getpgid(0)) == ("none", "")
 
 
@@ -121,7 +122,7 @@ def test_a_point_does_not_start_when_the_port_changed_hands(guard, tmp_path, mon
 
     def listener(host, port, pgid):
         if results(run_dir):   # after the first point: someone else holds the port
-            return "foreign", f"port {port} taken after preflight by pid {stranger.pid} (x)"
+            return "foreign", f"pid {stranger.pid} (x)"
         return real(host, port, pgid)
 
     monkeypatch.setattr(executor.ownership, "listener", listener)
@@ -131,3 +132,6 @@ def test_a_point_does_not_start_when_the_port_changed_hands(guard, tmp_path, mon
     assert second["status"] == "failed" and "taken after preflight" in second["reason"]
     (entry,) = state(run_dir)["servers"].values()
     assert entry["status"] == "failed" and "taken after preflight" in entry["reason"]
+    # the leader's kernel start time, recorded at launch for `specc down` to check
+    assert isinstance(entry["create_time"], float)
+    assert abs(entry["create_time"] - entry["started_at"]) < 5

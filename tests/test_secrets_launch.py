@@ -55,3 +55,13 @@ def test_api_key_server_is_benchmarked_with_its_key_and_the_key_is_written_nowhe
     for f in run_dir.rglob("*"):
         if f.is_file():
             assert KEY not in f.read_text(errors="replace"), f
+
+
+def test_a_header_value_cannot_split_the_request():
+    """A key with a line break would inject headers into every request: refused."""
+    from specc.run.loadgen.client import header_lines
+
+    assert header_lines({"Authorization": "Bearer k"}) == b"Authorization: Bearer k\r\n"
+    for bad in ({"Authorization": "Bearer k\r\nX-Evil: 1"}, {"A: B": "c"}, {"A": "b\nc"}):
+        with pytest.raises(ValueError):
+            header_lines(bad)

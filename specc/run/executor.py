@@ -148,10 +148,10 @@ class Executor:
             """Readiness asks on every answer until the listener proves to be the server."""
             if verified:
                 return None
-            kind, line = ownership.listener(server.host, server.port, running.pid)
+            kind, who = ownership.listener(server.host, server.port, running.pid)
             if kind == "ours":
                 verified.append(True)
-            return line or None
+            return f"port {server.port} taken after preflight by {who}" if who else None
 
         def on_phase(phase, since, detail=""):
             self.state.update(server.id, phase=phase, phase_started_at=since)
@@ -161,9 +161,9 @@ class Executor:
                                    listener_check=listener_check)
         if not outcome.ok:
             reason = f"{outcome.reason}"
-            kind, taken = await asyncio.to_thread(ownership.listener, server.host, server.port,
-                                                  running.pid)
-            if kind == "foreign" and not reason.startswith(taken):
+            taken = await asyncio.to_thread(ownership.taken, server.host, server.port,
+                                            running.pid)
+            if taken and not reason.startswith(taken):
                 reason = f"{taken}; then: {reason}"   # why it could not bind
             self.failed_servers[server.id] = reason
             self.state.update(server.id, failed_at=time.time())
@@ -188,9 +188,9 @@ class Executor:
                     break
                 if not self._writes_ok():
                     break
-                kind, taken = await asyncio.to_thread(ownership.listener, server.host,
-                                                      server.port, running.pid)
-                if kind == "foreign":   # never measure another process under this label
+                taken = await asyncio.to_thread(ownership.taken, server.host, server.port,
+                                                running.pid)
+                if taken:   # never measure another process under this label
                     self.failed_servers[server.id] = taken
                     self._fail_points(server, f"server failed: {taken}")
                     await self._stop_async(server, "failed", reason=taken)

@@ -23,7 +23,7 @@ import psutil
 
 from specc import secrets
 from specc.net import connect_host
-from specc.run.ownership import launched_group
+from specc.run.ownership import launched_group, listener
 from specc.plan import Server
 
 _PR_SET_PDEATHSIG = 1
@@ -237,6 +237,9 @@ def stop(running: Running, grace_s: float = 10.0) -> str:
         running.proc.wait(timeout=1)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILLed above
         pass
+    kind, who = listener(running.server.host, running.server.port, running.pid)
+    if kind == "foreign":   # someone else's listener: not this server's to free or wait for
+        return how + f"; port {running.server.port} held by {who}, not this server"
     if not wait_port_free(running.server.host, running.server.port):
         return how + f"; port {running.server.port} still in use"
     return how

@@ -143,13 +143,11 @@ def _by_psutil(host: str, port: int, pgid: int) -> tuple[str, int | None]:
 
 def listener(host: str, port: int, pgid: int) -> tuple[str, str]:
     """Who listens where a client of host:port connects: ("none", ""), ("ours", "") when
-    every listener is a process of group `pgid`, or ("foreign", the line that says who
-    took the port: readiness fails with it, a point refuses to start)."""
+    every listener is a process of group `pgid`, or ("foreign", who: "pid X (command)")."""
     inodes = listening_inodes(host, port)
     if inodes is None:
         kind, pid = _by_psutil(host, port, pgid)
-        return kind, (f"port {port} taken after preflight by {_describe(pid)}"
-                      if kind == "foreign" else "")
+        return kind, (_describe(pid) if kind == "foreign" else "")
     if not inodes:
         return "none", ""
     for pid in group_pids(pgid):
@@ -161,7 +159,14 @@ def listener(host: str, port: int, pgid: int) -> tuple[str, str]:
         if _socket_inodes(pid) & inodes:
             owner = pid
             break
-    return "foreign", f"port {port} taken after preflight by {_describe(owner)}"
+    return "foreign", _describe(owner)
+
+
+def taken(host: str, port: int, pgid: int) -> str | None:
+    """The line readiness fails with and a point refuses to start on, when another process
+    listens on the server's port; None when nothing or only the server does."""
+    kind, who = listener(host, port, pgid)
+    return f"port {port} taken after preflight by {who}" if kind == "foreign" else None
 
 
 # -- the process group a state.json entry recorded ------------------------------------------
