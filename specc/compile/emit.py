@@ -195,7 +195,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
                      f"log silent for {r.serving_silence_s:g} s with requests in flight is a "
                      "hung server (its health may still answer 200).")
     s0 = plan.servers[0]
-    lines.append(f"Cache flush between points: " + (
+    lines.append("Cache flush between points: " + (
         f"`{s0.cache_flush.method} {s0.cache_flush.path}`." if s0.cache_flush.path
         else f"none ({s0.cache_flush.unavailable})."))
     acc = next((s.acceptance for s in plan.servers if s.acceptance), None)
