@@ -21,6 +21,7 @@ from specc.plan import Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 from specc.run.acceptance import AcceptanceReading
 from specc.run.datasets import DatasetError, load_prompts
+from specc.run.lifecycle import auth_headers
 
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
@@ -41,6 +42,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str):
                            path=p.get("dataset_path"), seed=p.get("seed", 0))
     rate = p.get("request_rate") or float("inf")
     res = await run_load(url, prompts, api=p["api"], model=p["model"],
+                         headers=auth_headers(server),
                          concurrency=p["concurrency"], request_rate=rate,
                          warmup=p.get("warmup_requests", 1), seed=p.get("seed", 0),
                          timeout_s=p.get("timeout_s", 600))
@@ -102,7 +104,7 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
     """
     url = base_url(server.host, server.port)
     accept = AcceptanceReading(server.acceptance)
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, headers=auth_headers(server)) as client:
         flushed = await flush_cache(client, url, server) if bench.params.get("flush_cache") \
             else None
         await accept.start(client, url)

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cuda-graph-max-bs-prefill", type=int, default=None)
     a("--max-running-requests", type=int, default=None)
     a("--served-model-name", type=str, default=None)
+    # srt/utils/auth.py: every route but /health*, /ready*, /metrics* needs the key
+    a("--api-key", type=str, default=None)
     a("--attention-backend", type=str, default=None)
     a("--log-level", type=str, default="info")
     a("--enable-metrics", action="store_true")

@@ -4,6 +4,7 @@ srt/entrypoints/openai/serving_chat.py, serving_completions.py)."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 import time
@@ -33,6 +34,30 @@ def _env_true(name: str, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+#: Paths SGLang 0.5.23 leaves open with --api-key (srt/utils/auth.py, decide_request_auth:
+#: "to support k8s probes and Prometheus scraping without embedding secrets").
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+def require_api_key(app, api_key: str):
+    """SGLang 0.5.23's --api-key middleware: a request to any other path (OPTIONS aside)
+    needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}."""
+    want = api_key.encode()
+
+    async def asgi(scope, receive, send):
+        if (scope["type"] == "http" and scope["method"] != "OPTIONS"
+                and not scope["path"].startswith(OPEN_PREFIXES)):
+            auth = dict(scope["headers"]).get(b"authorization", b"")
+            scheme, _, token = auth.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token, want):
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(
+                    scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return asgi
+
+
 class App:
     STARTING, READY = "starting", "ready"
 
@@ -59,6 +84,8 @@ class App:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
+        if sim.args.api_key:
+            self.app = require_api_key(self.app, sim.args.api_key)
 
     # -- readiness ------------------------------------------------------------------
     async def health(self, request: Request) -> Response:

@@ -28,12 +28,13 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                    warmup: int = 1, seed: int = 0, timeout_s: float = 600.0,
                    on_request_done: Callable[[RequestRecord], None] | None = None,
                    transport: str = "auto", kernel_timestamps: bool = True,
-                   disable_gc: bool = True) -> LoadResult:
+                   disable_gc: bool = True, headers: dict[str, str] | None = None) -> LoadResult:
     """Run one benchmark point; per-request failures become ``ok=False`` records.
 
     If the server refuses connections (it is gone), no further requests are
     sent: the unsent ones are recorded as failed with ``error="not sent: ..."``
-    and ``LoadResult.server_gone`` is set.
+    and ``LoadResult.server_gone`` is set. ``headers`` go on every request (e.g. the
+    server's ``Authorization``).
     """
     if api not in API_PATHS:
         raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
@@ -44,9 +45,10 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     if transport == "auto":
         transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
     if transport == "fast":
-        client = FastClient(base_url, timeout_s, kernel_timestamps)
+        client = FastClient(base_url, timeout_s, kernel_timestamps, headers=headers)
     elif transport == "httpx":
-        client = HttpxClient(base_url, timeout_s, concurrency or max(len(prompts), 1))
+        client = HttpxClient(base_url, timeout_s, concurrency or max(len(prompts), 1),
+                             headers=headers)
     else:
         raise ValueError(f"unknown transport {transport!r}")
 
