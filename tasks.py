@@ -136,7 +136,7 @@ def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures the README quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
-               "executor": "benchmarks/executor_timing.py"}
+               "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py"}
     for name, script in scripts.items():
         if (not only or only == name) and Path(script).exists():
             print(f"== {name}: {script}")
