@@ -1,4 +1,10 @@
-"""`python -m specc [+experiment=NAME] [overrides]`: compile, review, and optionally execute."""
+"""`specc` / `python -m specc`: compile, review and optionally execute, or run a task.
+
+`specc [+experiment=NAME] [overrides]` composes with Hydra; `specc <task> [options]`
+(plan, run, status, logs, down, report, bench) runs the packaged invoke task. A
+Hydra override always holds `=` or starts with `+`, `-` or `~`, so a bare first
+word can only be a task.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,6 @@ from specc import exits
 from specc.config import compose
 from specc.compile.pipeline import compile_config
 from specc.compile.emit import write_outputs
-
 
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
@@ -35,10 +40,49 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     return exits.OK
 
 
+def _program():
+    from invoke import Program
+
+    from specc import __version__, tasks
+
+    return Program(namespace=tasks.namespace, name="specc", binary="specc", version=__version__)
+
+
+def run_task(argv: list[str]) -> int:
+    """`specc <task> [options]` -> the task's exit code."""
+    if {"--help", "-h"} & set(argv[1:]):
+        # invoke would read `--help` as the value of a required positional (`--run`)
+        argv = ["--help", argv[0]]
+    try:
+        _program().run(["specc", *argv])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return exits.OK
+
+
+def _is_word(arg: str) -> bool:
+    return not arg.startswith(("-", "+", "~")) and "=" not in arg
+
+
 def main(argv: list[str] | None = None) -> int:
     from specc.report.combine import combine
 
-    return compose.run(sys.argv[1:] if argv is None else argv, job, combine)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and _is_word(argv[0]):
+        from specc.tasks import namespace
+
+        names = sorted(namespace.task_names)
+        if argv[0] not in names:
+            print(f"error CONFIG_OVERRIDE_SYNTAX at {argv[0]}: '{argv[0]}' is neither a task "
+                  f"nor a Hydra override (fix: a task ({', '.join(names)}) or key=value)",
+                  file=sys.stderr)
+            return exits.INVALID
+        return run_task(argv)
+    code = compose.run(argv, job, combine)
+    if argv in (["--help"], ["-h"]):
+        print("\n== Tasks (specc <task> --help) ==")
+        code = code or run_task(["--list"])
+    return code
 
 
 if __name__ == "__main__":

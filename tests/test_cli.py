@@ -48,6 +48,7 @@ def _secret_args():
 def runs(tmp_path_factory):
     jobs = {name: (args, True) for name, (args, _) in BAD.items()}
     jobs["sweep_ok"] = (["+experiment=eagle3_sweep"], True)
+    jobs["mixed_tp"] = (["sweep={hardware.tp:[1,8]}", "model_pair.context_length=2048"], True)
     jobs["secrets"] = (["+experiment=llama3_eagle3_pack", "engine=sim", *_secret_args()], True)
     jobs["secrets_invalid"] = (["+experiment=eagle3_context_mismatch", *_secret_args()], True)
     dirs = {name: tmp_path_factory.mktemp(name) for name in [*jobs, "multirun"]}
@@ -108,6 +109,17 @@ def test_valid_sweep_writes_the_run_dir(runs):
     assert "plan.json" in out and "# specc review" in out
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["version"] == 1 and plan["experiment"] == "eagle3_sweep"
+
+
+def test_servers_of_different_tp_get_disjoint_gpus_on_the_node(runs):
+    """Issue 7, bug 1: tp 8 servers were put on GPUs 8-15 and 24-31 of an 8-GPU node."""
+    code, out, err, run_dir = runs["mixed_tp"]
+    assert code == 0, err
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert sorted((s["params"]["tp"], s["wave"], tuple(s["gpus"]), s["port"])
+                  for s in plan["servers"]) == [
+        (1, 0, (0,), 30000), (1, 0, (1,), 30001),
+        (8, 1, tuple(range(8)), 30000), (8, 2, tuple(range(8)), 30000)]
 
 
 @pytest.mark.parametrize("name", ["secrets", "secrets_invalid"])

@@ -154,6 +154,44 @@ def test_waves_have_disjoint_gpus_and_ports(compose, overrides):
         assert [len(w) for w in plan.waves] == [4, 4]
 
 
+def _sweep(axes):
+    def mutate(cfg):
+        cfg["sweep"] = axes
+    return mutate
+
+
+@pytest.mark.parametrize("axes, waves", [
+    ({"hardware.tp": [1, 8]}, 3),                                   # issue 7, bug 1
+    ({"hardware.tp": [1, 2], "hardware.dp": [1, 2]}, 3),            # sizes 1, 2, 2, 4
+    ({"hardware.tp": [1, 4, 8], "benchmark.concurrency": [1, 4]}, 4),
+])
+def test_servers_of_different_sizes_are_placed_by_their_own_size(compose, axes, waves):
+    plan = _compile(compose, ["model_pair.context_length=2048"], _sweep(axes)).plan
+    for s in plan.servers:
+        hw = s.params
+        assert len(s.gpus) == hw["tp"] * hw["dp"] * hw["pp"], s.id
+        assert s.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, s.gpus))
+        assert s.argv[s.argv.index("--port") + 1] == str(s.port)
+    for wave in plan.waves:
+        gpus = [g for s in wave for g in s.gpus]
+        assert len(gpus) == len(set(gpus)) and max(gpus) < 8
+        assert len({s.port for s in wave}) == len(wave)
+    assert len(plan.waves) == waves
+    # the review lists servers in the order their waves start
+    table = review(plan, [], title="t").split("## Servers")[1].split("## Launch")[0]
+    rows = [ln.split("|")[1].strip() for ln in table.splitlines() if ln.startswith("|")]
+    listed = [int(w) for w in rows if w.isdigit()]
+    assert listed == sorted(listed) and len(listed) == len(plan.servers)
+
+
+def test_a_server_larger_than_the_node_is_refused(compose):
+    result = _compile(compose, ["model_pair.context_length=2048"],
+                      _sweep({"hardware.tp": [1, 8], "hardware.dp": [1, 2]}))
+    assert result.plan is None
+    assert {(d.code, d.path) for d in result.diagnostics if d.severity == "error"} == {
+        ("TOPOLOGY_GPUS", "hardware.tp")}
+
+
 def test_matrix_too_large(compose):
     cfg = compose(SWEEP + ["max_points=10"])
     n = 1

@@ -159,14 +159,15 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
                              headers=["dropped point", "code", "reason"])]
     lines += ["", "## Servers", ""]
     rows = []
-    for s in plan.servers:
+    by_wave = [s for wave in plan.waves for s in wave]   # the order they start in
+    for s in by_wave:
         rows.append([s.wave, s.id, s.label, ",".join(map(str, s.gpus)), s.port,
                      len(plan.benchmarks_of(s.id)),
                      _fmt_s(s.readiness["estimated_start_s"]), _fmt_s(s.readiness["deadline_s"])])
     lines.append(_table(rows, headers=["wave", "id", "config", "GPUs", "port", "points",
                                        "est. start", "deadline"]))
     lines += ["", "## Launch commands", "", "```bash"]
-    for s in plan.servers:
+    for s in by_wave:
         lines.append(f"# {s.id}")
         lines.append(command_line(s.argv, s.env, s.secrets))
     lines += ["```", "", "## Benchmark points", ""]
@@ -204,7 +205,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
         for k, v in f["values"].items():
             frows.append([which, k, v, f["sources"].get(k, "")])
         frows.append([which, "derived context length", f["derived_context_length"],
-                      "SGLang's rule (rope factor)"])
+                      "first context key x rope factor"])
     lines.append(_table(frows, headers=["model", "fact", "value", "source"]))
     est = plan.estimates
     lines += ["", "## Estimated wall time", "",

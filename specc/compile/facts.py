@@ -71,6 +71,43 @@ def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
     return raw, str(cfg_file), weight_gb
 
 
+def engine_architecture(raw: dict) -> str | None:
+    """The architecture an engine dispatches on: ``hf_config.architectures[0]``,
+    i.e. a multimodal wrapper's own (``KimiK25ForConditionalGeneration``), not
+    its text_config's (SGLang 0.5.23 srt/arg_groups/speculative_hook.py reads
+    ``model_config.hf_config.architectures[0]``)."""
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    return (raw.get("architectures") or text.get("architectures") or [None])[0]
+
+
+def flatten_config(raw: dict) -> dict:
+    """config.json as one flat dict: a wrapper's text_config keys, with the
+    wrapper's ``architectures`` (engine_architecture) on top."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        return dict(raw)
+    merged = dict(text)
+    arch = engine_architecture(raw)
+    if arch:
+        merged["architectures"] = [arch]
+        merged["text_architectures"] = text.get("architectures")
+    return merged
+
+
+def kv_bytes_per_token(facts: dict, *, tp: int, kv_cache_dtype: str | None = None) -> float:
+    """KV-cache bytes one token costs on each GPU (MLA keeps one latent per layer, on every rank).
+
+    ``facts`` in config.json's keys (a flattened text_config)."""
+    layers = facts.get("num_hidden_layers") or 0
+    width = 1 if "fp8" in str(kv_cache_dtype or "") else 2
+    if facts.get("kv_lora_rank"):
+        return (facts.get("kv_lora_rank") + (facts.get("qk_rope_head_dim") or 64)) * layers * width
+    heads = facts.get("num_attention_heads") or 1
+    head_dim = facts.get("head_dim") or (facts.get("hidden_size") or 0) // heads
+    kv_per_gpu = max(1.0, (facts.get("num_key_value_heads") or heads) / tp)
+    return 2 * kv_per_gpu * head_dim * layers * width
+
+
 def resolve(model_cfg: dict, conf_path: str) -> ModelFacts:
     """Facts for one model: config.json at `path` wins over facts declared at `conf_path`."""
     path = model_cfg["path"]
@@ -92,10 +129,10 @@ def resolve(model_cfg: dict, conf_path: str) -> ModelFacts:
             if key in text:
                 values[key] = text[key]
                 sources[key] = where
-        arch = (text.get("architectures") or raw.get("architectures") or [None])[0]
+        arch = engine_architecture(raw)
         if arch:
             values["architecture"] = arch
-            sources["architecture"] = where
+            sources["architecture"] = cfg_file if raw.get("architectures") else where
         if weight_gb is not None:
             values["weight_gb"] = weight_gb
             sources["weight_gb"] = str(Path(path) / "model.safetensors.index.json")

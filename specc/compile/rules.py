@@ -155,7 +155,7 @@ def draft_architecture(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
         yield error("ENGINE_TARGET_UNSUPPORTED", "model_pair.target.facts.architecture",
                     f"{engine.name} ({engine.version_read}) refuses {alg} for target {arch}; "
                     f"it allows {', '.join(allowed)}",
-                    "use engine=sglang for this pair")
+                    engine.target_unsupported_fix)
 
 
 def draft_shapes(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:

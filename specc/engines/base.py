@@ -78,6 +78,8 @@ class Engine(ABC):
     bench_serving_backend = "sglang"
     #: Target architectures allowed per algorithm (None: any).
     algorithm_targets: dict[str, tuple[str, ...]] = {}
+    #: The fix to suggest when `algorithm_targets` refuses the target.
+    target_unsupported_fix = "use another engine or algorithm for this pair"
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
@@ -96,6 +98,11 @@ class Engine(ABC):
                 env[name] = value if isinstance(value, str) else str(value).lower() \
                     if isinstance(value, bool) else str(value)
         return env, secrets
+
+    def assumed_acceptance(self, spec: ServerSpec) -> float | None:
+        """Per-position draft acceptance the server is configured to show (None: unknown
+        until measured; the wall-time estimate then assumes the performance model's default)."""
+        return None
 
     def reserved_gb_per_gpu(self, spec: ServerSpec) -> float:
         """Memory the engine sets aside per GPU beyond weights and KV cache."""

@@ -44,6 +44,7 @@ class VLLM(Engine):
     accept_length_source = "vllm_metrics"
     flush_cache_path = "/reset_prefix_cache"
     algorithm_targets = {"EAGLE3": EAGLE3_TARGETS}
+    target_unsupported_fix = "use engine=sglang for this pair"
 
     def speculative_config(self, spec) -> dict | None:
         if not spec.speculative:

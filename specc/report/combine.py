@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from specc.files import atomic_write
+
+_HEADING = re.compile(r"^(#{1,6})(?=\s)")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def nest_headings(markdown: str, levels: int = 2) -> str:
+    """Push every heading down `levels` (one job's `#` -> `###`, `##` -> `####`), keeping
+    their relative depth; lines inside code fences (`# <server id>`) are not headings."""
+    out, fenced = [], False
+    for line in markdown.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            line = _HEADING.sub(lambda m: "#" * min(6, len(m.group(1)) + levels), line)
+        out.append(line)
+    return "\n".join(out)
 
 
 def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
@@ -14,10 +33,10 @@ def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
     for d in run_dirs:
         review = d / "review.md"
         if review.exists():
-            body = review.read_text().replace("\n# ", "\n## ").replace("\n## ", "\n### ")
+            body = nest_headings(review.read_text())
             lines += [f"## job {d.name}", "", body, ""]
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "review.md").write_text("\n".join(lines))
+    atomic_write(sweep_dir / "review.md", "\n".join(lines))
     executed = [d for d in run_dirs if (d / "results.jsonl").exists()]
     if executed:
         from specc.report import combine_reports

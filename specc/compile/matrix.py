@@ -1,0 +1,223 @@
+"""The benchmark matrix: sweep axes -> distinct server configurations x client points.
+
+The matrix is the Cartesian product of the sweep axes; a list of mappings is one
+zipped axis. Axes under `benchmark.` are client-level (no restart); all others
+are server-level, so each distinct server configuration appears once. Server
+configurations the engine would rewrite or that cannot exist are dropped with
+their reason (when speculation is swept); with `baseline: true` every
+speculative configuration gets its non-speculative twin.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass
+
+from specc.compile import facts as facts_mod
+from specc.compile import rules
+from specc.compile.spec import ServerSpec
+from specc.config import schema
+from specc.diagnostics import Diagnostic, error, has_errors, unique
+from specc.engines.base import Engine
+from specc.plan import Dropped
+
+SERVER_SECTIONS = ("model_pair", "hardware", "engine", "speculation", "readiness")
+CLIENT_SECTION = "benchmark"
+SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
+
+
+def canonical(obj) -> str:
+    """The one JSON spelling of a value: what ids and server keys hash."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def short_hash(obj, n: int = 6) -> str:
+    return hashlib.sha256(canonical(obj).encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One distinct server configuration of the matrix."""
+
+    key: str            # canonical server sections (readiness excluded): what its id hashes
+    sections: dict
+    spec: ServerSpec
+    axes: dict          # the swept values that name it, e.g. {"speculation.topk": 4}
+    baseline_key: str   # key of its matched non-speculative twin (its own key for a baseline)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    servers: tuple[ServerConfig, ...]    # baselines first
+    client_points: tuple[dict, ...]      # resolved `benchmark` sections, one per client point
+    dropped: tuple[Dropped, ...]
+
+
+def _get(tree: dict, path: str):
+    node = tree
+    for p in path.split("."):
+        if not isinstance(node, dict) or p not in node:
+            return None
+        node = node[p]
+    return node
+
+
+def _set(tree: dict, path: str, value) -> None:
+    """Set a dotted path; a dict value at a section merges into it (a zipped axis)."""
+    parts = path.split(".")
+    node = tree
+    for p in parts[:-1]:
+        node = node[p]
+    if isinstance(value, dict) and isinstance(node.get(parts[-1]), dict):
+        node[parts[-1]] = {**node[parts[-1]], **value}
+    else:
+        node[parts[-1]] = value
+
+
+def _axis_label(path: str, value) -> dict:
+    if isinstance(value, dict):
+        return {f"{path}.{k}": v for k, v in value.items()}
+    return {path: value}
+
+
+def check_axes(cfg: dict) -> list[Diagnostic]:
+    """Every sweep axis names a sweepable key and every value fits its schema."""
+    out = []
+    for path, values in (cfg.get("sweep") or {}).items():
+        where = f"sweep.{path}"
+        top = path.split(".")[0]
+        if top == "readiness":
+            out.append(error("SWEEP_AXIS", where, "readiness settings cannot be swept: they do "
+                             "not change what a point measures",
+                             f"set {path} once, outside the sweep"))
+            continue
+        if top not in SERVER_SECTIONS + (CLIENT_SECTION,):
+            out.append(error("SWEEP_AXIS", where, f"'{path}' cannot be swept",
+                             "sweep keys under model_pair, hardware, engine, speculation "
+                             "or benchmark"))
+            continue
+        if len(set(map(canonical, values))) != len(values):
+            out.append(error("SWEEP_AXIS", where, "repeated values", "list each value once"))
+        for i, value in enumerate(values):
+            if isinstance(value, dict):
+                node = copy.deepcopy(_get(cfg, path))
+                if not isinstance(node, dict):
+                    out.append(error("SWEEP_AXIS", f"{where}[{i}]",
+                                     "a mapping value needs a config section here",
+                                     "give scalar values"))
+                    continue
+                node.update(value)
+                reason = schema.validate_value(path, node)
+            else:
+                reason = schema.validate_value(path, value)
+            if reason:
+                out.append(error("SWEEP_AXIS", f"{where}[{i}]", f"{value!r}: {reason}",
+                                 "fix the value or the axis path"))
+    return out
+
+
+def spec_for(sections: dict) -> ServerSpec:
+    mp = sections["model_pair"]
+    target = facts_mod.resolve(mp["target"], "model_pair.target")
+    draft = facts_mod.resolve(mp["draft"], "model_pair.draft") if mp.get("draft") else None
+    return ServerSpec(target=target, draft=draft, **sections)
+
+
+def baseline_of(sections: dict) -> dict:
+    """The matched non-speculative server: same target, hardware and engine; no draft."""
+    twin = copy.deepcopy(sections)
+    twin["speculation"] = {k: None for k in SPEC_KEYS}
+    twin["model_pair"]["draft"] = None   # so baselines of different drafts are one server
+    return twin
+
+
+def server_key(sections: dict) -> str:
+    return canonical({k: sections[k] for k in SERVER_SECTIONS if k != "readiness"})
+
+
+def _num_prompts(bench: dict) -> int:
+    """Explicit, else one full wave at the point's concurrency (at least 4)."""
+    return bench.get("num_prompts") or max(4, bench["concurrency"])
+
+
+def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
+    points = []
+    for combo in itertools.product(*(v for _, v in client_axes)):
+        bench = dict(cfg[CLIENT_SECTION])
+        for (path, _), value in zip(client_axes, combo):
+            if path == CLIENT_SECTION:
+                bench.update(value)
+            else:
+                bench[path.split(".", 1)[1]] = value
+        bench["num_prompts"] = _num_prompts(bench)
+        points.append(bench)
+    return tuple(points)
+
+
+def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
+    """Config (schema-valid) -> (the matrix or None, diagnostics of its axes and servers)."""
+    diags: list[Diagnostic] = check_axes(cfg)
+    if has_errors(diags):
+        return None, diags
+
+    axes = list((cfg.get("sweep") or {}).items())
+    server_axes = [(p, v) for p, v in axes if not p.startswith(CLIENT_SECTION)]
+    client_axes = [(p, v) for p, v in axes if p.startswith(CLIENT_SECTION)]
+    n_server = math.prod(len(v) for _, v in server_axes)
+    n_client = math.prod(len(v) for _, v in client_axes)
+    worst = n_server * n_client * (2 if cfg.get("baseline") else 1)
+    if n_server * n_client > cfg["max_points"]:
+        return None, diags + [error(
+            "MATRIX_TOO_LARGE", "sweep",
+            f"the sweep has {n_server * n_client} points (up to {worst} with baselines), "
+            f"over max_points={cfg['max_points']}",
+            f"narrow the sweep, or raise the cap knowingly: max_points={n_server * n_client * 2}")]
+
+    base = {k: cfg[k] for k in SERVER_SECTIONS}
+    sweeps_spec = any(p.split(".")[0] == "speculation" for p, _ in server_axes)
+
+    # distinct server configurations (speculative ones, then their baseline twins)
+    servers: dict[str, ServerConfig] = {}
+    dropped: list[Dropped] = []
+    for combo in itertools.product(*(v for _, v in server_axes)):
+        sections = copy.deepcopy(base)
+        axis_values: dict = {}
+        for (path, _), value in zip(server_axes, combo):
+            _set(sections, path, value)
+            axis_values.update(_axis_label(path, value))
+        spec = spec_for(sections)
+        found = rules.check_server(spec, engine)
+        errors = [d for d in found if d.severity == "error"]
+        if errors and sweeps_spec and all(d.code in rules.DROPPABLE for d in errors):
+            dropped.append(Dropped(point=axis_values, code=errors[0].code,
+                                   reason=errors[0].message, points=n_client))
+            continue
+        diags += found
+        twins = [(sections, spec, axis_values)]
+        if cfg.get("baseline") and spec.speculative:
+            bs = baseline_of(sections)
+            b_axes = {k: v for k, v in axis_values.items()
+                      if not k.startswith(("speculation.", "model_pair.draft"))}
+            twins.insert(0, (bs, spec_for(bs), b_axes))
+        for secs, sp, ax in twins:
+            key = server_key(secs)
+            if key not in servers:
+                servers[key] = ServerConfig(key=key, sections=secs, spec=sp, axes=ax,
+                                            baseline_key=server_key(baseline_of(secs)))
+                if sp is not spec:
+                    diags += rules.check_server(sp, engine)
+    if has_errors(diags):
+        return None, unique(diags)
+    if not servers:
+        return None, unique(diags + [error(
+            "MATRIX_EMPTY", "sweep", f"all {len(dropped)} server configurations were dropped",
+            "see the dropped points and fix the speculation grid")])
+
+    # baselines first: speedups can be computed as soon as a speculative point finishes
+    ordered = sorted(servers.values(), key=lambda s: s.spec.speculative)
+    return Matrix(servers=tuple(ordered), client_points=_client_points(cfg, client_axes),
+                  dropped=tuple(dropped)), diags

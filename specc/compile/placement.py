@@ -1,0 +1,66 @@
+"""Placement: servers of any size -> waves with disjoint GPUs and ports on one node.
+
+Pure: sizes in, slots out. Servers keep their order (baselines first); each goes
+into the earliest wave with a contiguous run of free GPUs large enough for it
+(first fit), else opens a new wave. Servers of one wave run at once, so within a
+wave GPUs and ports never repeat; a server that needs more GPUs than a node has
+cannot be placed. A server's port is the engine's base port plus its index in
+its wave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specc.diagnostics import Diagnostic, error
+
+
+@dataclass(frozen=True)
+class Slot:
+    wave: int
+    gpus: tuple[int, ...]
+    port: int
+
+
+@dataclass
+class _Wave:
+    free: list[bool]
+    servers: int = 0
+
+    def fit(self, size: int) -> int | None:
+        """First GPU of the lowest contiguous run of `size` free GPUs, or None."""
+        run = 0
+        for g, free in enumerate(self.free):
+            run = run + 1 if free else 0
+            if run == size:
+                return g - size + 1
+        return None
+
+
+def place(sizes, *, gpus_per_node: int, base_port: int) -> tuple[list[Slot], list[Diagnostic]]:
+    """GPUs per server (tp x dp x pp), in plan order -> (one Slot each, errors).
+
+    Any server larger than the node is an error and nothing is placed."""
+    too_large = sorted({n for n in sizes if n > gpus_per_node})
+    if too_large:
+        return [], [error(
+            "TOPOLOGY_MULTINODE", "hardware.tp",
+            f"a server needs {n} GPUs (tp x dp x pp), more than one node's {gpus_per_node}: "
+            "it cannot be placed", f"use at most {gpus_per_node} GPUs per server")
+            for n in too_large]
+    waves: list[_Wave] = []
+    slots = []
+    for size in sizes:
+        for w, wave in enumerate(waves):
+            first = wave.fit(size)
+            if first is not None:
+                break
+        else:
+            w, wave, first = len(waves), _Wave([True] * gpus_per_node), 0
+            waves.append(wave)
+        gpus = tuple(range(first, first + size))
+        for g in gpus:
+            wave.free[g] = False
+        slots.append(Slot(wave=w, gpus=gpus, port=base_port + wave.servers))
+        wave.servers += 1
+    return slots, []

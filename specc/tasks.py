@@ -1,0 +1,180 @@
+"""specc's executor tasks (`specc --help`, or `inv --list` in a checkout). Each runs exactly
+what a plan.json says.
+
+Exit codes: 0 ok, 2 invalid input or plan, 3 a server or point failed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from invoke import Collection, Exit, task
+
+
+def _run_dir(run: str) -> Path:
+    d = Path(run)
+    if not d.is_dir():
+        raise Exit(f"error: no run dir at {run!r}", code=2)
+    return d
+
+
+@task(help={"experiment": "experiment name (specc/conf/experiment/NAME.yaml)",
+            "engine": "sglang (default), vllm or sim",
+            "overrides": "more Hydra overrides, space-separated, e.g. 'hardware.tp=4'"})
+def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
+    """Compile an experiment into a reviewable plan (plan.json, plan.sh, review.md)."""
+    args = [f"+experiment={experiment}"] + ([f"engine={engine}"] if engine else [])
+    args += shlex.split(overrides)
+    result = c.run(shlex.join([sys.executable, "-m", "specc", *args]), warn=True, pty=False)
+    if not result.ok:
+        raise Exit(code=result.exited)
+
+
+@task(help={"plan": "path to a reviewed plan.json (its folder is the run dir)",
+            "retry_failed": "forget failed points first so they run again"})
+def run(c, plan, retry_failed=False):
+    """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
+    from specc.run.executor import execute_plan
+    from specc.plan import Plan
+
+    path = Path(plan)
+    try:
+        p = Plan.load(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
+    code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"run": "run dir"})
+def status(c, run):
+    """Show each server's state (pid alive, phase, port) and the points done."""
+    from tabulate import tabulate
+
+    from specc.run.lifecycle import is_leftover
+    from specc.results import ResultLog
+
+    d = _run_dir(run)
+    state = json.loads((d / "state.json").read_text()) if (d / "state.json").exists() else {}
+    rows = []
+    for sid, s in state.get("servers", {}).items():
+        alive = is_leftover(s)
+        since = s.get("phase_started_at")
+        rows.append([sid, s.get("status"), s.get("phase", ""),
+                     f"{time.time() - since:.0f}s" if since and alive else "",
+                     s.get("pid"), "yes" if alive else "no", s.get("port"),
+                     (s.get("reason") or "")[:80]])
+    print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive", "port",
+                                  "reason"], tablefmt="simple") if rows else "no servers started yet")
+    plan_file = d / "plan.json"
+    if plan_file.exists():
+        total = len(json.loads(plan_file.read_text())["benchmarks"])
+        res = ResultLog(d / "results.jsonl").rows
+        ok = sum(r["status"] == "ok" for r in res.values())
+        print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
+
+
+@task(help={"run": "run dir", "server": "server id (default: all)", "lines": "lines per log",
+            "follow": "keep printing new lines"})
+def logs(c, run, server="", lines=40, follow=False):
+    """Print the last lines of each server's log (the log knows)."""
+    d = _run_dir(run)
+    files = sorted((d / "servers").glob(f"{server or '*'}.log"))
+    if not files:
+        raise Exit(f"error: no server logs in {d / 'servers'}", code=2)
+    for f in files:
+        print(f"==> {f.name} <==")
+        print("\n".join(f.read_text(errors="replace").splitlines()[-lines:]))
+    if follow:
+        c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
+
+
+@task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})
+def down(c, run, grace=10.0):
+    """Stop every server this run started (from state.json) and verify they are gone."""
+    from specc.run.lifecycle import group_alive, is_leftover, stop_leftovers, wait_port_free
+    from specc.run.state import RunState
+
+    d = _run_dir(run)
+    state = RunState(d / "state.json")
+    stopped = stop_leftovers(state, grace_s=float(grace))
+    for line in stopped:
+        print(f"stopped {line}")
+    problems = []
+    for sid, s in state.servers.items():
+        if s.get("pgid") and group_alive(s["pgid"]) and is_leftover(s):
+            problems.append(f"{sid}: process group {s['pgid']} still alive")
+        elif s.get("port") and stopped and not wait_port_free(s.get("host", "localhost"), s["port"], 2):
+            problems.append(f"{sid}: port {s['port']} still in use")
+    if problems:
+        raise Exit("\n".join(problems), code=3)
+    print("nothing running" if not stopped else f"{len(stopped)} server(s) stopped; verified gone")
+
+
+@task(help={"run": "run dir (a multirun sweep dir combines its jobs)"})
+def report(c, run):
+    """Write report.md/.csv/.json and plots from results.jsonl, and print the tables."""
+    from specc.report import combine_reports, render_terminal, write_report
+
+    d = _run_dir(run)
+    if (d / "plan.json").exists():
+        print(render_terminal(write_report(d)))
+        print(f"report: {d / 'report.md'}")
+        return
+    jobs = sorted(p.parent for p in d.glob("*/plan.json"))
+    if not jobs:
+        raise Exit(f"error: no plan.json in {d} or its job folders", code=2)
+    print(f"combined report: {combine_reports(d, jobs)}")
+
+
+@task(help={"only": "compile, sim, loadgen, executor (default: all)"})
+def bench(c, only=""):
+    """Rerunnable performance benchmarks; prints the figures the README quotes."""
+    scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
+               "loadgen": "benchmarks/loadgen_accuracy.py",
+               "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py"}
+    if not any(Path(script).exists() for script in scripts.values()):
+        raise Exit("error: no benchmarks/ here: the benchmarks ship with the source, run this "
+                   "in a checkout", code=2)
+    for name, script in scripts.items():
+        if (not only or only == name) and Path(script).exists():
+            print(f"== {name}: {script}")
+            c.run(shlex.join([sys.executable, script]), pty=False, warn=True)
+
+
+@task(help={"out": "calibration JSON to write (default: specc/perf/calibration/<gpu kind>.json)",
+            "only": "comma-separated sections (roofline, kernel_floor, dense, moe, draft, "
+                    "attention, allreduce)",
+            "derive_only": "refit the constants of an existing calibration file (no GPU)"})
+def calibrate(c, out="", only="", derive_only=""):
+    """Measure the performance model's constants on this machine's GPU(s) (needs torch and
+    CUDA; not part of CI), write the calibration file, then print model vs measurement."""
+    script = "benchmarks/gpu_calibrate.py"
+    if not Path(script).exists():
+        raise Exit("error: no benchmarks/ here: the calibration ships with the source, run "
+                   "this in a checkout", code=2)
+    if derive_only:
+        c.run(shlex.join([sys.executable, script, "--derive-only", derive_only]), pty=False)
+        return
+    if not out:
+        probe = c.run(shlex.join([sys.executable, "-c",
+                                  "import torch; print(torch.cuda.get_device_name(0))"]),
+                      hide=True, warn=True, pty=False)
+        if not probe.ok:
+            raise Exit("error: no CUDA device visible to torch here", code=2)
+        from specc.perf.hardware import CALIBRATION_DIR, kind_of
+        out = str(CALIBRATION_DIR / f"{kind_of(probe.stdout.strip())}.json")
+    args = [sys.executable, script, "--out", out] + (["--only", only] if only else [])
+    c.run(shlex.join(args), pty=False)
+    # the TP-8 term comes from specc's own model, which the GPU run does not import
+    c.run(shlex.join([sys.executable, script, "--derive-only", out]), pty=False, hide="out")
+    c.run(shlex.join([sys.executable, "-m", "specc.perf", Path(out).stem]), pty=False)
+
+
+#: The collection `specc <task>` and `inv` (through the checkout's tasks.py) run.
+namespace = Collection.from_module(sys.modules[__name__])

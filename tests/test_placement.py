@@ -1,0 +1,84 @@
+"""Placement: servers of different sizes -> waves with disjoint GPUs and ports on one node."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specc.compile.placement import place
+
+NODE, PORT = 8, 30000
+
+
+def _check_invariants(sizes, slots, node=NODE):
+    """Each server gets exactly its size in contiguous GPUs of the node; nothing repeats in a wave."""
+    assert len(slots) == len(sizes)
+    for size, slot in zip(sizes, slots):
+        assert len(slot.gpus) == size
+        assert list(slot.gpus) == list(range(slot.gpus[0], slot.gpus[0] + size))
+        assert 0 <= slot.gpus[0] and slot.gpus[-1] < node
+    for w in {s.wave for s in slots}:
+        wave = [s for s in slots if s.wave == w]
+        gpus = [g for s in wave for g in s.gpus]
+        assert len(gpus) == len(set(gpus))
+        assert sorted(s.port for s in wave) == list(range(PORT, PORT + len(wave)))
+    assert sorted({s.wave for s in slots}) == list(range(len({s.wave for s in slots})))
+
+
+def test_servers_of_different_sizes_get_their_own_gpu_counts():
+    """The issue's case: tp 1 and tp 8 servers (baselines first) on one 8-GPU node."""
+    slots, errors = place([1, 8, 1, 8], gpus_per_node=NODE, base_port=PORT)
+    assert errors == []
+    assert [(s.wave, s.gpus, s.port) for s in slots] == [
+        (0, (0,), 30000), (1, tuple(range(8)), 30000), (0, (1,), 30001), (2, tuple(range(8)), 30000)]
+    _check_invariants([1, 8, 1, 8], slots)
+
+
+def test_mixed_tp_and_dp_fill_the_gaps_first_fit():
+    # tp2 x dp2 = 4, tp1 = 1, tp2 = 2, tp4 x dp2 = 8
+    sizes = [4, 1, 4, 2, 1, 8, 2]
+    slots, errors = place(sizes, gpus_per_node=NODE, base_port=PORT)
+    assert errors == []
+    assert [(s.wave, s.gpus) for s in slots] == [
+        (0, (0, 1, 2, 3)), (0, (4,)), (1, (0, 1, 2, 3)), (0, (5, 6)), (0, (7,)),
+        (2, tuple(range(8))), (1, (4, 5))]
+    _check_invariants(sizes, slots)
+
+
+def test_more_servers_than_fit_open_more_waves():
+    sizes = [1] * 9 + [2] * 5
+    slots, errors = place(sizes, gpus_per_node=NODE, base_port=PORT)
+    assert errors == []
+    assert [s.wave for s in slots] == [0] * 8 + [1] * 4 + [2] * 2
+    assert [(s.gpus, s.port) for s in slots[8:]] == [
+        ((0,), 30000), ((1, 2), 30001), ((3, 4), 30002), ((5, 6), 30003),
+        ((0, 1), 30000), ((2, 3), 30001)]
+    _check_invariants(sizes, slots)
+
+
+def test_uniform_servers_keep_todays_slots():
+    """Same-size servers: slot i of a wave = GPUs [i*n, (i+1)*n), port base + i (ids and golden files rely on it)."""
+    slots, _ = place([2] * 6, gpus_per_node=NODE, base_port=PORT)
+    assert [(s.wave, s.gpus, s.port) for s in slots] == [
+        (0, (0, 1), 30000), (0, (2, 3), 30001), (0, (4, 5), 30002), (0, (6, 7), 30003),
+        (1, (0, 1), 30000), (1, (2, 3), 30001)]
+
+
+def test_a_server_larger_than_the_node_is_an_error():
+    slots, errors = place([1, 16, 8], gpus_per_node=NODE, base_port=PORT)
+    assert slots == []
+    (e,) = errors
+    assert e.severity == "error" and e.path == "hardware.tp"
+    assert "16 GPUs" in e.message and "8" in e.message
+    assert "at most 8 GPUs per server" in e.hint
+
+
+@given(st.lists(st.integers(1, NODE), max_size=40))
+def test_any_sizes_that_fit_are_placed_without_overlap(sizes):
+    slots, errors = place(sizes, gpus_per_node=NODE, base_port=PORT)
+    assert errors == []
+    _check_invariants(sizes, slots)
+    # never more waves than the servers need one by one, never fewer than their GPUs need
+    waves = len({s.wave for s in slots})
+    assert waves <= len(sizes)
+    assert waves >= -(-sum(sizes) // NODE)
