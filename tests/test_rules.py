@@ -46,7 +46,7 @@ def test_every_rule_is_covered_here():
                "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
                "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
-               "lengths_fit_context", "dataset_file"}
+               "lengths_fit_context", "dataset_file", "sample_size"}
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES} == covered
 
 

@@ -169,7 +169,9 @@ class Engine(ABC):
                            num_prompts: int, output_file: str) -> list[str]:
         """SGLang's own client, usable against any OpenAI-compatible server."""
         backend = self.bench_serving_backend
-        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}[bench["dataset"]]
+        # a prompt set has no bench_serving name: BENCH_DRIVER_DATASET refuses the plan
+        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}.get(
+            bench["dataset"], bench["dataset"])
         rate = bench.get("request_rate")
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),
