@@ -17,6 +17,7 @@ from specc.run.datasets import DatasetError, load_prompts
 from specc.engines import get_engine
 from specc.net import base_url
 from specc.plan import Benchmark, Plan, Server
+from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
@@ -26,16 +27,6 @@ def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **ext
 
 def failed_row(bench: Benchmark, reason: str) -> dict:
     return _row(bench, "failed", reason, {})
-
-
-def with_speedup(row: dict, baseline_row: dict | None) -> dict:
-    """speedup = output throughput / the matched baseline's, when both are known."""
-    m = row.get("metrics") or {}
-    if baseline_row and baseline_row.get("status") == "ok" and row["status"] == "ok":
-        base = (baseline_row.get("metrics") or {}).get("output_throughput")
-        if base and m.get("output_throughput") is not None:
-            m["speedup"] = round(m["output_throughput"] / base, 4)
-    return row
 
 
 async def _builtin(server: Server, bench: Benchmark, url: str):
