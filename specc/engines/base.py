@@ -66,6 +66,9 @@ class Engine(ABC):
     serving_silence_s = 60.0
     #: Where the acceptance length is read: "sglang_server_info" or "vllm_metrics".
     accept_length_source = ""
+    #: The request field the engine takes as the request's own id (None: the client sets none).
+    #: specc's ids carry the prompt's category (the simulator reads it; engines only echo it).
+    request_id_field: str | None = None
     #: Endpoint that drops the prefix cache between points (None: not supported).
     flush_cache_path: str | None = None
     #: Speculative decoding with pipeline parallelism is refused at startup.

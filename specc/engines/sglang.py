@@ -193,6 +193,7 @@ class SGLang(Engine):
     #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
     serving_silence_s = 60.0
     accept_length_source = "sglang_server_info"
+    request_id_field = "rid"          # GenerateReqInput.rid, and the OpenAI requests' rid
     flush_cache_path = "/flush_cache"
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
