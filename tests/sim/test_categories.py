@@ -55,3 +55,26 @@ def test_sim_accepts_more_for_coding_than_writing(start_sim):
     length = lambda xs: sum(t for t, _ in xs) / sum(v for _, v in xs)   # noqa: E731
     assert length(coding) > length(writing) * 1.1
     assert again == coding                  # deterministic per prompt and seed
+
+
+def test_adaptive_stopping_against_the_simulator_adds_at_most_one_batch(start_sim):
+    """A loose target is met at the first check: the point stops at min_requests plus at most
+    the batch in flight (concurrency 4), not at max_requests."""
+    from specc.run import requests as reqlog
+    from specc.run.datasets import Prompt
+    from specc.run.loadgen import run_load
+    from tests.sim.conftest import SPEC_ARGS
+    from tests.sim.conftest import SPEC_ARGS
+
+    sim = start_sim(*SPEC_ARGS)
+    sim.wait_ready()
+    prompts = [Prompt(f"p {i} " * 5, 10, 16, "coding", f"c{i}") for i in range(64)]
+    stop = reqlog.Stopper(target_ci=0.5, min_requests=8, max_requests=64, batch=4)
+    res = asyncio.run(run_load(sim.url, prompts, api="generate", model="m", concurrency=4,
+                               warmup=0, keep_sending=stop.keep_sending,
+                               on_request_done=stop.on_done))
+    assert stop.reason == "target"
+    assert 8 <= len(res.records) <= 8 + 4 - 1
+    assert all(r.ok for r in res.records)
+    assert res.metrics["completed"] == len(res.records)
+    assert all(r.verify_ct for r in res.records)      # /generate reports verify passes
