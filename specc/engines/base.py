@@ -7,24 +7,13 @@ readiness plan, and states the engine's rules as data the semantic rules read
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
+from specc.secrets import split_args, split_env
+
 if TYPE_CHECKING:  # pragma: no cover
     from specc.compile.spec import ServerSpec
-
-#: Environment variable names whose values are never written or printed.
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-
-
-def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
-def env_reference(name: str) -> str:
-    """How a secret appears in a plan: a reference the executor resolves at launch."""
-    return "${" + name + "}"
 
 
 def flag_args(pairs) -> list[str]:
@@ -90,17 +79,18 @@ class Engine(ABC):
         """The server's launch command."""
 
     def env(self, spec: ServerSpec, gpus: list[int]) -> tuple[dict, list[str]]:
-        """(env for the server, names of secrets referenced rather than written)."""
+        """(env for the server, names of secrets referenced rather than written: in the
+        env and in extra_args, which compile has already turned into references)."""
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-        secrets = []
-        for name, value in (spec.engine.get("env") or {}).items():
-            if is_secret(name):
-                env[name] = env_reference(name)
-                secrets.append(name)
-            else:
-                env[name] = value if isinstance(value, str) else str(value).lower() \
-                    if isinstance(value, bool) else str(value)
-        return env, secrets
+        values, secrets = split_env(spec.engine.get("env") or {})
+        env.update(values)
+        _, in_args, _ = split_args(spec.engine.get("extra_args") or [])
+        return env, secrets + [n for n in in_args if n not in secrets]
+
+    @abstractmethod
+    def derived_context_length(self, model_config: dict) -> int:
+        """The context length the engine serves a model at by default, from its
+        config.json values (first length key present, rope scaling included)."""
 
     def assumed_acceptance(self, spec: ServerSpec) -> float | None:
         """Per-position draft acceptance the server is configured to show (None: unknown

@@ -236,6 +236,9 @@ class SGLang(Engine):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
 
+    def derived_context_length(self, model_config):
+        return derived_context_length(model_config)
+
     def startup_context_error(self, target_len, draft_len):
         """The first sentence of SGLang's startup ValueError."""
         return context_mismatch_message(target_len, draft_len).split(". ")[0].removeprefix(

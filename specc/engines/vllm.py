@@ -77,6 +77,11 @@ class VLLM(Engine):
         ])
         return args + [str(a) for a in eng.get("extra_args") or []]
 
+    def derived_context_length(self, model_config):
+        # vLLM's own derivation is not modelled yet: SGLang's rule, as before this method.
+        from .sglang import derived_context_length
+        return derived_context_length(model_config)
+
     def memory_fraction(self, spec):
         return float(spec.engine.get("gpu_memory_utilization", 0.9)), "engine.gpu_memory_utilization"
 
