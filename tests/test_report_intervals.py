@@ -110,3 +110,32 @@ def test_rows_without_request_records_keep_their_line_intervals(tmp_path):
     assert (base.intervals["output_throughput"].lo, base.intervals["output_throughput"].hi) == (
         90.0, 110.0)
     assert all(r.speedup_iv is None for r in rep.rows)   # no pairs without records
+
+
+def test_acceptance_per_position_from_vllm_counters(tmp_path):
+    from specc.run import positions
+
+    recipe = {"path": "/metrics", "label": "position",
+              "accepted": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+              "drafts": "vllm:spec_decode_num_drafts_total"}
+    text = ('# HELP x\nvllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 100.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 80.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 50.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="2"} 20.0\n')
+    after = positions.parse(text.replace("100.0", "300.0").replace("80.0", "240.0")
+                            .replace("50.0", "130.0").replace("20.0", "60.0"), recipe)
+    assert positions.rates(positions.parse(text, recipe), after) == [0.8, 0.4, 0.2]
+    assert positions.rates(None, after) is None
+    assert positions.parse("", recipe) == {"drafts": 0.0, "accepted": {}}
+    # from the engine adapter into the plan, and onto the report
+    from specc.engines import get_engine
+    assert get_engine("vllm").accept_positions == recipe
+    assert get_engine("sglang").accept_positions is None
+    run = _run_dir(tmp_path)
+    lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    lines[1]["accept_per_position"] = [0.8, 0.4, 0.2]
+    (run / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    rep = R.write_report(run)
+    assert "acceptance_by_position" in rep.plots
+    js = json.loads((run / "report.json").read_text())
+    assert [r.get("accept_per_position") for r in js["rows"]][1] == [0.8, 0.4, 0.2]

@@ -58,6 +58,9 @@ class Engine(ABC):
     #: The request field the engine takes as the request's own id (None: the client sets none).
     #: specc's ids carry the prompt's category (the simulator reads it; engines only echo it).
     request_id_field: str | None = None
+    #: Where the engine counts accepted draft tokens per position (specc/run/positions.py):
+    #: {"path", "accepted" (a counter labelled by position), "label", "drafts"}; None: nowhere.
+    accept_positions: dict | None = None
     #: Endpoint that drops the prefix cache between points (None: not supported).
     flush_cache_path: str | None = None
     #: Speculative decoding with pipeline parallelism is refused at startup.

@@ -42,6 +42,9 @@ class VLLM(Engine):
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
     accept_length_source = "vllm_metrics"
+    accept_positions = {"path": "/metrics", "label": "position",
+                        "accepted": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                        "drafts": "vllm:spec_decode_num_drafts_total"}
     flush_cache_path = "/reset_prefix_cache"
     algorithm_targets = {"EAGLE3": EAGLE3_TARGETS}
     target_unsupported_fix = "use engine=sglang for this pair"

@@ -41,6 +41,9 @@ def attach(rows: list[PointRow], results: dict, run_dir) -> None:
         res = results.get(r.benchmark)
         extra = res.extra if res is not None else {}
         r.basis = dict(extra.get("basis") or {})
+        pp = extra.get("accept_per_position")
+        r.accept_per_position = [float(x) for x in pp] if isinstance(pp, list) and all(
+            _num(x) is not None for x in pp) else None
         mine = reqs(r.benchmark)
         if not mine:   # no request records: the intervals the result line carries
             r.intervals = {k: stats.Interval(r.metric(k), lo, hi, r.basis.get("requests") or 0)
@@ -171,6 +174,8 @@ def flat_fields(r: PointRow) -> dict:
         out["n_pairs"] = r.basis["pairs"]
     if r.basis.get("stopped"):
         out["stopped"] = r.basis["stopped"]
+    if r.accept_per_position:
+        out["accept_per_position"] = r.accept_per_position
     if r.categories:
         out["categories"] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
                                  for k, v in f.items()} for c, f in r.categories.items()}

@@ -105,6 +105,7 @@ class PointRow:
     speedup_iv: Any = None
     categories: dict = field(default_factory=dict)
     basis: dict = field(default_factory=dict)
+    accept_per_position: list | None = None   # vLLM's per-position acceptance rates
 
     @property
     def job_text(self) -> str:

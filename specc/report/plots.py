@@ -19,7 +19,8 @@ def make_plots(report: Report, plot_dir: Path) -> dict[str, Path]:
         return report.plots
     for name, fn in (("throughput_vs_concurrency", _plot_throughput),
                      ("speedup_heatmap", _plot_heatmap),
-                     ("speedup_by_category", _plot_categories)):
+                     ("speedup_by_category", _plot_categories),
+                     ("acceptance_by_position", _plot_positions)):
         try:
             fig = fn(report, Figure)
             if fig is None:
@@ -180,4 +181,26 @@ def _plot_categories(report: Report, Figure):
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"{report.experiment}: speedup by prompt category (best setting)",
                  fontsize="medium")
+    return fig
+
+
+def _plot_positions(report: Report, Figure):
+    """Acceptance rate per draft position (where the engine counts it: vLLM), one line per
+    speculative point."""
+    pts = [r for r in report.rows if r.status == "ok" and r.accept_per_position]
+    if not pts:
+        return None   # SGLang and the simulator count acceptance per request, not position
+    fig = Figure(figsize=(7, 4.5))
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.9)
+    ax = fig.add_subplot(1, 1, 1)
+    for r in pts:
+        ys = r.accept_per_position
+        ax.plot(range(1, len(ys) + 1), ys, marker="o",
+                label=f"{r.label} @ c={_conc_text(r.concurrency)}")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small", loc="best")
+    ax.set_title(f"{report.experiment}: acceptance by draft position", fontsize="medium")
     return fig

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from specc.run import positions
 from specc.run.datasets import DatasetError, load_prompts
 from specc.engines import get_engine
 from specc.net import base_url
@@ -149,6 +150,7 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
             except httpx.HTTPError:
                 pass
         before = await engine.accept_snapshot(client, url)
+        pos_before = await positions.read(client, url, bench.params.get("accept_positions"))
         t0 = time.time()
         try:
             if bench.argv:
@@ -160,6 +162,10 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
         except DriverError as e:
             return failed_row(bench, str(e))
         after = await engine.accept_snapshot(client, url)
+        per_pos = positions.rates(pos_before, await positions.read(
+            client, url, bench.params.get("accept_positions")))
+        if per_pos is not None:
+            figures["accept_per_position"] = per_pos
     accept, scope = engine.accept_length(before, after)
     metrics["accept_length"] = accept
     metrics["accept_length_scope"] = scope
