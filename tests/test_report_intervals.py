@@ -139,3 +139,15 @@ def test_acceptance_per_position_from_vllm_counters(tmp_path):
     assert "acceptance_by_position" in rep.plots
     js = json.loads((run / "report.json").read_text())
     assert [r.get("accept_per_position") for r in js["rows"]][1] == [0.8, 0.4, 0.2]
+
+
+def test_speedup_needs_the_same_sampling_and_categories():
+    from specc.results import ResultRow, speedup
+
+    def row(bid, tps, **params):
+        return ResultRow(bid, "s", "ok", metrics={"output_throughput": tps},
+                         params={"concurrency": 1, "temperature": 0.0, **params})
+    assert speedup(row("a", 200.0), row("b", 100.0)) == 2.0
+    assert speedup(row("a", 200.0, temperature=0.7), row("b", 100.0)) is None
+    assert speedup(row("a", 200.0, categories=["coding"]), row("b", 100.0, categories=None)) \
+        is None
