@@ -94,6 +94,29 @@ def logs(c, run, server="", lines=40, follow=False):
         c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
 
 
+@task(help={"plan": "path to a plan.json",
+            "python": "the engine's Python (default: the one each launch command runs under)"})
+def doctor(c, plan, python=""):
+    """Preflight: check the installed engine release and its parser against a plan.
+
+    On the node that will run the servers: the installed engine must be the release the
+    plan targets, and its own argument parser must accept every launch command.
+    Launches nothing; exit 2 with one line per problem."""
+    from specc.plan import Plan
+    from specc.run.doctor import check_plan
+
+    try:
+        p = Plan.load(Path(plan))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
+    problems = check_plan(p, python=python or None)
+    if problems:
+        raise Exit("\n".join(d.line() for d in problems), code=2)
+    version = (p.engine_info or {}).get("version", "")
+    print(f"ok: {p.engine} {version}: its own parser accepts all {len(p.servers)} launch "
+          "command(s)" + ("" if p.engine != "sim" else " (the simulator's parser)"))
+
+
 @task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})
 def down(c, run, grace=10.0):
     """Stop every server this run started (from state.json) and verify they are gone."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_specc
+from specc.plan import PLAN_VERSION
 
 SECRETS = {"HF_TOKEN": "hf_SeCrEt_t0ken_value", "API_KEY": "sk-apikey-7777",
            "MY_SECRET": "my-secret-9", "DB_PASSWORD": "hunter2-db-pw"}
@@ -214,7 +215,7 @@ def test_valid_sweep_writes_the_run_dir(runs):
         assert (run_dir / f).exists()
     assert "plan.json" in out and "# specc review" in out
     plan = json.loads((run_dir / "plan.json").read_text())
-    assert plan["version"] == 1 and plan["experiment"] == "eagle3_sweep"
+    assert plan["version"] == PLAN_VERSION and plan["experiment"] == "eagle3_sweep"
 
 
 def test_servers_of_different_tp_get_disjoint_gpus_on_the_node(runs):

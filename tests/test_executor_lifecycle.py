@@ -90,7 +90,7 @@ def test_server_logs_are_sglang_format_and_each_server_started_once(run):
 def test_no_server_left_and_ports_free(run):
     assert run["left"] == []
     for s in run["plan"]["servers"]:
-        assert wait_port_free(s["port"], 3)
+        assert wait_port_free(s["port"], 10)
 
 
 def test_packed_servers_ran_at_the_same_time_on_disjoint_ports_and_gpus(run):
@@ -105,7 +105,7 @@ def test_packed_servers_ran_at_the_same_time_on_disjoint_ports_and_gpus(run):
     assert max(a for a, _ in spans) < min(b for _, b in spans)
 
 
-def test_readiness_detected_close_to_the_true_ready_instant(run):
+def test_readiness_never_declared_before_the_true_ready_instant(run):
     lags = []
     for s in run["plan"]["servers"]:
         truth = run["ready"][s["port"]]

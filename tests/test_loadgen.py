@@ -346,22 +346,18 @@ def test_two_itl_views_on_a_speculative_stream(spec_sim, api):
     m = res.metrics
     assert m["completed"] == 8, [r.error for r in res.records]
     for r in res.records:
-        if api == "generate":   # the server counts tokens per chunk: exact
-            assert sum(r.chunk_tokens) == r.output_tokens and len(r.chunk_tokens) == r.chunk_count
-            expected = [g / n for g, n in zip(r.chunk_gaps, r.chunk_tokens[1:]) for _ in range(n)]
-        else:                   # the simulator's OpenAI chunks carry no usage: spread evenly
-            assert r.chunk_tokens == []
-            n = (r.output_tokens - 1) / len(r.chunk_gaps)
-            expected = [g / n for g in r.chunk_gaps]
+        # the server counts tokens per chunk (/generate's meta_info; OpenAI streams'
+        # continuous_usage_stats, as SGLang 0.5.23 sends it): exact
+        assert sum(r.chunk_tokens) == r.output_tokens and len(r.chunk_tokens) == r.chunk_count
+        expected = [g / n for g, n in zip(r.chunk_gaps, r.chunk_tokens[1:]) for _ in range(n)]
         assert r.itls == pytest.approx(expected)
     decode_chunks = sum(r.chunk_count - 1 for r in res.records)
     tokens_per_chunk = (m["total_output_tokens"] - m["completed"]) / decode_chunks
     assert tokens_per_chunk > 1.5        # speculation: several tokens per chunk
     assert m["mean_chunk_gap_ms"] > 1.5 * m["mean_itl_ms"]
-    if api == "generate":
-        assert max(n for r in res.records for n in r.chunk_tokens) > 1
-        decode_tokens = sum(sum(r.chunk_tokens[1:]) for r in res.records)
-        assert m["mean_itl_ms"] == pytest.approx(m["mean_chunk_gap_ms"] * decode_chunks / decode_tokens)
+    assert max(n for r in res.records for n in r.chunk_tokens) > 1
+    decode_tokens = sum(sum(r.chunk_tokens[1:]) for r in res.records)
+    assert m["mean_itl_ms"] == pytest.approx(m["mean_chunk_gap_ms"] * decode_chunks / decode_tokens)
 
 
 @pytest.mark.timeout(60)

@@ -6,7 +6,7 @@ import pytest
 
 from specc import secrets
 from specc.compile.pipeline import compile_config
-from specc.plan import Server
+from specc.plan import CacheFlush, Server
 
 HF = "hf_" + "Ab1" * 12                       # the shape of a Hugging Face token
 SK = "sk-proj-AbCdEf0123456789xyzQ"
@@ -109,7 +109,8 @@ def test_redact_tree_of_hydra_saved_overrides():
 def _server(**kw) -> Server:
     base = dict(id="s1", label="x", baseline=True, params={}, host="localhost", port=30000,
                 gpus=(0,), wave=0, argv=("python", "-m", "sglang.launch_server"),
-                env={"CUDA_VISIBLE_DEVICES": "0"}, log="servers/s1.log", readiness={})
+                env={"CUDA_VISIBLE_DEVICES": "0"}, log="servers/s1.log", readiness=None,
+                cache_flush=CacheFlush(unavailable="not needed here"), acceptance=None)
     return Server(**{**base, **kw})
 
 

@@ -75,11 +75,16 @@ _MODEL = _obj({
     "facts": _FACTS,
 }, required=("path",))
 
+#: An engine release: digits and dots, optionally a post/rc/dev suffix (quote it in YAML).
+VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+)*([.-]?(post|rc|dev|a|b)[0-9]*)?$"
+
 _ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}
 
 _ENGINE_COMMON = {
     "name": {"enum": ["sglang", "vllm", "sim"]},
+    # the engine release the plan targets (facts, flags and log markers follow it)
+    "version": {"type": "string", "pattern": VERSION_PATTERN},
     "python": _STR,
     "bind_host": _HOST,
     "base_port": {"type": "integer", "minimum": 1024, "maximum": 65000},
@@ -253,6 +258,8 @@ def _hint(err) -> str:
     if v == "format":
         return "give a host name (letters, digits, '-', '.') or an IP address"
     if v == "pattern":
+        if err.validator_value == VERSION_PATTERN:
+            return "give a release such as '0.5.23' (quoted, so YAML keeps it a string)"
         if err.validator_value == _ARG_PATH["pattern"]:
             return "a path starting with '-' is read as a flag by the program it is passed to: write ./-name or an absolute path"
         if "." not in str(err.validator_value):   # environment variable names

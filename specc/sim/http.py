@@ -346,7 +346,10 @@ class App:
                    "choices": [choice], "usage": usage(r)}
             return JSONResponse(out)
 
+        # openai/utils.py should_include_usage: continuous_usage_stats puts the running
+        # usage (completion_tokens so far) on every content chunk
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         obj_chunk = "chat.completion.chunk" if chat else "text_completion"
 
         def make_chunk(r: Req):
@@ -373,7 +376,7 @@ class App:
                     choice = {"index": 0, "text": delta, "logprobs": None,
                               "finish_reason": reason(r) if final else None, "matched_stop": None}
                 data = {"id": rid, "object": obj_chunk, "created": created, "model": model,
-                        "choices": [choice], "usage": None}
+                        "choices": [choice], "usage": usage(r) if continuous else None}
                 out = role + b"data: " + json.dumps(data).encode() + b"\n\n"
                 if final and include_usage:
                     out += b"data: " + json.dumps({"id": rid, "object": obj_chunk,

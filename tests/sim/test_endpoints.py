@@ -145,6 +145,26 @@ def test_chat(shared_sim):
     assert len(content.split()) == 6 and ev[-2]["usage"]["total_tokens"] == 10
 
 
+def test_chat_stream_continuous_usage_counts_tokens_so_far(shared_sim):
+    """stream_options.continuous_usage_stats (openai/utils.py should_include_usage): every
+    content chunk carries the running usage, so a client can tell how many tokens a
+    multi-token (speculative) chunk brought; without it, content chunks carry none."""
+    msgs = [{"role": "user", "content": "count"}]
+    with httpx.stream("POST", shared_sim.url + "/v1/chat/completions", json={
+            "messages": msgs, "max_tokens": 12, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}) as r:
+        ev = sse_events(r)
+    content = [e for e in ev[1:-2] if e["choices"]]
+    counts = [e["usage"]["completion_tokens"] for e in content]
+    assert counts == sorted(counts) and counts[-1] == 12
+    words = [len(e["choices"][0]["delta"]["content"].split()) for e in content]
+    assert [b - a for a, b in zip([0] + counts, counts)] == words
+    with httpx.stream("POST", shared_sim.url + "/v1/chat/completions", json={
+            "messages": msgs, "max_tokens": 4, "ignore_eos": True, "stream": True}) as r:
+        plain = sse_events(r)
+    assert all(e["usage"] is None for e in plain[:-1])
+
+
 def test_flush_metrics_ping_health(shared_sim):
     r = httpx.post(shared_sim.url + "/flush_cache")
     assert r.status_code == 200 and r.text.startswith("Cache flushed")
@@ -182,7 +202,7 @@ def test_decode_log_line(shared_sim):
 
 
 def _counters(url: str) -> dict:
-    from specc.engines.base import prometheus_values
+    from specc.run.acceptance import prometheus_values
     return prometheus_values(httpx.get(url + "/metrics").text)
 
 
