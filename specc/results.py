@@ -23,7 +23,9 @@ STATUSES = ("ok", "failed")
 _FIELDS = ("benchmark", "server", "status", "reason", "metrics", "params")
 # what makes a baseline point the matched one: the same workload at the same concurrency
 MATCH_PARAMS = ("concurrency", "api", "dataset", "dataset_path", "input_len", "output_len",
-                "range_ratio", "num_prompts", "request_rate", "seed")
+                "range_ratio", "num_prompts", "request_rate", "seed",
+                # the same prompts, sampling and lengths (issue 10)
+                "categories", "hf_dataset", "hf_subset", "hf_split", "temperature", "ignore_eos")
 
 
 class RowError(ValueError):

@@ -199,7 +199,7 @@ def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures the README quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
-               "executor": "benchmarks/executor_timing.py"}
+               "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py"}
     if not any(Path(script).exists() for script in scripts.values()):
         raise Exit("error: no benchmarks/ here: the benchmarks ship with the source, run this "
                    "in a checkout", code=2)

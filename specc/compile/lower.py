@@ -108,7 +108,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                     spec, host=host, port=slot.port, bench=bench,
                     num_prompts=bench["num_prompts"], output_file=f"bench_serving/{bid}.jsonl"))
             benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
-                                        params={**bench, "model": engine.served_model(spec)},
+                                        params={**bench, "model": engine.served_model(spec),
+                                                "request_id_field": engine.request_id_field,
+                                                "accept_positions": engine.accept_positions},
                                         argv=argv))
         estimates[sid] = estimate.server_seconds(spec, engine, readiness.estimated_start_s,
                                                  matrix.client_points)

@@ -143,8 +143,12 @@ def server_key(sections: dict) -> str:
 
 
 def _num_prompts(bench: dict) -> int:
-    """Explicit, else one full wave at the point's concurrency (at least 4)."""
-    return bench.get("num_prompts") or max(4, bench["concurrency"])
+    """Explicit, else enough for the stated precision: at least ``min_requests`` requests
+    and ``min_output_tokens`` tokens, and one full wave at the point's concurrency."""
+    if bench.get("num_prompts"):
+        return bench["num_prompts"]
+    by_tokens = -(-bench.get("min_output_tokens", 0) // bench["output_len"])
+    return max(bench.get("min_requests", 4), by_tokens, bench["concurrency"])
 
 
 def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:

@@ -357,19 +357,94 @@ def point_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagno
 
 
 def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
-    """File datasets name a readable file (the path as the loader will read it: compile
-    resolved `~` and relative paths already)."""
+    """File datasets name a readable file of the format named (the path as the loader will
+    read it: compile resolved `~` and relative paths already); prompt sets are read at
+    compile time (format, requested categories, the hub), not found wanting mid-sweep."""
     import os
 
-    if bench["dataset"] == "random":
+    kind = bench["dataset"]
+    if kind in ("random", "jsonl", "sharegpt"):
+        if bench.get("categories"):
+            yield error("BENCH_DATASET_CATEGORY", "benchmark.categories",
+                        f"the {kind} dataset has no categories",
+                        "set benchmark.categories=null, or use a prompt set by category "
+                        "(benchmark.dataset=specc, the default)")
+        if kind == "random":
+            return
+        path = bench.get("dataset_path")
+        if not path:
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"dataset {kind} needs a file", "set benchmark.dataset_path")
+        elif not os.path.isfile(os.path.expanduser(path)):
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"no readable file at {path!r}", "fix the path")
         return
-    path = bench.get("dataset_path")
-    if not path:
-        yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
-                    f"dataset {bench['dataset']} needs a file", "set benchmark.dataset_path")
-    elif not os.path.isfile(path):
-        yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
-                    f"no readable file at {path!r}", "fix the path")
+    yield from _prompt_set(bench)
+
+
+def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
+    import os
+
+    from specc.run import promptsets
+    from specc.run.datasets import DatasetError
+
+    kind, path = bench["dataset"], bench.get("dataset_path")
+    if kind == "hf":
+        if not bench.get("hf_dataset"):
+            yield error("BENCH_DATASET_MISSING", "benchmark.hf_dataset",
+                        "dataset hf needs a Hugging Face dataset id",
+                        "set benchmark.hf_dataset, e.g. nvidia/SPEED-Bench")
+            return
+        path = bench["hf_dataset"]
+    elif kind != "specc" or path:
+        if not path:
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"dataset {kind} needs a file", "set benchmark.dataset_path")
+            return
+        if not os.path.isfile(os.path.expanduser(path)):
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"no readable file at {path!r}", "fix the path")
+            return
+    try:
+        promptsets.load(kind, path=path, output_len=bench["output_len"],
+                        categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
+                        hf_split=bench.get("hf_split", "test"))
+    except promptsets.CategoryError as e:
+        yield error("BENCH_DATASET_CATEGORY", "benchmark.categories", str(e),
+                    "name categories the set has, or set benchmark.categories=null")
+    except promptsets.HubError as e:
+        yield error("BENCH_DATASET_HUB", "benchmark.hf_dataset" if kind == "hf"
+                    else "benchmark.dataset_path", str(e),
+                    "use a local file: benchmark.dataset=speed_bench (or mt_bench, "
+                    "spec_bench, specc) benchmark.dataset_path=<file>")
+    except promptsets.DatasetFormatError as e:
+        yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", str(e),
+                    "set benchmark.dataset to the file's format (specc, mt_bench, spec_bench, "
+                    "speed_bench, jsonl, sharegpt) or convert the file")
+    except DatasetError as e:
+        yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", str(e),
+                    "fix the file or choose another dataset")
+
+
+def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """Adaptive stopping needs a positive target and room above the first batch; a prompt
+    set cannot go through bench_serving (it has no such dataset)."""
+    target = bench.get("target_ci")
+    if target is not None and target <= 0:
+        yield error("BENCH_TARGET_CI", "benchmark.target_ci",
+                    f"target_ci {target} is not a positive relative half-width",
+                    "set benchmark.target_ci=0.02 (+-2%), or null for a fixed sample")
+    elif target is not None and bench.get("max_requests", 0) < bench["num_prompts"]:
+        yield error("BENCH_MAX_REQUESTS", "benchmark.max_requests",
+                    f"max_requests {bench.get('max_requests')} is below the first batch of "
+                    f"{bench['num_prompts']} requests", f"set benchmark.max_requests >= "
+                    f"{bench['num_prompts']}")
+    if bench.get("driver") == "bench_serving" and bench["dataset"] not in (
+            "random", "jsonl", "sharegpt"):
+        yield error("BENCH_DRIVER_DATASET", "benchmark.driver",
+                    f"SGLang's bench_serving cannot send the {bench['dataset']} prompt set "
+                    f"(per-request categories, paired speedups)",
+                    "use benchmark.driver=builtin, or benchmark.dataset=random|jsonl|sharegpt")
 
 
 def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
@@ -389,7 +464,7 @@ SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_deadline, memory_weights)
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context, point_size, dataset_file,
-               cache_flush)
+               cache_flush, sample_size)
 
 
 def check_server(spec: ServerSpec, engine: Engine) -> list[Diagnostic]:

@@ -172,7 +172,8 @@ SCHEMA = _obj({
     "benchmark": _obj({
         "driver": {"enum": ["builtin", "bench_serving"]},
         "api": {"enum": ["chat", "completions", "generate"]},
-        "dataset": {"enum": ["random", "jsonl", "sharegpt"]},
+        "dataset": {"enum": ["specc", "mt_bench", "spec_bench", "speed_bench", "hf", "random",
+                             "jsonl", "sharegpt"]},
         "dataset_path": _nullable(_ARG_PATH),
         "input_len": _POS_INT,
         "output_len": _POS_INT,
@@ -184,6 +185,19 @@ SCHEMA = _obj({
         "flush_cache": _BOOL,
         "seed": _INT,
         "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+        # prompt sets by category and the statistics (issue 10)
+        "categories": _nullable({"type": "array", "items": _STR, "minItems": 1}),
+        "hf_dataset": _nullable({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*"
+                                 "(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"}),
+        "hf_subset": _nullable(_STR),
+        "hf_split": _STR,
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "ignore_eos": _BOOL,
+        "repeats": _POS_INT,
+        "min_requests": _POS_INT,
+        "min_output_tokens": {"type": "integer", "minimum": 0},
+        "target_ci": _nullable(_NUM),
+        "max_requests": _POS_INT,
     }),
 }, required=("experiment", "model_pair", "hardware", "engine", "speculation", "readiness",
              "benchmark"))

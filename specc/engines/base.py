@@ -133,6 +133,12 @@ class Engine(ABC):
     #: While requests are in flight the engine logs progress at least this often;
     #: a log silent this long during a benchmark means a wedged server.
     serving_silence_s = 60.0
+    #: The request field the engine takes as the request's own id (None: the client sets none).
+    #: specc's ids carry the prompt's category (the simulator reads it; engines only echo it).
+    request_id_field: str | None = None
+    #: Where the engine counts accepted draft tokens per position (specc/run/positions.py):
+    #: {"path", "accepted" (a counter labelled by position), "label", "drafts"}; None: nowhere.
+    accept_positions: dict | None = None
     #: Endpoint that drops the prefix cache between points (POST; None: not supported).
     flush_cache_path: str | None = None
     #: Server environment that endpoint needs (set when a point flushes the cache).
@@ -312,7 +318,9 @@ class Engine(ABC):
                            num_prompts: int, output_file: str) -> list[str]:
         """SGLang's own client, usable against any OpenAI-compatible server."""
         backend = self.bench_serving_backend
-        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}[bench["dataset"]]
+        # a prompt set has no bench_serving name: BENCH_DRIVER_DATASET refuses the plan
+        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}.get(
+            bench["dataset"], bench["dataset"])
         rate = bench.get("request_rate")
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),

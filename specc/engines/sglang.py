@@ -364,6 +364,7 @@ class SGLang(Engine):
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
     #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
     serving_silence_s = 60.0
+    request_id_field = "rid"          # GenerateReqInput.rid, and the OpenAI requests' rid
     flush_cache_path = FLUSH_CACHE_PATH
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0

@@ -170,6 +170,9 @@ class VLLM(Engine):
     launch_budget_s = 300.0
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
+    accept_positions = {"path": "/metrics", "label": "position",
+                        "accepted": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                        "drafts": "vllm:spec_decode_num_drafts_total"}
     flush_cache_path = FLUSH_CACHE_PATH
     flush_cache_env = {DEV_MODE_ENV: "1"}
     target_unsupported_fix = "use vllm >= 0.17.0 (engine.version), or engine=sglang for this pair"

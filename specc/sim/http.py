@@ -250,8 +250,9 @@ class App:
                                f"context length ({self.sim.context_length} tokens).")
         return None
 
-    def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool) -> Req:
-        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream)
+    def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool,
+                rid=None) -> Req:
+        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid)
 
     def _meta(self, r: Req, final: bool) -> dict:
         m = {"id": r.rid, "finish_reason": r.finish_reason if final else None,
@@ -292,14 +293,14 @@ class App:
         stream = bool(body.get("stream"))
         ignore_eos = bool(sp.get("ignore_eos", False))
         if not stream:
-            r = self._submit(key, ptoks, max_new, ignore_eos, False)
+            r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"))
             await r.done
             return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
 
         def chunk(r: Req, final: bool) -> bytes:
             return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
                                             "meta_info": self._meta(r, final)}).encode() + b"\n\n"
-        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True),
+        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True, body.get("rid")),
                          lambda r: chunk)
 
     async def completions(self, request: Request) -> Response:
@@ -358,7 +359,7 @@ class App:
             return ("chatcmpl-" if chat else "cmpl-") + r.rid
 
         if not stream:
-            r = self._submit(key, ptoks, int(max_new), ignore_eos, False)
+            r = self._submit(key, ptoks, int(max_new), ignore_eos, False, body.get("rid"))
             await r.done
             text = "".join(r.tokens)
             if chat:
@@ -410,7 +411,7 @@ class App:
                                                    "choices": [], "usage": usage(r)}).encode() + b"\n\n"
                 return out
             return chunk
-        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True),
+        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True, body.get("rid")),
                          make_chunk)
 
 

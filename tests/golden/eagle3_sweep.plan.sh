@@ -54,14 +54,14 @@ launch kimi-k2.5-baseline-tp8-9473b4 servers/kimi-k2.5-baseline-tp8-9473b4.log e
   --enable-metrics
 wait_ready kimi-k2.5-baseline-tp8-9473b4 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-9473b4.log || { stop_server kimi-k2.5-baseline-tp8-9473b4; }
 if [ -n "${PGID[kimi-k2.5-baseline-tp8-9473b4]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-9473b4
-  # kimi-k2.5-baseline-tp8-9473b4-c1-fe682c: concurrency 1
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c1-fe682c
-  # kimi-k2.5-baseline-tp8-9473b4-c4-f1bf96: concurrency 4
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c4-f1bf96
-  # kimi-k2.5-baseline-tp8-9473b4-c16-6e977e: concurrency 16
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c16-6e977e
-  # kimi-k2.5-baseline-tp8-9473b4-c64-baf589: concurrency 64
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c64-baf589
+  # kimi-k2.5-baseline-tp8-9473b4-c1-313304: concurrency 1
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c1-313304
+  # kimi-k2.5-baseline-tp8-9473b4-c4-4a6f0f: concurrency 4
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c4-4a6f0f
+  # kimi-k2.5-baseline-tp8-9473b4-c16-7ec31f: concurrency 16
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c16-7ec31f
+  # kimi-k2.5-baseline-tp8-9473b4-c64-5f315a: concurrency 64
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c64-5f315a
 fi
 stop_server kimi-k2.5-baseline-tp8-9473b4
 
@@ -83,14 +83,14 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-631b8a: concurrency 1
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-631b8a
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-c931b2: concurrency 4
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-c931b2
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-46fbe1: concurrency 16
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-46fbe1
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-7337a9: concurrency 64
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-7337a9
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-011bf3: concurrency 1
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-011bf3
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-74f886: concurrency 4
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-74f886
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-dac38a: concurrency 16
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-dac38a
+  # kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-61e8f0: concurrency 64
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-61e8f0
 fi
 stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
 
@@ -112,14 +112,14 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-2896a7: concurrency 1
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-2896a7
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-ecaf45: concurrency 4
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-ecaf45
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-a32e18: concurrency 16
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-a32e18
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-cd861f: concurrency 64
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-cd861f
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-729e37: concurrency 1
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-729e37
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-7a6eba: concurrency 4
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-7a6eba
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-d300d9: concurrency 16
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-d300d9
+  # kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-f458d6: concurrency 64
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-f458d6
 fi
 stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
 
@@ -141,14 +141,14 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-f2573f: concurrency 1
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-f2573f
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-c405d7: concurrency 4
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-c405d7
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-bb92ec: concurrency 16
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-bb92ec
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-b18533: concurrency 64
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-b18533
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-382763: concurrency 1
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-382763
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-f66e1b: concurrency 4
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-f66e1b
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-50d22b: concurrency 16
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-50d22b
+  # kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-92cf69: concurrency 64
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-92cf69
 fi
 stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
 
@@ -170,14 +170,14 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-draft-tokens 8
 wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-669be4: concurrency 1
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-669be4
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-67a819: concurrency 4
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-67a819
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-a817bb: concurrency 16
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-a817bb
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-912b02: concurrency 64
-  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-912b02
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-86c90d: concurrency 1
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-86c90d
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-a2f9ea: concurrency 4
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-a2f9ea
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-646be0: concurrency 16
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-646be0
+  # kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-105aa1: concurrency 64
+  python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-105aa1
 fi
 stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
 
