@@ -88,7 +88,7 @@ def test_plan_json_round_trips(sweep_plan):
 @pytest.mark.parametrize("overrides", [
     ["+experiment=eagle3_sweep"], ["+experiment=eagle3_sweep", "engine=sim"],
     ["+experiment=llama3_eagle3_pack"], ["+experiment=llama3_eagle3_pack", "engine=vllm"],
-    ["+experiment=llama3_eagle3_pack", "benchmark.driver=bench_serving"],
+    ["+experiment=llama3_eagle3_pack", "benchmark.driver=bench_serving", "benchmark.dataset=random"],
 ])
 def test_plan_sh_is_bash_n_clean(compose, tmp_path, overrides):
     result = compile_config(compose(overrides))

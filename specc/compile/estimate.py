@@ -48,9 +48,11 @@ def point_estimator(spec: ServerSpec, engine: Engine):
         return target.prefill_s(running * input_len) + output_len / per_stream
 
     def estimate(bench: dict) -> float:
+        # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
         n, conc = bench["num_prompts"], bench["concurrency"]
-        return math.ceil(n / conc) * wave_s(min(n, conc), bench["input_len"],
-                                            bench["output_len"]) + POINT_OVERHEAD_S
+        repeats = bench.get("repeats", 1)
+        return repeats * (math.ceil(n / conc) * wave_s(min(n, conc), bench["input_len"],
+                                                       bench["output_len"]) + POINT_OVERHEAD_S)
 
     return estimate
 

@@ -23,7 +23,6 @@ unfinished points.
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
@@ -39,6 +38,7 @@ from specc import exits
 from specc.files import atomic_write
 from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
+from specc.run import rundir
 from specc.run.node import read_rows, results_path, state_path
 from specc.run.point import failed_row
 from specc.run.state import RunState
@@ -597,29 +597,8 @@ def _summary(row: dict) -> str:
     return ", ".join(parts)
 
 
-def _lock(run_dir: Path):
-    """One driver per run dir (flock on the login node's view of it)."""
-    path = run_dir / "slurm" / "driver.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip()
-        f.close()
-        return None, holder
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    return f, None
-
-
 def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: bool = False) -> int:
     """Submit and follow the plan's jobs; print the results table. Exit code per CONTRACT.md."""
-    from specc.run.progress import SweepProgress
-
     run_dir = Path(run_dir).resolve()
     missing = [c for c in ("sbatch", "squeue", "scancel") if not shutil.which(c)]
     if missing:
@@ -631,11 +610,23 @@ def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: boo
         print(f"error PLAN_HAS_ERRORS: the plan holds {len(plan.errors)} error(s): "
               + "; ".join(d["message"] for d in plan.errors), file=sys.stderr)
         return exits.INVALID
-    lock, holder = _lock(run_dir)
-    if lock is None:
-        print(f"error SLURM_DRIVER_RUNNING at {run_dir}: another driver (pid {holder or '?'}) "
-              "follows this run dir (fix: wait for it, or stop it with Ctrl-C)", file=sys.stderr)
+    try:
+        with rundir.locked(run_dir, command="specc run (Slurm driver)"):
+            code = _drive(plan, run_dir, cluster, retry_failed)
+    except rundir.RunDirBusy as e:   # one driver (or executor) per run dir
+        print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
+        return exits.BUSY
+    except rundir.RunDirUnwritable as e:
+        print(f"error RUN_DIR_UNWRITABLE: {e}", file=sys.stderr)
         return exits.INVALID
+    _report(run_dir)
+    return code
+
+
+def _drive(plan: Plan, run_dir: Path, cluster: dict, retry_failed: bool) -> int:
+    """The driver under the run dir's lock, Ctrl-C and SIGTERM cancelling every job."""
+    from specc.run.progress import SweepProgress
+
     code = exits.OK
     with SweepProgress(len(plan.benchmarks)) as progress:
         driver = Driver(plan, run_dir, cluster, progress)
@@ -668,8 +659,6 @@ def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: boo
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            lock.close()
-    _report(run_dir)
     return code
 
 
