@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+from collections.abc import Iterator
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from tabulate import tabulate
@@ -93,35 +96,126 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 '''
 
 
+def _fields(obj) -> dict:
+    """A plan dataclass as the dict of its fields, one level deep (the encoder recurses)."""
+    if is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_fields).encode
+_ENCODE_STR = json.encoder.encode_basestring   # what _ENCODE does to a str, without its overhead
+
+
+def _entries(items) -> Iterator[str]:
+    """One compact JSON object per entry, character for character what _ENCODE gives it;
+    a dict that many entries share (a client point's params, shared by its servers) is
+    encoded once."""
+    shared: dict[int, str] = {}
+    names: dict[type, list] = {}   # per dataclass: [(field, its encoded name)]
+    for item in items:
+        kind = type(item)
+        if kind not in names:
+            names[kind] = [(f.name, _ENCODE_STR(f.name) + ":") for f in fields(item)]
+        parts = []
+        for name, key in names[kind]:
+            value = getattr(item, name)
+            if type(value) is str:
+                parts.append(key + _ENCODE_STR(value))
+            elif value is None:
+                parts.append(key + "null")
+            elif type(value) is dict:
+                text = shared.get(id(value))
+                if text is None:
+                    text = shared[id(value)] = _ENCODE(value)
+                parts.append(key + text)
+            else:
+                parts.append(key + _ENCODE(value))
+        yield "{" + ",".join(parts) + "}"
+
+
+#: Plan fields written one entry per line.
+_PER_LINE = ("servers", "benchmarks")
+
+
+def plan_json_chunks(plan: Plan) -> Iterator[str]:
+    """plan.json: the value of `Plan.to_json()`, laid out so it grows by one line per point.
+
+    One top-level key per line, `version` first; inside `servers` and `benchmarks` one
+    entry per line; everything else compact JSON (no indentation: at 10^5 points the
+    indented file was 80 MB and most of the compile). Any JSON reader reads it,
+    `Plan.load` round-trips it, and `grep <benchmark id> plan.json` shows that entry."""
+    top = _fields(plan)
+    sep = "{"
+    for key in ["version", *(k for k in top if k != "version")]:
+        value = top[key]
+        if key in _PER_LINE and value:
+            yield f"{sep}{_ENCODE_STR(key)}:[\n"
+            first = True
+            for entry in _entries(value):
+                yield entry if first else ",\n" + entry
+                first = False
+            yield "]"
+        else:
+            yield f"{sep}{_ENCODE_STR(key)}:{_ENCODE(value)}"
+        sep = ",\n"
+    yield "}\n"
+
+
+def plan_json(plan: Plan) -> str:
+    return "".join(plan_json_chunks(plan))
+
+
+def _by_server(plan: Plan) -> dict[str, list]:
+    """Benchmarks per server id in plan order, in one pass (not one scan per server)."""
+    out: dict[str, list] = {s.id: [] for s in plan.servers}
+    for b in plan.benchmarks:
+        out.setdefault(b.server, []).append(b)
+    return out
+
+
 def plan_sh(plan: Plan) -> str:
-    out = [_SH_PRELUDE]
+    return "".join(plan_sh_chunks(plan))
+
+
+def plan_sh_chunks(plan: Plan) -> Iterator[str]:
+    """plan.sh in pieces, to write as it is rendered."""
+    lines = _plan_sh_lines(plan)
+    yield next(lines)
+    for line in lines:
+        yield "\n" + line
+
+
+def _plan_sh_lines(plan: Plan) -> Iterator[str]:
+    yield _SH_PRELUDE
+    benchmarks = _by_server(plan)
     for wave in plan.waves:
-        out.append(f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once =====")
+        yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:
             env = " ".join(_env_assign(k, v, s.secrets) for k, v in s.env.items())
-            out.append(f"# {s.id}: {_comment(s.label)} | GPUs {','.join(map(str, s.gpus))} | port {s.port}")
-            out.append(f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  "
-                       + " \\\n  ".join(_argv_lines(s.argv)))
+            yield f"# {s.id}: {_comment(s.label)} | GPUs {','.join(map(str, s.gpus))} | port {s.port}"
+            yield (f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  "
+                   + " \\\n  ".join(_argv_lines(s.argv)))
         for s in wave:
             r, probe = s.readiness, s.readiness["probe"]
             url = f"http://{s.host}:{s.port}{probe['path']}"
-            out.append(f"wait_ready {_q(s.id)} {_q(url)} {_q(probe['timeout_s'])} "
-                       f"{_q(probe['interval_s'])} {_q(int(r['deadline_s']))} "
-                       f"{_q(r['ready_log'] or '')} {_q(s.log)} || {{ stop_server {_q(s.id)}; }}")
+            yield (f"wait_ready {_q(s.id)} {_q(url)} {_q(probe['timeout_s'])} "
+                   f"{_q(probe['interval_s'])} {_q(int(r['deadline_s']))} "
+                   f"{_q(r['ready_log'] or '')} {_q(s.log)} || {{ stop_server {_q(s.id)}; }}")
         for s in wave:
-            out.append(f"if [ -n \"${{PGID[{_q(s.id)}]:-}}\" ]; then  # benchmarks on {s.id}")
-            for b in plan.benchmarks_of(s.id):
-                out.append(f"  # {b.id}: concurrency {b.params['concurrency']}")
-                argv = b.argv or ("python", "-m", "specc.run.point", "--plan", "plan.json",
-                                  "--benchmark", b.id)
-                out.append(f"  point {_q(b.id)} {command_line(argv)}")
-            out.append("fi")
+            yield f"if [ -n \"${{PGID[{_q(s.id)}]:-}}\" ]; then  # benchmarks on {s.id}"
+            for b in benchmarks[s.id]:
+                bid = _q(b.id)
+                yield f"  # {b.id}: concurrency {b.params['concurrency']}"
+                command = command_line(b.argv) if b.argv else \
+                    f"python -m specc.run.point --plan plan.json --benchmark {bid}"
+                yield f"  point {bid} {command}"
+            yield "fi"
         for s in wave:
-            out.append(f"stop_server {_q(s.id)}")
-    out.append("\nstop_all\n"
-               'if [ "$FAILED" -gt 0 ]; then echo "plan.sh: $FAILED server(s) or point(s) failed" >&2; '
-               "exit 3; fi\n")
-    return "\n".join(out)
+            yield f"stop_server {_q(s.id)}"
+    yield ("\nstop_all\n"
+           'if [ "$FAILED" -gt 0 ]; then echo "plan.sh: $FAILED server(s) or point(s) failed" >&2; '
+           "exit 3; fi\n")
 
 
 def _comment(text) -> str:
@@ -161,6 +255,47 @@ def _fmt_s(sec: float | None) -> str:
     return f"{sec:.1f} s"
 
 
+#: Rows a review table (and the list of launch commands) shows; the rest is counted.
+REVIEW_ROWS = 100
+
+
+def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
+    """The line that stands for the rows a review table leaves out, if any."""
+    if len(items) <= REVIEW_ROWS:
+        return []
+    return ["", f"{prefix}... and {len(items) - REVIEW_ROWS} more {what}: every one is in {where}."]
+
+
+def _param_values(plan: Plan) -> dict[str, dict]:
+    """Client parameter -> its distinct values over the matrix (in first-seen order).
+
+    Points share their params dict across servers, so each distinct one is read once."""
+    seen: dict[str, dict] = {}
+    for params in {id(b.params): b.params for b in plan.benchmarks}.values():
+        for k, v in params.items():
+            if k != "model":
+                seen.setdefault(k, {}).setdefault(_distinct(v), v)
+    return {k: seen[k] for k in sorted(seen)}
+
+
+def _distinct(value):
+    """A key telling values apart: the value itself where hashable (True and 1 kept apart)."""
+    try:
+        return type(value), hash(value), value
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)
+
+
+def _values_text(values: dict) -> str:
+    """`(1, 4, 16)` for a few values, `(1000 values, 8 to 800)` for many."""
+    vals = list(values.values())
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        vals.sort()
+    if len(vals) <= 8:
+        return "(" + ", ".join(map(str, vals)) + ")"
+    return f"({len(vals)} values, {vals[0]} to {vals[-1]})"
+
+
 def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> str:
     lines = [f"# specc review: {title}", ""]
     errors = [d for d in diagnostics if d.severity == "error"]
@@ -177,28 +312,31 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
               f"{len(plan.dropped)} server configuration(s) dropped ({dropped_points} points)."]
     if plan.dropped:
         lines += ["", _table([[", ".join(f"{k.split('.')[-1]}={v}" for k, v in d.point.items()),
-                               d.code, d.reason] for d in plan.dropped],
+                               d.code, d.reason] for d in plan.dropped[:REVIEW_ROWS]],
                              headers=["dropped point", "code", "reason"])]
+        lines += _more(plan.dropped, "dropped configuration(s)", "plan.json's `dropped`")
     lines += ["", "## Servers", ""]
-    rows = []
+    benchmarks = _by_server(plan)
     by_wave = [s for wave in plan.waves for s in wave]   # the order they start in
-    for s in by_wave:
-        rows.append([s.wave, s.id, s.label, ",".join(map(str, s.gpus)), s.port,
-                     len(plan.benchmarks_of(s.id)),
-                     _fmt_s(s.readiness["estimated_start_s"]), _fmt_s(s.readiness["deadline_s"])])
+    rows = [[s.wave, s.id, s.label, ",".join(map(str, s.gpus)), s.port, len(benchmarks[s.id]),
+             _fmt_s(s.readiness["estimated_start_s"]), _fmt_s(s.readiness["deadline_s"])]
+            for s in by_wave[:REVIEW_ROWS]]
     lines.append(_table(rows, headers=["wave", "id", "config", "GPUs", "port", "points",
                                        "est. start", "deadline"]))
+    lines += _more(by_wave, "server(s)", "plan.sh and plan.json")
     lines += ["", "## Launch commands", "", "```bash"]
-    for s in by_wave:
+    for s in by_wave[:REVIEW_ROWS]:
         lines.append(f"# {s.id}")
         lines.append(command_line(s.argv, s.env, s.secrets))
+    lines += _more(by_wave, "launch command(s)", "plan.sh", prefix="# ")
     lines += ["```", "", "## Benchmark points", ""]
-    keys = sorted({k for b in plan.benchmarks for k in b.params} - {"model"})
-    varying = [k for k in keys if len({str(b.params.get(k)) for b in plan.benchmarks}) > 1]
-    fixed = {k: plan.benchmarks[0].params.get(k) for k in keys if k not in varying}
-    lines.append("Fixed: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
-    lines.append(f"Varying: {', '.join(varying) or 'nothing'}; every speculative point is matched to "
-                 "the baseline point with the same model, hardware and client parameters.")
+    values = _param_values(plan)
+    varying = [k for k, vs in values.items() if len(vs) > 1]
+    lines.append("Fixed: " + ", ".join(f"{k}={next(iter(vs.values()))}" for k, vs in values.items()
+                                         if len(vs) == 1))
+    lines.append(f"Varying: {'; '.join(f'{k} {_values_text(values[k])}' for k in varying) or 'nothing'}"
+                 "; every speculative point is matched to the baseline point with the same model, "
+                 "hardware and client parameters.")
     lines += ["", "## Readiness plan", ""]
     r = plan.servers[0].readiness
     probe = r["probe"]
@@ -241,7 +379,19 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
     text = review(plan, diagnostics, title=title)
     atomic_write(run_dir / "review.md", text)
     if plan is not None and not any(d.severity == "error" for d in diagnostics):
-        atomic_write(run_dir / "plan.json", plan.dumps())
-        atomic_write(run_dir / "plan.sh", plan_sh(plan), mode=0o755)
+        atomic_write(run_dir / "plan.json", _blocks(plan_json_chunks(plan)))
+        atomic_write(run_dir / "plan.sh", _blocks(plan_sh_chunks(plan)), mode=0o755)
     return text
+
+
+def _blocks(chunks, size: int = 1 << 20) -> Iterator[str]:
+    """Chunks joined into blocks of about `size` characters: few writes, bounded memory."""
+    block, length = [], 0
+    for chunk in chunks:
+        block.append(chunk)
+        length += len(chunk)
+        if length >= size:
+            yield "".join(block)
+            block, length = [], 0
+    yield "".join(block)
 

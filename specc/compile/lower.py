@@ -71,17 +71,23 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         return None, unique(diags + found)
     host = hw.get("host", "localhost")
     client_keys = [(b, ck, json.dumps(ck)) for b in matrix.client_points for ck in (_canonical(b),)]
+    # served model -> the params of every client point: one dict per point and model,
+    # shared by the servers that serve that model (read-only, like the whole Plan)
+    point_params: dict[str, list[dict]] = {}
+    readiness_plans: dict[str, dict] = {}   # equal readiness plans: one dict, shared likewise
 
     plan_servers: list[Server] = []
     benchmarks: list[Benchmark] = []
     bench_index: dict[tuple[str, str], str] = {}   # (baseline server key, client key) -> id
     estimates: dict[str, float] = {}
+    server_times = estimate.ServerTimes(engine, matrix.client_points)
     for entry, slot in zip(matrix.servers, slots):
         spec: ServerSpec = entry.spec
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
         sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(entry.key)}"
         env, secrets = engine.env(spec, list(slot.gpus))
         readiness = engine.readiness(spec)
+        readiness = readiness_plans.setdefault(_canonical(readiness), readiness)
         for bench in matrix.client_points:
             diags += rules.check_point(spec, engine, bench)
         plan_servers.append(Server(
@@ -92,23 +98,25 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                                    port=slot.port)),
             env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
         sid_json = json.dumps(sid)
-        for bench, ckey, ckey_json in client_keys:
+        model = engine.served_model(spec)
+        if model not in point_params:
+            point_params[model] = [{**b, "model": model} for b in matrix.client_points]
+        speculative = spec.speculative
+        for (bench, ckey, ckey_json), params in zip(client_keys, point_params[model]):
             # == _hash([sid, ckey]), without re-encoding the point for every server
             digest = hashlib.sha256(f"[{sid_json},{ckey_json}]".encode()).hexdigest()[:6]
             bid = f"{sid}-c{bench['concurrency']}-{digest}"
-            if not spec.speculative:
+            if not speculative:
                 bench_index[(entry.key, ckey)] = bid
-            matched = None if not spec.speculative else bench_index.get((entry.baseline_key, ckey))
+            matched = bench_index.get((entry.baseline_key, ckey)) if speculative else None
             argv = None
             if bench["driver"] == "bench_serving":
                 argv = tuple(engine.bench_serving_argv(
                     spec, host=host, port=slot.port, bench=bench,
                     num_prompts=bench["num_prompts"], output_file=f"bench_serving/{bid}.jsonl"))
-            benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
-                                        params={**bench, "model": engine.served_model(spec)},
+            benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched, params=params,
                                         argv=argv))
-        estimates[sid] = estimate.server_seconds(spec, engine, readiness["estimated_start_s"],
-                                                 matrix.client_points)
+        estimates[sid] = server_times.seconds(spec, readiness["estimated_start_s"])
 
     diags = unique(diags)
     if has_errors(diags):
