@@ -231,3 +231,73 @@ def test_one_baseline_serves_every_draft(compose):
     assert len(baselines) == 1 and len(plan.servers) == 3
     assert all(b.baseline and b.baseline.startswith(baselines[0].id)
                for b in plan.benchmarks if b.server != baselines[0].id)
+
+
+# --- scale: plan files that grow by a line per point, written as they are encoded ----------
+
+@pytest.fixture(scope="module")
+def big_plan():
+    """llama3_eagle3_pack widened to 10^4 sweep points: 10 server configurations x 1,000
+    client points, plus the 2 matched baselines (12,000 benchmark points)."""
+    from conftest import compose_config
+
+    cfg = compose_config(["+experiment=llama3_eagle3_pack"])
+    cfg["max_points"] = 10_000
+    cfg["sweep"] = {"speculation": cfg["sweep"]["speculation"][:5],
+                    "engine.max_running_requests": [512, 1024],
+                    "benchmark.concurrency": [1, 2, 3, 4, 6, 8, 16, 32, 64, 128],
+                    "benchmark.output_len": list(range(8, 808, 8))}
+    result = compile_config(cfg)
+    assert result.ok
+    assert len(result.plan.benchmarks) == 12_000
+    return result
+
+
+def test_plan_json_is_one_line_per_server_and_point(big_plan, tmp_path):
+    plan = big_plan.plan
+    write_outputs(tmp_path, plan, big_plan.diagnostics, title="t")
+    text = (tmp_path / "plan.json").read_text()
+    assert json.loads(text) == plan.to_json()
+    assert Plan.load(tmp_path / "plan.json") == plan
+    lines = text.splitlines()
+    value = plan.to_json()
+    for key in ("servers", "benchmarks"):
+        start = lines.index(json.dumps(key) + ":[") + 1
+        entries = lines[start:start + len(value[key])]
+        assert [json.loads(e.rstrip(",").removesuffix("]")) for e in entries] == value[key]
+    other = len(lines) - len(plan.servers) - len(plan.benchmarks)
+    assert other == len(value)   # one line per top-level key (the lists open on theirs)
+    # compact: the indented file was ~675 bytes per point, mostly repeated indentation
+    assert len(text.encode()) / len(plan.benchmarks) < 500
+
+
+def test_plan_files_are_written_without_holding_them_in_memory(big_plan, tmp_path):
+    """Streamed: the compile never holds plan.json or plan.sh whole (at 10^6 points, the
+    indented plan.json alone was 615 MB, and it was held twice)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        write_outputs(tmp_path, big_plan.plan, big_plan.diagnostics, title="t")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    smallest = min((tmp_path / f).stat().st_size for f in ("plan.json", "plan.sh"))
+    assert peak < smallest / 2, (peak, smallest)
+
+
+def test_review_summarises_a_large_matrix(compose):
+    """A table row per server up to REVIEW_ROWS, then a count: the review of 10^4 servers
+    is read by a person and printed to the terminal."""
+    cfg = compose(LLAMA + ["baseline=false", "hardware.tp=1"])
+    cfg["max_points"] = 10_000
+    n = REVIEW_ROWS + 30
+    cfg["sweep"] = {"engine.max_running_requests": list(range(64, 64 + n))}
+    result = compile_config(cfg)
+    assert result.ok and len(result.plan.servers) == n
+    text = review(result.plan, result.diagnostics, title="t")
+    server_rows = [ln for ln in text.splitlines() if ln.startswith("|") and "| EAGLE3 " in ln]
+    assert len(server_rows) == REVIEW_ROWS
+    assert "... and 30 more server(s): every one is in plan.sh and plan.json." in text
+    assert "# ... and 30 more launch command(s): every one is in plan.sh." in text
+    assert text.count("python -m sglang.launch_server") == REVIEW_ROWS

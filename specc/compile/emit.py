@@ -384,7 +384,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
     return text
 
 
-def _blocks(chunks, size: int = 1 << 20) -> Iterator[str]:
+def _blocks(chunks, size: int = 1 << 18) -> Iterator[str]:
     """Chunks joined into blocks of about `size` characters: few writes, bounded memory."""
     block, length = [], 0
     for chunk in chunks:
