@@ -109,7 +109,7 @@ def profile(points: int, shape: str) -> None:
     prof = cProfile.Profile()
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
         prof.runcall(job, cfg, Path(tmp), {"multirun": False})
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+    pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(30)
 
 
 def main() -> None:

@@ -206,10 +206,9 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
             yield f"if [ -n \"${{PGID[{_q(s.id)}]:-}}\" ]; then  # benchmarks on {s.id}"
             for b in benchmarks[s.id]:
                 bid = _q(b.id)
-                yield f"  # {b.id}: concurrency {b.params['concurrency']}"
                 command = command_line(b.argv) if b.argv else \
                     f"python -m specc.run.point --plan plan.json --benchmark {bid}"
-                yield f"  point {bid} {command}"
+                yield f"  point {bid} {command}  # concurrency {b.params['concurrency']}"
             yield "fi"
         for s in wave:
             yield f"stop_server {_q(s.id)}"

@@ -70,7 +70,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     if found:
         return None, unique(diags + found)
     host = hw.get("host", "localhost")
-    client_keys = [(b, ck, json.dumps(ck)) for b in matrix.client_points for ck in (_canonical(b),)]
+    # each client point's canonical JSON, as a JSON string: what its ids hash
+    client_keys = [json.dumps(_canonical(b)) for b in matrix.client_points]
     # served model -> the params of every client point: one dict per point and model,
     # shared by the servers that serve that model (read-only, like the whole Plan)
     point_params: dict[str, list[dict]] = {}
@@ -78,7 +79,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
 
     plan_servers: list[Server] = []
     benchmarks: list[Benchmark] = []
-    bench_index: dict[tuple[str, str], str] = {}   # (baseline server key, client key) -> id
+    # (baseline server key, client point index) -> id: every server runs the same client points
+    bench_index: dict[tuple[str, int], str] = {}
     estimates: dict[str, float] = {}
     server_times = estimate.ServerTimes(engine, matrix.client_points)
     for entry, slot in zip(matrix.servers, slots):
@@ -102,13 +104,14 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         if model not in point_params:
             point_params[model] = [{**b, "model": model} for b in matrix.client_points]
         speculative = spec.speculative
-        for (bench, ckey, ckey_json), params in zip(client_keys, point_params[model]):
-            # == _hash([sid, ckey]), without re-encoding the point for every server
+        for i, (bench, ckey_json, params) in enumerate(zip(matrix.client_points, client_keys,
+                                                            point_params[model])):
+            # == _hash([sid, canonical(bench)]), without re-encoding the point for every server
             digest = hashlib.sha256(f"[{sid_json},{ckey_json}]".encode()).hexdigest()[:6]
             bid = f"{sid}-c{bench['concurrency']}-{digest}"
             if not speculative:
-                bench_index[(entry.key, ckey)] = bid
-            matched = bench_index.get((entry.baseline_key, ckey)) if speculative else None
+                bench_index[(entry.key, i)] = bid
+            matched = bench_index.get((entry.baseline_key, i)) if speculative else None
             argv = None
             if bench["driver"] == "bench_serving":
                 argv = tuple(engine.bench_serving_argv(

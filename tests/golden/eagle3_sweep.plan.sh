@@ -75,14 +75,10 @@ launch kimi-k2.5-baseline-tp8-3da5fb servers/kimi-k2.5-baseline-tp8-3da5fb.log e
   --enable-metrics
 wait_ready kimi-k2.5-baseline-tp8-3da5fb http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3da5fb.log || { stop_server kimi-k2.5-baseline-tp8-3da5fb; }
 if [ -n "${PGID[kimi-k2.5-baseline-tp8-3da5fb]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3da5fb
-  # kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990: concurrency 1
-  point kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990
-  # kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0: concurrency 4
-  point kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0
-  # kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324: concurrency 16
-  point kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324
-  # kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de: concurrency 64
-  point kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de
+  point kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990  # concurrency 1
+  point kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0  # concurrency 4
+  point kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324  # concurrency 16
+  point kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de  # concurrency 64
 fi
 stop_server kimi-k2.5-baseline-tp8-3da5fb
 
@@ -104,14 +100,10 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 http://localhost:30000/health_generate 30 0.1 1607 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d: concurrency 1
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0: concurrency 4
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b: concurrency 16
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b
-  # kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4: concurrency 64
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d  # concurrency 1
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0  # concurrency 4
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b  # concurrency 16
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
 
@@ -133,14 +125,10 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-806024.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-806024]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3: concurrency 1
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d: concurrency 4
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8: concurrency 16
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8
-  # kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3: concurrency 64
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
 
@@ -162,14 +150,10 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8: concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b: concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a: concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a
-  # kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25: concurrency 64
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
 
@@ -191,14 +175,10 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-draft-tokens 8
 wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-366980.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-366980; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-366980]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-366980
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e: concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd: concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc: concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc
-  # kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6: concurrency 64
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-366980
 
