@@ -13,9 +13,10 @@ and printed as medians/max:
 2. crash detection latency: `failed_at` minus the crashed server's last log write
    (its traceback; the process exits right after), crash@load_weights and
    crash@capture_cuda_graph on N packed servers.           target: <= 1 s
-3. zombie detection: `failed_at` minus the instant the "Capture draft cuda graph
-   begin" line was written (a 2 ms log watcher, independent of the executor),
-   minus the phase budget, hang@capture_draft_cuda_graph.  target: <= 1 s
+3. zombie detection: `failed_at` minus the instant the capture_draft_cuda_graph
+   phase's begin line (the last before the hang; the plan's patterns) was written (a 2 ms log watcher,
+   independent of the executor), minus the phase budget: a stall is a log
+   silent for the budget; hang@capture_draft_cuda_graph.    target: <= 1 s
 4. sweep overhead: a sequential sweep (TP 8: one server per wave, three servers,
    two points each): wall time of the run vs the sum of each server's start
    time (started_at -> ready_at) and its points' client durations; each server
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -133,9 +135,9 @@ def crash(root: Path, n: int) -> dict:
 class LogWatcher(threading.Thread):
     """Records when a line first appears in each log (polling every 2 ms)."""
 
-    def __init__(self, paths, needle: str):
+    def __init__(self, paths, patterns):
         super().__init__(daemon=True)
-        self.paths, self.needle = list(paths), needle
+        self.paths, self.patterns = list(paths), [re.compile(p) for p in patterns]
         self.seen: dict[Path, float] = {}
         self.stop = False
 
@@ -144,7 +146,8 @@ class LogWatcher(threading.Thread):
             for p in self.paths:
                 if p not in self.seen:
                     try:
-                        if self.needle in p.read_text(errors="replace"):
+                        text = p.read_text(errors="replace")
+                        if any(rx.search(text) for rx in self.patterns):
                             self.seen[p] = time.time()
                     except OSError:
                         pass
@@ -162,7 +165,10 @@ def zombie(root: Path, n: int) -> dict:
     plan = compile_plan(run_dir, ["hardware.tp=1", "baseline=false",
                                   packed_sweep_steps(n)],
                         port=free_port_block(n), edit=edit)
-    watcher = LogWatcher([run_dir / s.log for s in plan.servers], "Capture draft cuda graph begin")
+    # the phase's own begin patterns, from the plan (they follow the engine release)
+    begin = next(p.begin for p in plan.servers[0].readiness.phases
+                 if p.name == "capture_draft_cuda_graph")
+    watcher = LogWatcher([run_dir / s.log for s in plan.servers], begin)
     watcher.start()
     code = quiet_execute(plan, run_dir)
     watcher.stop = True
@@ -170,8 +176,8 @@ def zombie(root: Path, n: int) -> dict:
     st = state(run_dir)["servers"]
     over, named = [], True
     for s in plan.servers:
-        budget = next(p["budget_s"] for p in s.readiness["phases"]
-                      if p["name"] == "capture_draft_cuda_graph")
+        budget = next(p.budget_s for p in s.readiness.phases
+                      if p.name == "capture_draft_cuda_graph")
         began = watcher.seen.get(run_dir / s.log)
         named &= "stalled in capture_draft_cuda_graph" in st[s.id]["reason"]
         if began is not None:

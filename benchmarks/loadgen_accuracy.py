@@ -8,14 +8,21 @@ SGLang ``meta_info.id``) and prints, per concurrency, the median and p99 of
 
 - TTFT error: |measured first-chunk time - truth first-token time|  (the send
   time is the client's own, so this is exactly the TTFT error);
-- ITL error:  |measured chunk gap - truth gap|, per gap;
+- chunk gap error: |measured chunk gap - truth gap|, per gap (``*_chunk_gap_ms``);
+- ITL error: per decode chunk, |measured per-token ITL - truth gap / truth tokens|
+  (``*_itl_ms``, bench_serving's per-token ITL; with ``--api chat`` on the
+  simulator, whose OpenAI chunks carry no per-chunk usage, this includes the
+  error of spreading tokens evenly over a stream's chunks), and how many chunks'
+  token counts differ from the truth's;
 - chunk error: |measured chunk time - truth time| over all chunks, and its
   signed median (the bias: positive = measured later than emitted);
 
 plus the client's and the simulator's CPU use (fraction of one core).
 
     .venv/bin/python benchmarks/loadgen_accuracy.py [--concurrency 1 16 64]
-        [--num 256] [--output-len 96] [--api chat] [--transport fast httpx]
+        [--num 256] [--output-len 96] [--api chat] [--transport fast httpx] [--speculative]
+
+``--speculative`` serves EAGLE-3 (3 steps, topk 1): chunks of 1-4 tokens.
 
 The truth ``t`` is stamped by the simulator when it hands the chunk to its HTTP
 stack, so part of every error is server-side (serialization, uvicorn, kernel);
@@ -43,6 +50,10 @@ import httpx  # noqa: E402
 from specc.run.datasets import load_prompts  # noqa: E402
 from specc.run.loadgen import percentile, run_load  # noqa: E402
 
+SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/draft",
+             "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+             "--speculative-num-draft-tokens", "4"]
+
 LLAMA_FACTS = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 131072,
                "vocab_size": 128256, "hidden_size": 4096, "num_attention_heads": 32,
                "num_key_value_heads": 8, "num_hidden_layers": 32, "weight_gb": 16,
@@ -63,7 +74,8 @@ def start_sim(port: int, truth: str, args, log) -> subprocess.Popen:
     else:
         cmd = [sys.executable, "-m", "specc.sim", "--model-path", args.model,
                "--port", str(port), "--sim-time-scale", "0.001",
-               "--sim-target-facts", json.dumps(LLAMA_FACTS), *args.sim_args]
+               "--sim-target-facts", json.dumps(LLAMA_FACTS),
+               *(SPEC_ARGS if args.speculative else []), *args.sim_args]
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -118,6 +130,8 @@ def main() -> None:
     ap.add_argument("--transport", nargs="+", default=["fast"], choices=["fast", "fast-user", "httpx"],
                     help="fast: asyncio socket client, kernel receive timestamps (default); "
                          "fast-user: same, time.time() in the read callback; httpx: httpx.AsyncClient")
+    ap.add_argument("--speculative", action="store_true",
+                    help="the simulator serves EAGLE-3: multi-token chunks")
     ap.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
     ap.add_argument("--sim-args", nargs=argparse.REMAINDER, default=[],
                     help="extra arguments for python -m specc.sim (must come last)")
@@ -137,9 +151,10 @@ def main() -> None:
         wait_healthy(proc, url)
         print(f"server ready on {url}; truth {truth_path}; {os.cpu_count()} cpus", flush=True)
         hdr = (f"{'transport':>9} {'conc':>4} {'ok':>4} {'chunks':>6} | "
-               f"{'TTFT err ms med':>15} {'p99':>6} | {'ITL err ms med':>14} {'p99':>6} | "
+               f"{'TTFT err ms med':>15} {'p99':>6} | {'gap err ms med':>14} {'p99':>6} | "
+               f"{'ITL err ms med':>14} {'p99':>6} {'bad n':>5} | "
                f"{'chunk err med':>13} {'p99':>6} {'bias':>6} | {'client cpu':>10} "
-               f"{'sim cpu':>7} | {'median ITL ms':>13}")
+               f"{'sim cpu':>7} | {'tok/chunk':>9} {'med ITL ms':>10} {'med gap ms':>10}")
         print(hdr)
         for transport in args.transport:
             for c in args.concurrency:
@@ -160,7 +175,8 @@ def main() -> None:
                 scpu = (proc_cpu(proc.pid) - s0) / wall
                 time.sleep(0.3)  # the simulator flushes its truth file every 100 ms
                 truth = read_truth(truth_path)
-                ttft_e, itl_e, chunk_e, signed, unmatched = [], [], [], [], 0
+                ttft_e, gap_e, itl_e, chunk_e, signed, unmatched = [], [], [], [], [], 0
+                bad_n, all_ns = 0, []
                 for r in res.records:
                     rid = str(r.rid)
                     # OpenAI ids are "chatcmpl-<rid>" / "cmpl-<rid>"; /generate gives <rid>
@@ -169,13 +185,20 @@ def main() -> None:
                         unmatched += 1
                         continue
                     tts = [t for t, _ in tt]
+                    ns = [n for _, n in tt]
+                    all_ns += ns
                     ttft_e.append(abs(r.chunk_times[0] - tts[0]) * 1e3)
                     for a, b in zip(r.chunk_times, tts):
                         chunk_e.append(abs(a - b) * 1e3)
                         signed.append((a - b) * 1e3)
+                    if r.chunk_tokens:
+                        bad_n += sum(a != b for a, b in zip(r.chunk_tokens, ns))
                     for i in range(1, len(tts)):
-                        itl_e.append(abs((r.chunk_times[i] - r.chunk_times[i - 1])
-                                         - (tts[i] - tts[i - 1])) * 1e3)
+                        gap, true_gap = r.chunk_times[i] - r.chunk_times[i - 1], tts[i] - tts[i - 1]
+                        gap_e.append(abs(gap - true_gap) * 1e3)
+                        # the per-token value this chunk added to r.itls
+                        per_token = gap / r.chunk_tokens[i] if r.chunk_tokens else r.itls[i - 1]
+                        itl_e.append(abs(per_token - true_gap / ns[i]) * 1e3)
                 if not ttft_e:
                     print(f"{transport:>9} {c:>4}: no request matched the truth "
                           f"({unmatched} unmatched; errors: "
@@ -185,21 +208,29 @@ def main() -> None:
                        "completed": res.metrics["completed"], "matched": len(ttft_e),
                        "chunks": len(chunk_e),
                        "ttft_err_median_ms": q(ttft_e, 50), "ttft_err_p99_ms": q(ttft_e, 99),
+                       "chunk_gap_err_median_ms": q(gap_e, 50) if gap_e else 0.0,
+                       "chunk_gap_err_p99_ms": q(gap_e, 99) if gap_e else 0.0,
                        "itl_err_median_ms": q(itl_e, 50) if itl_e else 0.0,
                        "itl_err_p99_ms": q(itl_e, 99) if itl_e else 0.0,
+                       "chunk_token_count_mismatches": bad_n,
+                       "speculative": args.speculative,
+                       "tokens_per_chunk": sum(all_ns) / len(all_ns),
                        "chunk_err_median_ms": q(chunk_e, 50), "chunk_err_p99_ms": q(chunk_e, 99),
                        "chunk_bias_median_ms": q(signed, 50),
                        "chunk_signed_p1_ms": q(signed, 1), "chunk_signed_p99_ms": q(signed, 99),
                        "client_cpu": cpu, "sim_cpu": scpu,
                        "median_itl_ms": res.metrics["median_itl_ms"],
+                       "median_chunk_gap_ms": res.metrics["median_chunk_gap_ms"],
                        "median_ttft_ms": res.metrics["median_ttft_ms"]}
                 rows.append(row)
                 print(f"{transport:>9} {c:>4} {row['completed']:>4} {len(chunk_e):>6} | "
                       f"{row['ttft_err_median_ms']:>15.3f} {row['ttft_err_p99_ms']:>6.2f} | "
-                      f"{row['itl_err_median_ms']:>14.3f} {row['itl_err_p99_ms']:>6.2f} | "
+                      f"{row['chunk_gap_err_median_ms']:>14.3f} {row['chunk_gap_err_p99_ms']:>6.2f} | "
+                      f"{row['itl_err_median_ms']:>14.3f} {row['itl_err_p99_ms']:>6.2f} {bad_n:>5} | "
                       f"{row['chunk_err_median_ms']:>13.3f} {row['chunk_err_p99_ms']:>6.2f} "
                       f"{row['chunk_bias_median_ms']:>6.3f} | {cpu:>10.2f} {scpu:>7.2f} | "
-                      f"{row['median_itl_ms']:>13.2f} | signed p1 {row['chunk_signed_p1_ms']:.2f}"
+                      f"{row['tokens_per_chunk']:>9.2f} {row['median_itl_ms']:>10.2f} "
+                      f"{row['median_chunk_gap_ms']:>10.2f} | signed p1 {row['chunk_signed_p1_ms']:.2f}"
                       f" p99 {row['chunk_signed_p99_ms']:.2f}", flush=True)
     finally:
         proc.terminate()

@@ -20,6 +20,7 @@ from specc.compile.emit import write_outputs
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
     result = compile_config(config)
+    config = result.config   # secrets replaced by references: nothing below may echo one
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
     text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
     if not result.ok:

@@ -1,16 +1,281 @@
-"""The Plan: one immutable value, compiled once, reviewed, then executed as written."""
+"""The Plan: one immutable value, compiled once, reviewed, then executed as written.
+
+plan.json is the whole runtime contract: launch commands, the readiness plan
+(probe, health semantics, log patterns, phase budgets), the cache-flush
+request and the acceptance recipe are all in it, so the executor (or a Slurm
+node, or a remote host) needs nothing but the plan and never an engine adapter.
+
+Every type here is a frozen dataclass; its field annotations are the schema.
+`to_json` / `from_json` are defined once (on `Record`) and read strictly: a
+wrong plan is a `PlanError` naming the path (`servers[0].readiness.probe.path:
+missing`), never a KeyError.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
-PLAN_VERSION = 1
+#: 2: typed readiness (log markers are regex lists), cache flush and acceptance per server.
+PLAN_VERSION = 2
+
+#: What a probe answer may mean while a server starts.
+ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
+
+
+class PlanError(ValueError):
+    """plan.json does not fit the schema; the message names the path and the problem."""
+
+
+class Record:
+    """Base of every plan type: one `to_json` / `from_json`, driven by the annotations."""
+
+    def to_json(self) -> dict:
+        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data, path: str = ""):
+        return _load(cls, data, path or cls.__name__)
+
+    def _check(self) -> list[str]:
+        """Problems a well-typed value can still have (a bad regex, a negative budget)."""
+        return []
+
+    def __post_init__(self):
+        for f in fields(self):   # 120 and 120.0 are one value: always written as a float
+            value = getattr(self, f.name)
+            if type(value) is int and f.type in ("float", "float | None"):
+                object.__setattr__(self, f.name, float(value))
+        problems = self._check()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def _dump(x):
+    if isinstance(x, Record):
+        return x.to_json()
+    if isinstance(x, (list, tuple)):
+        return [_dump(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _dump(v) for k, v in x.items()}
+    return x
+
+
+def _kind(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+_HINTS: dict[type, dict] = {}
+
+
+def _load(tp, value, path: str):
+    """Read `value` as type `tp`; raise PlanError naming `path` on the first misfit."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(tp, type) and issubclass(tp, Record):
+        if not isinstance(value, dict):
+            raise PlanError(f"{path}: expected an object, got {_kind(value)}")
+        hints = _HINTS.get(tp) or _HINTS.setdefault(tp, typing.get_type_hints(tp))
+        names = {f.name for f in fields(tp)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise PlanError(f"{path}: unknown key {unknown[0]!r}")
+        kwargs = {}
+        for f in fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _load(hints[f.name], value[f.name], f"{path}.{f.name}")
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise PlanError(f"{path}.{f.name}: missing")
+        try:
+            return tp(**kwargs)
+        except ValueError as e:
+            raise PlanError(f"{path}: {e}") from None
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:   # pragma: no cover - the schema uses only Optional unions
+            raise TypeError(f"unsupported union {tp}")
+        return _load(inner[0], value, path)
+    if origin is tuple or tp is tuple:
+        if not isinstance(value, list):
+            raise PlanError(f"{path}: expected a list, got {_kind(value)}")
+        item = args[0] if args else typing.Any
+        return tuple(_load(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise PlanError(f"{path}: expected an object, got {_kind(value)}")
+        if not args:
+            return value
+        return {k: _load(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    if tp is typing.Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise PlanError(f"{path}: expected true or false, got {_kind(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlanError(f"{path}: expected an integer, got {_kind(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PlanError(f"{path}: expected a number, got {_kind(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise PlanError(f"{path}: expected a string, got {_kind(value)}")
+        return value
+    raise TypeError(f"no schema for {tp!r} at {path}")   # pragma: no cover - a bug here
+
+
+_REGEX_SPECIAL = re.compile(r"([\\.^$*+?{}\[\]|()])")
+
+
+def literal(text: str) -> str:
+    """A regex matching `text` as written (only regex syntax escaped: readable in plan.json)."""
+    return _REGEX_SPECIAL.sub(r"\\\1", text)
+
+
+def _bad_patterns(where: str, patterns) -> list[str]:
+    out = []
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            out.append(f"{where}: {p!r} is not a valid regular expression ({e})")
+    return out
+
+
+# -- readiness ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Probe(Record):
+    """One health request at a time: never two in flight, each with its own timeout."""
+    method: str
+    path: str
+    interval_s: float
+    timeout_s: float
+    #: Consecutive answers meaning "ready" needed.
+    success_threshold: int
+
+    def _check(self):
+        out = []
+        if not self.path.startswith("/"):
+            out.append(f"path {self.path!r} must start with '/'")
+        if self.interval_s <= 0 or self.timeout_s <= 0:
+            out.append("interval_s and timeout_s must be > 0")
+        if self.success_threshold < 1:
+            out.append("success_threshold must be >= 1")
+        return out
 
 
 @dataclass(frozen=True)
-class Server:
+class Phase(Record):
+    """A startup phase: begins at the first log line matching one of `begin` (regexes;
+    none: at process start). `end` patterns tell a repeat of this phase's own begin
+    marker (another rank) from the next phase that shares it (the draft's weights).
+    `budget_s`: the longest the log may stay silent in this phase."""
+    name: str
+    begin: tuple[str, ...]
+    end: tuple[str, ...]
+    estimate_s: float | None
+    budget_s: float
+
+    def _check(self):
+        out = _bad_patterns(f"phase {self.name} begin", self.begin)
+        out += _bad_patterns(f"phase {self.name} end", self.end)
+        if self.budget_s <= 0:
+            out.append(f"phase {self.name}: budget_s must be > 0")
+        return out
+
+
+@dataclass(frozen=True)
+class Readiness(Record):
+    """How the executor decides a server is ready, stuck or dead (all patterns are regexes)."""
+    probe: Probe
+    #: probe answer ("refused", "timeout", an HTTP status) -> one of ANSWER_MEANINGS;
+    #: an answer not listed means "warming" (the server answered something).
+    answers: dict[str, str]
+    #: The engine's own health-check time (a shorter probe timeout would misread it).
+    engine_health_timeout_s: float
+    ready_log: tuple[str, ...]
+    phases: tuple[Phase, ...]
+    fatal_patterns: tuple[str, ...]
+    estimated_start_s: float
+    deadline_s: float
+    #: While a point runs, a log silent this long means a wedged server (None: not watched).
+    serving_silence_s: float | None
+
+    def _check(self):
+        out = _bad_patterns("ready_log", self.ready_log)
+        out += _bad_patterns("fatal_patterns", self.fatal_patterns)
+        out += [f"answers.{k}: {v!r} is not one of {', '.join(ANSWER_MEANINGS)}"
+                for k, v in self.answers.items() if v not in ANSWER_MEANINGS]
+        if not self.phases:
+            out.append("phases: at least one phase (the launch)")
+        names = [p.name for p in self.phases]
+        if len(set(names)) != len(names):
+            out.append("phases: names must be unique")
+        if self.deadline_s <= 0:
+            out.append("deadline_s must be > 0")
+        return out
+
+
+# -- benchmarking ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CacheFlush(Record):
+    """The request that empties the server's prefix cache between points, or why there is none."""
+    method: str | None = None
+    path: str | None = None
+    #: Why the cache is not flushed (set exactly when there is no request).
+    unavailable: str | None = None
+
+    def _check(self):
+        if (self.method is None) != (self.path is None):
+            return ["method and path go together"]
+        if (self.path is None) == (self.unavailable is None):
+            return ["either a request (method, path) or the reason it is unavailable"]
+        return []
+
+
+@dataclass(frozen=True)
+class CounterRatio(Record):
+    """Run-scoped acceptance from two reads of Prometheus counters at `path`:
+    accept = offset + delta(numerator) / delta(denominator)."""
+    path: str
+    numerator: str
+    denominator: str
+    offset: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServerField(Record):
+    """A figure the server keeps itself, read once after the point (scope: `scope`).
+    `field` is a dotted path into the JSON answer; a number indexes a list."""
+    paths: tuple[str, ...]
+    field: str
+    scope: str = "cumulative"
+
+    def _check(self):
+        return [] if self.paths else ["paths: at least one endpoint"]
+
+
+@dataclass(frozen=True)
+class Acceptance(Record):
+    """How to read a point's acceptance length: `run` when its counters answer, else `cumulative`."""
+    run: CounterRatio | None = None
+    cumulative: ServerField | None = None
+
+    def _check(self):
+        return [] if (self.run or self.cumulative) else ["a run or a cumulative source"]
+
+
+# -- the plan ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Server(Record):
     id: str
     label: str
     baseline: bool
@@ -22,12 +287,15 @@ class Server:
     argv: tuple[str, ...]
     env: dict
     log: str
-    readiness: dict
+    readiness: Readiness
+    cache_flush: CacheFlush
+    #: None: the server does not speculate (no acceptance length to read).
+    acceptance: Acceptance | None
     secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class Benchmark:
+class Benchmark(Record):
     id: str
     server: str
     baseline: str | None
@@ -36,7 +304,7 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
-class Dropped:
+class Dropped(Record):
     point: dict
     code: str
     reason: str
@@ -44,18 +312,27 @@ class Dropped:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Record):
     experiment: str
     engine: str
     servers: tuple[Server, ...]
     benchmarks: tuple[Benchmark, ...]
-    diagnostics: tuple = ()
+    diagnostics: tuple[dict, ...] = ()
     dropped: tuple[Dropped, ...] = ()
     engine_info: dict = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
     estimates: dict = field(default_factory=dict)
     fail_fast: bool = False
     version: int = PLAN_VERSION
+
+    def _check(self):
+        ids = {s.id for s in self.servers}
+        out = [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
+               if b.server not in ids]
+        bench_ids = {b.id for b in self.benchmarks}
+        out += [f"benchmark {b.id}: no baseline point {b.baseline!r}" for b in self.benchmarks
+                if b.baseline is not None and b.baseline not in bench_ids]
+        return out
 
     # -- lookups ---------------------------------------------------------------
     def server(self, server_id: str) -> Server:
@@ -77,36 +354,26 @@ class Plan:
 
     # -- (de)serialisation -------------------------------------------------------
     def to_json(self) -> dict:
-        d = asdict(self)
-        order = ["version", "experiment", "engine", "servers", "benchmarks", "diagnostics",
-                 "dropped", "engine_info", "facts", "estimates", "fail_fast"]
-        return {k: _plain(d[k]) for k in order}
+        d = super().to_json()
+        return {"version": d.pop("version"), **d}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, d: dict) -> "Plan":
+    def from_json(cls, d, path: str = "") -> "Plan":
+        if not isinstance(d, dict):
+            raise PlanError(f"expected a JSON object, got {_kind(d)}")
         if d.get("version") != PLAN_VERSION:
-            raise ValueError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
-        servers = tuple(Server(**{**s, "gpus": tuple(s["gpus"]), "argv": tuple(s["argv"]),
-                                  "secrets": tuple(s.get("secrets", ()))}) for s in d["servers"])
-        benches = tuple(Benchmark(**{**b, "argv": tuple(b["argv"]) if b.get("argv") else None})
-                        for b in d["benchmarks"])
-        return cls(experiment=d["experiment"], engine=d["engine"], servers=servers,
-                   benchmarks=benches, diagnostics=tuple(d.get("diagnostics", ())),
-                   dropped=tuple(Dropped(**x) for x in d.get("dropped", ())),
-                   engine_info=d.get("engine_info", {}), facts=d.get("facts", {}),
-                   estimates=d.get("estimates", {}), fail_fast=d.get("fail_fast", False))
+            raise PlanError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}: it was "
+                            "written by another specc; compile the experiment again")
+        return _load(cls, d, path or "plan")
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
-        return cls.from_json(json.loads(Path(path).read_text()))
-
-
-def _plain(x):
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    return x
+        """Read a plan.json; PlanError (a ValueError) says what is wrong and where in it."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except ValueError as e:
+            raise PlanError(f"not JSON ({e})") from None
+        return cls.from_json(data)

@@ -1,38 +1,178 @@
-"""results.jsonl: one line per finished point, appended, flushed and fsynced as it finishes.
+"""results.jsonl: the result row, its one reader and the one speedup.
 
-Keyed by the plan's stable benchmark ids, so a rerun into the same run dir
-skips finished points and never duplicates a row.
+One line per finished point, appended, flushed and fsynced as it finishes,
+keyed by the plan's stable benchmark ids, so a rerun into the same run dir
+skips finished points and never duplicates a row.  The executor
+(``ResultLog``), the report and ``inv status`` all read it through
+``parse_rows``: a line that is not a row (bad JSON, no benchmark id, an
+unknown status) is skipped with one warning naming its line, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specc.files import append_durable, atomic_write
 
+STATUSES = ("ok", "failed")
+_FIELDS = ("benchmark", "server", "status", "reason", "metrics", "params")
+# what makes a baseline point the matched one: the same workload at the same concurrency
+MATCH_PARAMS = ("concurrency", "api", "dataset", "dataset_path", "input_len", "output_len",
+                "range_ratio", "num_prompts", "request_rate", "seed")
+
+
+class RowError(ValueError):
+    """A results.jsonl line that is not a result row; the message says why."""
+
+
+@dataclass
+class ResultRow:
+    """One finished benchmark point: what the executor writes and everyone reads."""
+
+    benchmark: str
+    server: str | None
+    status: str                          # "ok" | "failed"
+    reason: str | None = None            # why it failed; None when ok
+    metrics: dict[str, Any] = field(default_factory=dict)   # bench_serving's names (README)
+    params: dict[str, Any] = field(default_factory=dict)    # the plan's benchmark params
+    extra: dict[str, Any] = field(default_factory=dict)     # finished_at, started_at, ...
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def metric(self, name: str) -> float | None:
+        """A metric as a finite number, or None (absent, null, text, inf, nan, bool)."""
+        v = self.metrics.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return None
+        return float(v)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"benchmark": self.benchmark, "server": self.server, "status": self.status,
+                "reason": self.reason, "metrics": self.metrics, "params": self.params,
+                **self.extra}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> ResultRow:
+        """The row a parsed line holds; RowError when it holds none."""
+        if not isinstance(obj, dict):
+            raise RowError(f"not a JSON object but {type(obj).__name__}")
+        bid = obj.get("benchmark")
+        if not isinstance(bid, str) or not bid:
+            raise RowError("no benchmark id")
+        status = obj.get("status")
+        if status not in STATUSES:
+            raise RowError(f"status {status!r} is neither 'ok' nor 'failed'")
+        parts = {}
+        for name in ("metrics", "params"):
+            value = obj.get(name)
+            if value is not None and not isinstance(value, dict):
+                raise RowError(f"{name} is not an object")
+            parts[name] = dict(value or {})
+        server, reason = obj.get("server"), obj.get("reason")
+        return cls(benchmark=bid, server=None if server is None else str(server), status=status,
+                   reason=None if reason is None else str(reason), **parts,
+                   extra={k: v for k, v in obj.items() if k not in _FIELDS})
+
+
+def parse_rows(text: str, name: str = "results.jsonl") -> tuple[dict[str, ResultRow], list[str]]:
+    """Rows keyed by benchmark id (the last line for an id wins), and one warning per
+    line that is not a row."""
+    rows: dict[str, ResultRow] = {}
+    warnings: list[str] = []
+    lines = text.splitlines()
+    # the last non-blank line is the only one an interrupted write can have cut
+    last = max((i for i, s in enumerate(lines) if s.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if i == last:
+                warnings.append(f"{name}: ignored an unparseable last line (line {i + 1}; "
+                                "truncated by an interrupted write?)")
+            else:
+                warnings.append(f"{name}: ignored unparseable line {i + 1}")
+            continue
+        try:
+            row = ResultRow.from_json(obj)
+        except RowError as e:
+            warnings.append(f"{name}: ignored line {i + 1}: not a result row ({e})")
+            continue
+        rows[row.benchmark] = row
+    return rows, warnings
+
+
+def read_rows(path: Path) -> tuple[dict[str, ResultRow], list[str]]:
+    """``parse_rows`` of a results.jsonl file; none and no warnings when it does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return {}, []
+    return parse_rows(path.read_text(errors="replace"), path.name)
+
+
+def speedup(row: ResultRow, baseline: ResultRow | None) -> float | None:
+    """Output throughput / the matched baseline's, at the same concurrency and dataset.
+
+    None when either point failed, either throughput is unknown, or the two rows'
+    params say they ran different workloads (not a matched baseline)."""
+    if baseline is None or not (row.ok and baseline.ok):
+        return None
+    for k in MATCH_PARAMS:
+        if k in row.params and k in baseline.params and row.params[k] != baseline.params[k]:
+            return None
+    out, base = row.metric("output_throughput"), baseline.metric("output_throughput")
+    if out is None or base is None or base <= 0:
+        return None
+    return round(out / base, 4)
+
+
+def with_speedup(row: dict, baseline_row: dict | None) -> dict:
+    """Set ``row["metrics"]["speedup"]`` (in place) when ``speedup`` knows it; returns row."""
+    if not baseline_row:
+        return row
+    try:
+        value = speedup(ResultRow.from_json(row), ResultRow.from_json(baseline_row))
+    except RowError:
+        return row
+    if value is not None:
+        row.setdefault("metrics", {})["speedup"] = value
+    return row
+
 
 class ResultLog:
+    """The executor's view of results.jsonl: rows as written (dicts), appended durably."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self.rows: dict[str, dict] = {}
+        self.warnings: list[str] = []
         self._load()
 
     def _load(self) -> None:
         if not self.path.exists():
             return
         data = self.path.read_bytes()
+        cut = []
         if data and not data.endswith(b"\n"):
             # a line cut by a killed writer: drop it, it is the point that was in flight
             data = data[: data.rfind(b"\n") + 1]
             with open(self.path, "r+b") as f:
                 f.truncate(len(data))
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            self.rows[row["benchmark"]] = row
+            cut = [f"{self.path.name}: dropped a truncated last line (the point in flight when "
+                   "the writer stopped; it runs again)"]
+        rows, warnings = parse_rows(data.decode("utf-8", "replace"), self.path.name)
+        self.warnings = warnings + cut
+        self.rows = {k: r.to_json() for k, r in rows.items()}
+        for w in self.warnings:
+            print(f"warning: {w}", file=sys.stderr)
 
     def finished(self, benchmark_id: str) -> bool:
         """A point with a row (ok or failed) is finished: a rerun skips it."""
@@ -56,7 +196,12 @@ class ResultLog:
     def get(self, benchmark_id: str) -> dict | None:
         return self.rows.get(benchmark_id)
 
-    def append(self, row: dict) -> None:
+    def append(self, row: dict | ResultRow) -> None:
+        """Append one row (checked: a malformed row is a bug, raised as RowError)."""
+        if isinstance(row, ResultRow):
+            row = row.to_json()
+        else:
+            ResultRow.from_json(row)
         line = json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n"
         append_durable(self.path, line)
         self.rows[row["benchmark"]] = row

@@ -15,7 +15,7 @@ import socket
 import invoke
 
 from specc.run.point import run_point
-from specc.plan import Benchmark, Server
+from specc.plan import Benchmark, CacheFlush, Server
 
 LINE = {"backend": "sglang", "request_rate": float("inf"), "completed": 8, "duration": 1.5,
         "total_input_tokens": 512, "total_output_tokens": 256, "request_throughput": 5.3,
@@ -33,13 +33,13 @@ def _free_port() -> int:
 def _point(tmp_path, script: str, num_prompts: int = 8):
     server = Server(id="s", label="x", baseline=False, params={}, host="127.0.0.1",
                     port=_free_port(), gpus=(0,), wave=0, argv=(), env={}, log="servers/s.log",
-                    readiness={})
+                    readiness=None, cache_flush=CacheFlush(unavailable="not needed here"),
+                    acceptance=None)
     out = "bench_serving/b.jsonl"   # relative: the driver must run from the run dir
     bench = Benchmark(id="b", server="s", baseline=None,
                       params={"num_prompts": num_prompts, "concurrency": 4, "flush_cache": False},
                       argv=("python", "-c", script, out))
-    return asyncio.run(run_point(server, bench, engine_name="sim", run_dir=tmp_path,
-                                 ctx=invoke.Context()))
+    return asyncio.run(run_point(server, bench, run_dir=tmp_path, ctx=invoke.Context()))
 
 
 def test_ingests_the_clients_last_json_line(tmp_path, monkeypatch):

@@ -91,3 +91,22 @@ def test_yaml_syntax_error_in_a_config_file_names_the_file(tmp_path, monkeypatch
     assert len(lines) == 1, lines
     assert "CONFIG_YAML" in lines[0] and "broken.yaml" in lines[0]
     assert "Traceback" not in err.getvalue()
+
+
+def test_keys_given_twice_in_one_override_are_found_at_any_depth():
+    dup = compose_mod._duplicate_keys
+    assert dup("{a:[1,2],a:[4]}") == ["a"]
+    assert dup("{speculation:[{num_steps:1,num_steps:2}],b:{c:1,c:'x:y'}}") == [
+        "speculation.num_steps", "b.c"]
+    assert dup("{a:'{x:1,x:2}',b:[1,{a:1}]}") == []          # quoted text and other levels
+    assert compose_mod.duplicate_key_lines(["hardware.tp=8", "engine.env={A:1,A:2}"]) == [
+        "error CONFIG_DUPLICATE_KEY at engine.env.A: given twice in one override; Hydra would "
+        "keep only the last and silently drop the first (fix: give it once, with every value "
+        "in one list)"]
+
+
+def test_hydra_flags_go_before_the_overrides_and_specc_s_own_last():
+    argv = compose_mod._hydra_argv(["a=1", "--cfg", "job", "b=2", "-m", "--info", "c=3",
+                                    "--info", "config", "-cd", "/x"])
+    assert argv == ["--cfg", "job", "-m", "--info", "--info", "config", "-cd", "/x",
+                    "a=1", "b=2", "c=3", *compose_mod._INTERNAL]

@@ -130,10 +130,11 @@ python() { :; }
 
 def _hostile_plan(compose, value: str):
     cfg = compose(LLAMA + ["baseline=true"])
-    cfg["model_pair"]["target"]["path"] = value
+    path = "./" + value if value.startswith("-") else value   # '-x' as a path: SCHEMA_PATTERN
+    cfg["model_pair"]["target"]["path"] = path
     cfg["engine"]["extra_args"] = ["--served-model-name", value]
     cfg["engine"]["env"] = {"PLAIN_VAR": value}
-    cfg["sweep"] = {"model_pair.draft.path": [value, "draft-" + value]}
+    cfg["sweep"] = {"model_pair.draft.path": [path, "draft-" + value]}
     result = compile_config(cfg)
     assert result.ok, [d.line() for d in result.diagnostics]
     return result.plan

@@ -1,56 +1,52 @@
-"""Engine adapters: acceptance length from two snapshots, labelled with its scope."""
+"""Engine adapters state, at compile time, how the runtime reads acceptance and flushes the cache."""
 
 from __future__ import annotations
 
-import pytest
-
-from specc.engines import get_engine
-from specc.engines.base import prometheus_values
+from specc.compile.pipeline import compile_config
 
 
-def test_sglang_run_scoped_accept_length_from_cumulative_average_and_token_counter():
-    # before: 1000 tokens over 400 verify steps (avg 2.5); the run adds 900 tokens in 300 steps
-    before = {"avg_spec_accept_length": 2.5, "generation_tokens_total": 1000}
-    after = {"avg_spec_accept_length": 1900 / 700, "generation_tokens_total": 1900}
-    value, scope = get_engine("sglang").accept_length(before, after)
-    assert scope == "run" and value == pytest.approx(3.0, abs=1e-3)
+def _servers(overrides):
+    from conftest import compose_config
+
+    result = compile_config(compose_config(overrides))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    return result.plan.servers
 
 
-def test_sglang_without_the_counter_reports_the_cumulative_figure_as_such():
-    value, scope = get_engine("sglang").accept_length({}, {"avg_spec_accept_length": 2.41})
-    assert (value, scope) == (2.41, "cumulative")
-    assert get_engine("sglang").accept_length({}, {}) == (None, None)
+LLAMA = ["model_pair=llama3_8b_eagle3", "hardware=h200x1", "model_pair.context_length=2048"]
 
 
-def test_vllm_accept_length_is_one_plus_accepted_per_draft_over_the_run():
-    before = {"num_drafts": 100, "num_accepted_tokens": 150}
-    after = {"num_drafts": 300, "num_accepted_tokens": 450}
-    assert get_engine("vllm").accept_length(before, after) == (2.5, "run")
-    assert get_engine("vllm").accept_length(before, before) == (None, None)
+def test_sglang_reads_verify_calls_and_falls_back_to_the_cumulative_average():
+    spec = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang"]) if not s.baseline)
+    assert spec.acceptance.run.denominator == "sglang:spec_verify_calls_total"
+    assert spec.acceptance.run.offset == 0.0
+    assert spec.acceptance.cumulative.scope == "cumulative"
 
 
-def test_prometheus_text_sums_label_sets_and_skips_comments():
-    text = ("# HELP vllm:spec_decode_num_drafts drafts\n"
-            'vllm:spec_decode_num_drafts_total{model="m",engine="0"} 10\n'
-            'vllm:spec_decode_num_drafts_total{model="m",engine="1"} 5\n'
-            "sglang:generation_tokens_total 42.0\n")
-    v = prometheus_values(text)
-    assert v["vllm:spec_decode_num_drafts_total"] == 15
-    assert v["sglang:generation_tokens_total"] == 42.0
+def test_sglang_without_metrics_has_only_the_cumulative_figure():
+    spec = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang",
+                                     "engine.enable_metrics=false"]) if not s.baseline)
+    assert spec.acceptance.run is None and spec.acceptance.cumulative is not None
 
 
-def test_vllm_snapshot_reads_the_total_suffixed_counters(tmp_path):
-    import asyncio
+def test_vllm_acceptance_is_one_plus_accepted_per_draft():
+    spec = next(s for s in _servers([*LLAMA, "engine=vllm", "speculation=eagle3"])
+                if not s.baseline)
+    assert (spec.acceptance.run.numerator, spec.acceptance.run.denominator,
+            spec.acceptance.run.offset) == ("vllm:spec_decode_num_accepted_tokens_total",
+                                            "vllm:spec_decode_num_drafts_total", 1.0)
+    assert spec.acceptance.cumulative is None
 
-    class FakeResponse:   # the shape of an httpx response, for vLLM's /metrics text
-        status_code = 200
-        text = ('vllm:spec_decode_num_drafts_total{model_name="m"} 300.0\n'
-                'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 450.0\n')
 
-    class FakeClient:
-        async def get(self, url, timeout):
-            assert url.endswith("/metrics")
-            return FakeResponse()
+def test_vllm_flushes_the_prefix_cache_only_in_dev_mode_and_says_so_otherwise():
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none"])
+    assert server.cache_flush.path is None
+    assert "VLLM_SERVER_DEV_MODE=1" in server.cache_flush.unavailable
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none",
+                          "+engine.env.VLLM_SERVER_DEV_MODE=1"])
+    assert (server.cache_flush.method, server.cache_flush.path) == ("POST", "/reset_prefix_cache")
 
-    snap = asyncio.run(get_engine("vllm").accept_snapshot(FakeClient(), "http://x"))
-    assert snap == {"num_drafts": 300.0, "num_accepted_tokens": 450.0}
+
+def test_a_baseline_has_no_acceptance_to_read():
+    base = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang"]) if s.baseline)
+    assert base.acceptance is None

@@ -4,13 +4,14 @@ One packed plan (TP 1: eight servers on eight GPUs, one wave, all at once) in
 which every server but the baseline gets its own fault through its plan env
 (the executor runs exactly what plan.json says). The baseline must go on as if
 nothing happened; each faulty server must be diagnosed the way a user needs to
-read it: which phase, which line, how fast.
+read it: which phase, which line. Only order and outcome are asserted here; how
+fast each fault is caught is measured by benchmarks/executor_timing.py, and the
+stall's budget + 1 s bound is checked on a fake clock in tests/test_readiness.py.
 """
 
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 
@@ -67,13 +68,11 @@ def faulty(tmp_path_factory):
     squatter.bind(("127.0.0.1", taken.port))
     squatter.listen(1)
     try:
-        t0 = time.time()
         code = execute(plan, run_dir)
-        wall = time.time() - t0
     finally:
         squatter.close()
         left = guard.check()
-    yield {"code": code, "run_dir": run_dir, "plan": plan, "ids": by_fault, "wall": wall,
+    yield {"code": code, "run_dir": run_dir, "plan": plan, "ids": by_fault,
            "left": left, "state": state(run_dir), "rows": results(run_dir)}
 
 
@@ -82,16 +81,11 @@ def _server(faulty, fault):
     return faulty["state"]["servers"][sid], [r for r in faulty["rows"] if r["server"] == sid]
 
 
-def _log_mtime(faulty, fault) -> float:
-    entry, _ = _server(faulty, fault)
-    return (faulty["run_dir"] / entry["log"]).stat().st_mtime
-
-
 def test_exit_code_3_and_no_server_left(faulty):
     assert faulty["code"] == 3
     assert faulty["left"] == []
     for s in faulty["plan"].servers:
-        assert wait_port_free(s.port, 3), f"port {s.port} still taken after the run"
+        assert wait_port_free(s.port, 10), f"port {s.port} still taken after the run"
     assert (faulty["run_dir"] / "report.md").exists()
 
 
@@ -112,9 +106,8 @@ def test_crash_while_loading_weights(faulty):
     assert entry["phase"] == "load_weights"
     assert "load_weights" in entry["reason"]
     # the fatal line itself, not just "something failed"
+    assert entry["reason"].startswith("fatal log line in load_weights: ")
     assert "RuntimeError: simulated failure in phase load_weights" in entry["reason"]
-    # the crash is the log's last write; the executor noticed within a second
-    assert entry["failed_at"] - _log_mtime(faulty, "crash@load_weights") < 1.0
     assert rows and all(r["status"] == "failed" and "load_weights" in r["reason"] for r in rows)
 
 
@@ -124,21 +117,22 @@ def test_zombie_in_draft_graph_capture_is_a_stall(faulty):
     assert entry["phase"] == "capture_draft_cuda_graph"
     assert "stalled in capture_draft_cuda_graph" in entry["reason"]
     phase = next(p for p in faulty["plan"].server(faulty["ids"]["hang@capture_draft_cuda_graph"])
-                 .readiness["phases"] if p["name"] == "capture_draft_cuda_graph")
-    waited = entry["failed_at"] - entry["phase_started_at"]
-    assert phase["budget_s"] <= waited < phase["budget_s"] + 1.0
+                 .readiness.phases if p.name == "capture_draft_cuda_graph")
+    assert f"(budget {phase.budget_s:g} s)" in entry["reason"]
+    # never before its budget (the upper bound: test_readiness, on a fake clock)
+    assert entry["failed_at"] - entry["phase_started_at"] >= phase.budget_s
     # the process group was killed (the guard also checks no sim survived)
     assert entry["stop"] in ("terminated", "killed")
     assert all(r["status"] == "failed" and "stalled" in r["reason"] for r in rows)
 
 
-def test_context_mismatch_dies_fast_with_the_valueerror(faulty):
+def test_context_mismatch_fails_with_the_valueerror(faulty):
     entry, rows = _server(faulty, "context_mismatch")
     assert entry["status"] == "failed"
+    # caught by its fatal line (not a stall or the deadline), naming the cause
+    assert entry["reason"].startswith("fatal log line in ")
     assert "ValueError: Warning: Target model's context_length (131072) is greater than the " \
            "derived context_length (2048)" in entry["reason"]
-    assert entry["failed_at"] - entry["started_at"] < 10
-    assert entry["failed_at"] - _log_mtime(faulty, "context_mismatch") < 1.0
     assert all("context_length" in r["reason"] for r in rows)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specc import report as R
+from specc.report import plots as report_plots, tables as report_tables
 
 FIX = Path(__file__).parent / "fixtures" / "report"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -59,13 +60,13 @@ def test_write_report_files(run_a):
     assert md.startswith("# Report: eagle3_sweep (engine: sim)\n")
     assert "## Concurrency 1 \u2014 random, in 1024 / out 256 tokens, 4 prompts" in md
     table_lines = [
-        "| config          |   output tok/s |   per-stream tok/s |   TTFT p50 / p99 (ms) |   ITL p50 / p99 (ms) |   accept length |   speedup | status   |",
-        "| baseline        |           82.5 |               82.5 |          45.0 / 112.5 |          12.1 / 36.3 |               \u2014 |     1.00x | ok       |",
-        "| EAGLE3 s3 k4 d8 |          165.0 |              165.0 |          52.5 / 131.2 |                    \u2014 |        3.10 (?) |     2.00x | ok       |",
-        "| EAGLE3 s3 k1 d4 |          150.0 |              150.0 |          51.2 / 128.1 |          27.0 / 81.0 |      2.41 (run) |     1.82x | ok       |",
-        "| EAGLE3 s3 k1 d4 |         1540.0 |               96.2 |        420.0 / 1050.0 |          33.0 / 99.0 |     2.53 (cum.) |     1.40x | ok       |",
-        "| EAGLE3 s2 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |               \u2014 |         \u2014 | FAILED   |",
-        "| EAGLE3 s3 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |               \u2014 |         \u2014 | pending  |",
+        "| config          |   output tok/s |   per-stream tok/s |   TTFT p50 / p99 (ms) |   ITL p50 / p99 (ms) |   chunk gap p50 / p99 (ms) |   accept length |   speedup | status   |",
+        "| baseline        |           82.5 |               82.5 |          45.0 / 112.5 |          12.1 / 36.3 |                12.1 / 36.3 |               \u2014 |     1.00x | ok       |",
+        "| EAGLE3 s3 k4 d8 |          165.0 |              165.0 |          52.5 / 131.2 |                    \u2014 |               93.8 / 281.3 |        3.10 (?) |     2.00x | ok       |",
+        "| EAGLE3 s3 k1 d4 |          150.0 |              150.0 |          51.2 / 128.1 |          27.0 / 81.0 |               65.1 / 195.2 |      2.41 (run) |     1.82x | ok       |",
+        "| EAGLE3 s3 k1 d4 |         1540.0 |               96.2 |        420.0 / 1050.0 |          33.0 / 99.0 |               83.5 / 250.5 |     2.53 (cum.) |     1.40x | ok       |",
+        "| EAGLE3 s2 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |                          \u2014 |               \u2014 |         \u2014 | FAILED   |",
+        "| EAGLE3 s3 k4 d8 |              \u2014 |                  \u2014 |                     \u2014 |                    \u2014 |                          \u2014 |               \u2014 |         \u2014 | pending  |",
     ]
     md_lines = md.splitlines()
     for line in table_lines:
@@ -86,20 +87,26 @@ def test_write_report_files(run_a):
     assert "## Pending (1)" in md and "kimi-eagle3-s3-k4-d8-4e5f6a-c16" in md
     assert "SPEC_TOPK1_DRAFT_TOKENS" in md
     assert "**speedup**: output throughput divided by the matched baseline" in md
+    assert "`*_itl_ms`: each chunk's gap spread over the tokens it brought" in md
 
     # CSV: one row per point, flat columns
     with open(run_a / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 8
     for col in ("benchmark", "label", "status", "reason", "speedup", "num_steps", "topk",
-                "num_draft_tokens", "concurrency", "output_throughput", "median_ttft_ms", "accept_length"):
+                "num_draft_tokens", "concurrency", "output_throughput", "median_ttft_ms", "accept_length",
+                "median_itl_ms", "p99_chunk_gap_ms"):
         assert col in rows[0], col
+    cols = list(rows[0])   # bench_serving's per-token ITL, then the chunk gap a client sees
+    assert cols.index("p99_itl_ms") < cols.index("mean_chunk_gap_ms") < cols.index("mean_tpot_ms")
     failed = [r for r in rows if r["status"] == "failed"]
     assert len(failed) == 1 and "died mid-run" in failed[0]["reason"]
 
     # JSON: rows + summary
     js = json.loads((run_a / "report.json").read_text())
     assert len(js["rows"]) == 8
+    assert {r["benchmark"]: r.get("median_chunk_gap_ms") for r in js["rows"]}[
+        "kimi-eagle3-s3-k1-d4-3f9a2c-c1"] == pytest.approx(27.0 * 2.41)
     assert js["summary"]["ok"] == 6 and js["summary"]["pending"] == 1
     assert {b["concurrency"]: b["label"] for b in js["summary"]["best"]} == {1: "EAGLE3 s3 k4 d8", 16: "EAGLE3 s3 k1 d4"}
 
@@ -170,7 +177,7 @@ def test_plots_failing_do_not_fail_the_report(run_a, monkeypatch):
     def boom(report, Figure):
         raise RuntimeError("no display for you")
 
-    monkeypatch.setattr(R, "_plot_throughput", boom)
+    monkeypatch.setattr(report_plots, "_plot_throughput", boom)
     R.write_report(run_a)
     md = (run_a / "report.md").read_text()
     assert "plot throughput_vs_concurrency failed: RuntimeError: no display for you" in md
@@ -216,11 +223,21 @@ def test_cli(run_a, capsys):
     assert R.main([]) == 2
 
 
+def test_python_m_specc_report(run_a):
+    """`python -m specc.report RUN_DIR` runs (a package needs its __main__.py)."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "specc.report", str(run_a), "--no-plots"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "Best speculative setting per concurrency" in p.stdout
+
+
 from hypothesis import given, settings, HealthCheck, strategies as st
 
 _metric_values = st.one_of(st.none(), st.booleans(), st.text(max_size=3),
                            st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6))
-_metrics = st.dictionaries(st.sampled_from(R._METRIC_ORDER + ["speedup", "weird"]), _metric_values, max_size=8)
+_metrics = st.dictionaries(st.sampled_from(report_tables._METRIC_ORDER + ["speedup", "weird"]), _metric_values, max_size=8)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -237,4 +254,4 @@ def test_any_results_render(tmp_path_factory, results, tail):
     rep = R.build_report(d)
     assert len(rep.rows) == 8
     assert R.render_markdown(rep) and R.render_terminal(rep)
-    R._csv_text([r.flat() for r in rep.rows])
+    report_tables._csv_text([r.flat() for r in rep.rows])

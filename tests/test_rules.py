@@ -42,11 +42,11 @@ def codes(diags):
 
 
 def test_every_rule_is_covered_here():
-    covered = {"facts_present", "draft_context", "served_context", "spec_params_all_or_none",
+    covered = {"facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
                "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
                "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
-               "lengths_fit_context", "dataset_file"}
+               "lengths_fit_context", "point_size", "dataset_file"}
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES} == covered
 
 
@@ -308,21 +308,41 @@ def test_config_json_text_config_of_a_multimodal_wrapper(tmp_path):
                                          "original_max_position_embeddings": 4096},
                         "vocab_size": 163840, "hidden_size": 7168}})
     f = facts_mod.resolve({"path": str(d), "facts": {"max_position_embeddings": 1}},
-                          "model_pair.target")
+                          "model_pair.target", derived_context_length)
     assert f.get("max_position_embeddings") == 262144
-    assert f.architecture == "DeepseekV3ForCausalLM"
+    # SGLang dispatches on hf_config.architectures[0]: the wrapper's (issue 7, bug 6)
+    assert f.architecture == "KimiK25ForConditionalGeneration"
     assert f.context_length == 262144
     assert f.sources["vocab_size"] == f"{d / 'config.json'}:text_config"
 
 
-def test_unreadable_config_json_falls_back_to_conf(tmp_path):
-    d = tmp_path / "broken"
-    d.mkdir()
-    (d / "config.json").write_text("{not json")
-    f = facts_mod.resolve({"path": str(d), "facts": {"max_position_embeddings": 1024}},
-                          "model_pair.draft")
-    assert f.context_length == 1024
+def test_no_config_json_falls_back_to_conf(tmp_path):
+    f = facts_mod.resolve({"path": str(tmp_path / "hub-id-or-empty"),
+                           "facts": {"max_position_embeddings": 1024}},
+                          "model_pair.draft", derived_context_length)
+    assert f.context_length == 1024 and f.problems == ()
     assert f.sources["max_position_embeddings"] == "conf:model_pair.draft.facts.max_position_embeddings"
+
+
+def test_facts_know_no_engine():
+    """Layering: the facts module does not import an engine adapter; lowering passes the
+    engine's context-length rule in."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(facts_mod))
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m and "engines" in m], imported
+    f = facts_mod.resolve({"path": "x", "facts": {"max_position_embeddings": 4096}}, "m")
+    assert f.context_length is None    # no engine, no derivation
+
+
+def test_point_size(compose):
+    (d,) = point_diags(compose, LLAMA, rules.point_size, num_prompts=10**9)
+    assert d.code == "BENCH_TOO_LARGE" and d.path == "benchmark.num_prompts"
+    assert "num_prompts <=" in d.hint
+    assert point_diags(compose, LLAMA, rules.point_size, num_prompts=1000) == []
 
 
 @pytest.mark.parametrize("config, expected", [
@@ -335,7 +355,9 @@ def test_unreadable_config_json_falls_back_to_conf(tmp_path):
      131072),
     # a plain factor multiplies
     ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),
-    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "yarn", "factor": 2}}, 8192),
+    # yarn without original_max_position_embeddings: transformers 5.19 (pinned by sglang
+    # 0.5.23) fills it in, so SGLang ignores the factor
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "yarn", "factor": 2}}, 4096),
     # first present key wins
     ({"seq_length": 8192, "max_position_embeddings": 32768}, 8192),
     ({"max_sequence_length": 1000, "seq_length": 8192}, 1000),

@@ -64,6 +64,130 @@ def test_subschema_and_validate_value():
     assert schema.subschema("hardware.tp")["minimum"] == 1
     assert schema.subschema("model_pair.draft.path") is not None     # through the nullable draft
     assert schema.subschema("hardware.nope") is None
+    assert schema.subschema("engine.max_num_seqs", "sglang") is None
+    assert schema.subschema("engine.max_num_seqs")["anyOf"]      # some engine has it
     assert schema.validate_value("hardware.tp", 2) is None
     assert "not of type" in schema.validate_value("hardware.tp", "x")
     assert "swept" in schema.validate_value("nope.x", 1)
+
+
+# --- one engine schema per engine ------------------------------------------------------
+
+@pytest.mark.parametrize("engine, key, value, owner, equivalent", [
+    ("sglang", "max_num_seqs", 8, "vllm", "engine.max_running_requests"),
+    ("sim", "max_num_seqs", 8, "vllm", "engine.max_running_requests"),
+    ("vllm", "max_running_requests", 8, "sglang", "engine.max_num_seqs"),
+    ("vllm", "mem_fraction_static", 0.8, "sglang", "engine.gpu_memory_utilization"),
+    ("sglang", "gpu_memory_utilization", 0.8, "vllm", "engine.mem_fraction_static"),
+    ("vllm", "cuda_graph_max_bs", 8, "sglang", None),
+    ("sglang", "sim", {"seed": 1}, "sim", None),
+])
+def test_a_key_of_another_engine_names_that_engine(compose, engine, key, value, owner,
+                                                   equivalent):
+    cfg = compose([f"engine={engine}"])
+    cfg["engine"][key] = value
+    (d,) = schema.validate(cfg)
+    assert (d.code, d.path) == ("SCHEMA_ENGINE_KEY", f"engine.{key}")
+    assert f"{key} is a {owner}" in d.message
+    if equivalent:
+        assert f"{engine}'s equivalent is {equivalent}" in d.message
+        assert f"use {equivalent}" in d.hint
+    else:
+        assert f"{engine} has no equivalent" in d.message
+    assert f"engine={owner}" in d.hint
+
+
+def test_an_unknown_engine_key_lists_the_chosen_engines_keys_only(compose):
+    cfg = compose(["engine=vllm"])
+    cfg["engine"]["bogus"] = 1
+    (d,) = schema.validate(cfg)
+    assert (d.code, d.path) == ("SCHEMA_ADDITIONALPROPERTIES", "engine.bogus")
+    assert "max_num_seqs" in d.hint and "max_running_requests" not in d.hint
+
+
+def test_two_unknown_keys_are_two_diagnostics(compose):
+    cfg = compose([])
+    cfg["engine"].update(max_num_seqs=1, bogus=2)
+    assert [(d.code, d.path) for d in schema.validate(cfg)] == [
+        ("SCHEMA_ADDITIONALPROPERTIES", "engine.bogus"), ("SCHEMA_ENGINE_KEY", "engine.max_num_seqs")]
+
+
+def test_engine_keys_in_a_sweep_are_checked_against_the_chosen_engine(compose):
+    cfg = compose(["engine=vllm"])
+    cfg["sweep"] = {"engine.max_num_seqs": [8, 16]}
+    assert schema.validate(cfg) == []
+    cfg["sweep"] = {"engine.max_running_requests": [8, 16]}
+    (d,) = schema.validate(cfg)
+    assert (d.code, d.path) == ("SCHEMA_ENGINE_KEY", "sweep.engine.max_running_requests")
+    assert "sweep engine.max_num_seqs instead" in d.hint
+    cfg["sweep"] = {"engine": [{"max_running_requests": 8}]}
+    assert [d.code for d in schema.validate(cfg)] == ["SCHEMA_ENGINE_KEY"]
+    cfg["sweep"] = {"engine.name": ["sglang", "vllm"]}
+    (d,) = schema.validate(cfg)
+    assert (d.code, d.path) == ("SWEEP_AXIS", "sweep.engine.name") and "-m engine=" in d.hint
+
+
+def test_overlapping_axes_are_an_error_disjoint_ones_are_not(compose):
+    cfg = compose([])
+    cfg["sweep"] = {"speculation": [{"num_steps": 1, "topk": 1}],
+                    "speculation.num_draft_tokens": [2, 4]}
+    assert schema.validate(cfg) == []
+    cfg["sweep"]["speculation.topk"] = [2, 4]
+    (d,) = schema.validate(cfg)
+    assert (d.code, d.path) == ("SWEEP_AXIS", "sweep.speculation.topk")
+    assert "overlaps sweep.speculation" in d.message
+
+
+@pytest.mark.parametrize("host, ok", [
+    ("localhost", True), ("node-01.cluster.local", True), ("10.0.0.7", True), ("::1", True),
+    ("0.0.0.0", True), ("gpu_node", True), ("bad host", False), ("999.1.1.1", False),
+    ("-node", False), ("a..b", False), ("http://x", False), ("x" * 64, False)])
+def test_hosts(compose, host, ok):
+    cfg = compose([])
+    cfg["hardware"]["host"] = host
+    cfg["engine"]["bind_host"] = host
+    found = schema.validate(cfg)
+    assert (found == []) == ok, [d.line() for d in found]
+    if not ok:
+        assert {(d.code, d.path) for d in found} == {("SCHEMA_FORMAT", "hardware.host"),
+                                                     ("SCHEMA_FORMAT", "engine.bind_host")}
+
+
+@pytest.mark.parametrize("where", [("model_pair", "target", "path"), ("model_pair", "draft", "path"),
+                                   ("benchmark", "dataset_path")])
+def test_a_path_that_reads_as_a_flag_is_refused(compose, where):
+    cfg = compose([])
+    node = cfg
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = "--help"
+    (d,) = schema.validate(cfg)
+    assert d.code.startswith("SCHEMA_") and d.path == ".".join(where) and "flag" in d.hint
+
+
+def test_declared_facts_have_ranges(compose):
+    cfg = compose([])
+    cfg["model_pair"]["target"]["facts"]["max_position_embeddings"] = 10**30
+    cfg["model_pair"]["target"]["facts"]["rope_scaling"] = {"type": "linear", "factor": "4"}
+    assert {d.path for d in schema.validate(cfg)} == {
+        "model_pair.target.facts.max_position_embeddings",
+        "model_pair.target.facts.rope_scaling.factor"}
+
+
+def test_resolve_paths_expands_home_and_makes_local_paths_absolute(compose, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "llama").mkdir(parents=True)
+    cfg = compose([])
+    cfg["model_pair"]["target"]["path"] = "~/models/llama"
+    cfg["model_pair"]["draft"]["path"] = "org/hub-draft"          # a hub id: left alone
+    cfg["benchmark"]["dataset_path"] = "data/p.jsonl"
+    cfg["sweep"] = {"model_pair.draft.path": ["models/llama", "org/x"],
+                    "benchmark": [{"dataset_path": "~/q.jsonl"}]}
+    out = schema.resolve_paths(cfg)
+    assert out["model_pair"]["target"]["path"] == str(tmp_path / "models" / "llama")
+    assert out["model_pair"]["draft"]["path"] == "org/hub-draft"
+    assert out["benchmark"]["dataset_path"] == str(tmp_path / "data" / "p.jsonl")
+    assert out["sweep"]["model_pair.draft.path"] == [str(tmp_path / "models" / "llama"), "org/x"]
+    assert out["sweep"]["benchmark"] == [{"dataset_path": str(tmp_path / "q.jsonl")}]
+    assert cfg["benchmark"]["dataset_path"] == "data/p.jsonl"     # the input is left alone

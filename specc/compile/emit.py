@@ -197,11 +197,11 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
             yield (f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  "
                    + " \\\n  ".join(_argv_lines(s.argv)))
         for s in wave:
-            r, probe = s.readiness, s.readiness["probe"]
-            url = f"http://{s.host}:{s.port}{probe['path']}"
-            yield (f"wait_ready {_q(s.id)} {_q(url)} {_q(probe['timeout_s'])} "
-                   f"{_q(probe['interval_s'])} {_q(int(r['deadline_s']))} "
-                   f"{_q(r['ready_log'] or '')} {_q(s.log)} || {{ stop_server {_q(s.id)}; }}")
+            r, probe = s.readiness, s.readiness.probe
+            url = f"http://{s.host}:{s.port}{probe.path}"
+            yield (f"wait_ready {_q(s.id)} {_q(url)} {_q(f'{probe.timeout_s:g}')} "
+                   f"{_q(f'{probe.interval_s:g}')} {_q(int(r.deadline_s))} "
+                   f"{_q('|'.join(r.ready_log))} {_q(s.log)} || {{ stop_server {_q(s.id)}; }}")
         for s in wave:
             yield f"if [ -n \"${{PGID[{_q(s.id)}]:-}}\" ]; then  # benchmarks on {s.id}"
             for b in benchmarks[s.id]:
@@ -318,7 +318,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
     benchmarks = _by_server(plan)
     by_wave = [s for wave in plan.waves for s in wave]   # the order they start in
     rows = [[s.wave, s.id, s.label, ",".join(map(str, s.gpus)), s.port, len(benchmarks[s.id]),
-             _fmt_s(s.readiness["estimated_start_s"]), _fmt_s(s.readiness["deadline_s"])]
+             _fmt_s(s.readiness.estimated_start_s), _fmt_s(s.readiness.deadline_s)]
             for s in by_wave[:REVIEW_ROWS]]
     lines.append(_table(rows, headers=["wave", "id", "config", "GPUs", "port", "points",
                                        "est. start", "deadline"]))
@@ -338,22 +338,40 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
                  "hardware and client parameters.")
     lines += ["", "## Readiness plan", ""]
     r = plan.servers[0].readiness
-    probe = r["probe"]
-    lines.append(f"Probe `GET {probe['path']}` every {probe['interval_s']} s, one at a time, "
-                 f"timeout {probe['timeout_s']} s (engine's own health check: "
-                 f"{r['engine_health_timeout_s']} s), ready after {probe['success_threshold']} x 200. "
-                 "Answers: " + ", ".join(f"{k} = {v}" for k, v in r["answers"].items()) + ".")
-    lines.append(f"Ready log line: `{r['ready_log']}` (fires a probe at once). "
-                 "Fatal log patterns: " + ", ".join(f"`{p}`" for p in r["fatal_patterns"]) + ".")
-    lines.append("No progress within a phase's budget is a stall: the server is torn down and "
-                 "the phase and silence recorded.")
-    if r.get("serving_silence_s"):
+    probe = r.probe
+    lines.append(f"Probe `{probe.method} {probe.path}` every {probe.interval_s:g} s, one at a "
+                 f"time, timeout {probe.timeout_s:g} s (engine's own health check: "
+                 f"{r.engine_health_timeout_s:g} s), ready after {probe.success_threshold} x 200. "
+                 "Answers: " + ", ".join(f"{k} = {v}" for k, v in r.answers.items()) + ".")
+    lines.append("Ready log line: " + " or ".join(f"`{p}`" for p in r.ready_log)
+                 + " (fires a probe at once). "
+                 "Fatal log patterns: " + ", ".join(f"`{p}`" for p in r.fatal_patterns) + ".")
+    lines.append("Log patterns are regular expressions. Any log line is progress; a log silent "
+                 "for its phase's budget is a stall: the server is torn down and the phase and "
+                 "silence recorded. A phase marked `(?)` is a guess.")
+    if r.serving_silence_s:
         lines.append(f"While benchmarking, a process exit fails the point at once, and a server "
-                     f"log silent for {r['serving_silence_s']:g} s with requests in flight is a "
+                     f"log silent for {r.serving_silence_s:g} s with requests in flight is a "
                      "hung server (its health may still answer 200).")
+    s0 = plan.servers[0]
+    lines.append("Cache flush between points: " + (
+        f"`{s0.cache_flush.method} {s0.cache_flush.path}`." if s0.cache_flush.path
+        else f"none ({s0.cache_flush.unavailable})."))
+    acc = next((s.acceptance for s in plan.servers if s.acceptance), None)
+    if acc:
+        how = []
+        if acc.run:
+            how.append(f"run-scoped {acc.run.offset:g} + delta `{acc.run.numerator}` / delta "
+                       f"`{acc.run.denominator}` from `{acc.run.path}`" if acc.run.offset else
+                       f"run-scoped delta `{acc.run.numerator}` / delta `{acc.run.denominator}` "
+                       f"from `{acc.run.path}`")
+        if acc.cumulative:
+            how.append(f"{'else ' if acc.run else ''}{acc.cumulative.scope} "
+                       f"`{acc.cumulative.field}` from `{acc.cumulative.paths[0]}`")
+        lines.append("Acceptance length: " + ", ".join(how) + ".")
     lines.append("")
-    lines.append(tabulate([[p["name"], p["begin"] or "(process start)", _fmt_s(p["estimate_s"]),
-                            _fmt_s(p["budget_s"])] for p in r["phases"]],
+    lines.append(tabulate([[p.name, " or ".join(p.begin) or "(process start)",
+                            _fmt_s(p.estimate_s), _fmt_s(p.budget_s)] for p in r.phases],
                           headers=[f"phase ({plan.servers[0].id})", "begins at log line", "estimate",
                                    "budget"], tablefmt="github"))
     lines += ["", "## Model facts", ""]

@@ -1,17 +1,20 @@
 """Model facts: read from the model's own config.json when it is readable, else from conf.
 
 Each fact carries its source, so the plan can say where every number came from.
+A model's files are untrusted input: only regular files of bounded size are
+read, and every field specc uses is checked for type and range; each problem
+is kept (naming the file and the field) for the FACTS_INVALID rule to report.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-
-from specc.engines.sglang import derived_context_length
 
 #: Keys taken from config.json (or its text_config for multimodal wrappers).
 CONFIG_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "max_seq_len",
@@ -19,25 +22,31 @@ CONFIG_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "
                "hidden_size", "num_attention_heads", "num_key_value_heads",
                "num_hidden_layers", "head_dim", "kv_lora_rank", "qk_rope_head_dim",
                "n_routed_experts", "num_local_experts", "num_experts_per_tok")
+#: The keys a context length is derived from.
+CONTEXT_KEYS = CONFIG_KEYS[:5]
+#: Largest integer fact accepted (lengths, sizes, counts): engines keep them in int32.
+MAX_INT = 2**31 - 1
+#: Largest rope scaling factor accepted.
+MAX_ROPE_FACTOR = 1e6
+#: config.json and model.safetensors.index.json are read up to this size (an index of
+#: a 1T-parameter checkpoint is a few MB).
+MAX_FILE_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What specc knows about one model, and where each value came from."""
+    """What specc knows about one model, where each value came from, and what was wrong."""
 
     path: str
     values: dict = field(default_factory=dict)
     sources: dict = field(default_factory=dict)
+    #: The context length as the engine derives it (rope rules), None if unknown.
+    context_length: int | None = None
+    #: (fact key or "" for the whole file, one line naming the file and the field).
+    problems: tuple[tuple[str, str], ...] = ()
 
     def get(self, key, default=None):
         return self.values.get(key, default)
-
-    @property
-    def context_length(self) -> int | None:
-        """The context length as SGLang derives it (rope rules), or None if unknown."""
-        if not any(k in self.values for k in CONFIG_KEYS[:5]):
-            return None
-        return derived_context_length(self.values)
 
     @property
     def architecture(self) -> str | None:
@@ -48,31 +57,214 @@ class ModelFacts:
                 "derived_context_length": self.context_length}
 
 
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model directory's config.json, as read: the parts that passed, and the problems."""
+
+    raw: dict | None
+    file: str
+    weight_gb: float | None = None
+    index_file: str = ""
+    problems: tuple[tuple[str, str], ...] = ()
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
+    """(content, None), (None, None) if there is no such file, or (None, problem).
+
+    Opened non-blocking (a FIFO must not hang the compile), checked to be a
+    regular file on the open descriptor (no race with a swap), read to at most
+    `limit` bytes (a symlink to an endless file must not grow memory).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None, None
+        if e.errno == errno.ELOOP:
+            return None, f"{path}: a symlink loop"
+        return None, f"{path}: cannot be read ({e.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{path}: {_kind(st.st_mode)}, not a regular file"
+        if st.st_size > limit:
+            return None, f"{path}: {st.st_size} bytes, over the {limit // 2**20} MiB a model file may have"
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return None, f"{path}: over the {limit // 2**20} MiB a model file may have"
+        return b"".join(chunks), None
+    except OSError as e:
+        return None, f"{path}: cannot be read ({e.strerror})"
+    finally:
+        os.close(fd)
+
+
+def _load_json(path: Path) -> tuple[object, str | None]:
+    data, problem = read_bounded(path)
+    if data is None:
+        return None, problem
+    try:
+        return json.loads(data.decode("utf-8")), None
+    except UnicodeDecodeError as e:
+        return None, f"{path}: not UTF-8 ({e.reason} at byte {e.start})"
+    except RecursionError:
+        return None, f"{path}: not valid JSON (nested too deeply)"
+    except ValueError as e:
+        return None, f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    kind = type(value).__name__
+    kind = {"str": "a string", "float": "a float", "bool": "a boolean", "list": "a list",
+            "dict": "a mapping", "int": "an integer"}.get(kind, kind)
+    return f"{text if len(text) <= 40 else text[:37] + '...'} ({kind})"
+
+
+def _int_problem(value) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        return f"{_shown(value)}; expected an integer from 1 to {MAX_INT}"
+    return None
+
+
+def _rope_problem(value) -> str | None:
+    if not isinstance(value, dict):
+        return f"{_shown(value)}; expected a mapping or null"
+    factor = value.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor <= MAX_ROPE_FACTOR):
+        return f"factor {_shown(factor)}; expected a number in (0, {MAX_ROPE_FACTOR:g}]"
+    original = value.get("original_max_position_embeddings")
+    if original is not None and _int_problem(original):
+        return f"original_max_position_embeddings {_int_problem(original)}"
+    return None
+
+
+def _checked(section: dict, where: str) -> tuple[dict, list[tuple[str, str]]]:
+    """The fields specc uses that pass their type and range; one problem per bad field.
+    A null field counts as absent (config.json files write `"head_dim": null`)."""
+    good: dict = {}
+    problems: list[tuple[str, str]] = []
+    for key in CONFIG_KEYS:
+        value = section.get(key)
+        if value is None:
+            continue
+        bad = _rope_problem(value) if key == "rope_scaling" else _int_problem(value)
+        if bad:
+            problems.append((key, f"{where}: {key} is {bad}"))
+        else:
+            good[key] = value
+    archs = section.get("architectures")
+    if archs is not None:
+        if (not isinstance(archs, list) or not archs
+                or not all(isinstance(a, str) and a for a in archs)):
+            problems.append(("architecture", f"{where}: architectures is {_shown(archs)}; "
+                                             "expected a non-empty list of names"))
+        else:
+            good["architecture"] = archs[0]
+    return good, problems
+
+
 @lru_cache(maxsize=64)
-def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
-    """(config, file, total weight GB from the safetensors index) for a model directory
-    (or a config.json file itself); None if unreadable. Shared with the simulator."""
+def load_model_config(path: str) -> ModelConfig:
+    """A model directory's (or a config.json file's own) config.json and the weight size from
+    its safetensors index. No file there: raw None and no problems (facts come from conf)."""
     p = Path(os.path.expanduser(path))   # unknown ~user: left as is, no error
-    if p.name == "config.json" and p.is_file():
+    if p.name == "config.json" and os.path.lexists(p) and not p.is_dir():
         p = p.parent
     cfg_file = p / "config.json"
-    try:
-        raw = json.loads(cfg_file.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(raw, dict):
-        return None
+    raw, problem = _load_json(cfg_file)
+    problems: list[tuple[str, str]] = [("", problem)] if problem else []
+    if raw is not None and not isinstance(raw, dict):
+        problems.append(("", f"{cfg_file}: {_shown(raw)[:60]} at the top level; "
+                             "expected a JSON object"))
+        raw = None
     weight_gb = None
-    try:
-        index = json.loads((p / "model.safetensors.index.json").read_text())
-        weight_gb = float(index["metadata"]["total_size"]) / 1e9
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return raw, str(cfg_file), weight_gb
+    index_file = p / "model.safetensors.index.json"
+    if raw is not None:
+        index, problem = _load_json(index_file)
+        if problem:
+            problems.append(("weight_gb", problem))
+        elif index is not None:
+            total = (index.get("metadata") or {}).get("total_size") \
+                if isinstance(index, dict) and isinstance(index.get("metadata"), dict) else None
+            if isinstance(total, bool) or not isinstance(total, (int, float)) or not total > 0:
+                problems.append(("weight_gb", f"{index_file}: metadata.total_size is "
+                                              f"{_shown(total)}; expected a positive byte count"))
+            else:
+                weight_gb = float(total) / 1e9
+    return ModelConfig(raw=raw, file=str(cfg_file), weight_gb=weight_gb,
+                       index_file=str(index_file), problems=tuple(problems))
 
 
-def resolve(model_cfg: dict, conf_path: str) -> ModelFacts:
-    """Facts for one model: config.json at `path` wins over facts declared at `conf_path`."""
+def engine_architecture(raw: dict) -> str | None:
+    """The architecture an engine dispatches on: ``hf_config.architectures[0]``,
+    i.e. a multimodal wrapper's own (``KimiK25ForConditionalGeneration``), not
+    its text_config's (SGLang 0.5.23 srt/arg_groups/speculative_hook.py reads
+    ``model_config.hf_config.architectures[0]``)."""
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    return (raw.get("architectures") or text.get("architectures") or [None])[0]
+
+
+def flatten_config(raw: dict) -> dict:
+    """config.json as one flat dict: a wrapper's text_config keys, with the
+    wrapper's ``architectures`` (engine_architecture) on top."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        return dict(raw)
+    merged = dict(text)
+    arch = engine_architecture(raw)
+    if arch:
+        merged["architectures"] = [arch]
+        merged["text_architectures"] = text.get("architectures")
+    return merged
+
+
+def kv_bytes_per_token(facts: dict, *, tp: int, kv_cache_dtype: str | None = None) -> float:
+    """KV-cache bytes one token costs on each GPU (MLA keeps one latent per layer, on every rank).
+
+    ``facts`` in config.json's keys (a flattened text_config)."""
+    layers = facts.get("num_hidden_layers") or 0
+    width = 1 if "fp8" in str(kv_cache_dtype or "") else 2
+    if facts.get("kv_lora_rank"):
+        return (facts.get("kv_lora_rank") + (facts.get("qk_rope_head_dim") or 64)) * layers * width
+    heads = facts.get("num_attention_heads") or 1
+    head_dim = facts.get("head_dim") or (facts.get("hidden_size") or 0) // heads
+    kv_per_gpu = max(1.0, (facts.get("num_key_value_heads") or heads) / tp)
+    return 2 * kv_per_gpu * head_dim * layers * width
+
+
+def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
+    """(config, file, total weight GB from the safetensors index) for a model directory
+    (or a config.json file itself); None if there is none or it is unusable. Shared with
+    the simulator."""
+    found = load_model_config(path)
+    if found.raw is None:
+        return None
+    return found.raw, found.file, found.weight_gb
+
+
+def resolve(model_cfg: dict, conf_path: str, derive_context=None) -> ModelFacts:
+    """Facts for one model: config.json at `path` wins over facts declared at `conf_path`.
+
+    `derive_context(values) -> int` is the engine's rule for the context length
+    (facts know no engine); without it the context length stays unknown.
+    """
     path = model_cfg["path"]
     declared = dict(model_cfg.get("facts") or {})
     values: dict = {}
@@ -80,23 +272,40 @@ def resolve(model_cfg: dict, conf_path: str) -> ModelFacts:
     for key, value in declared.items():
         values[key] = value
         sources[key] = f"conf:{conf_path}.facts.{key}"
-    found = read_config_json(path)
-    if found is not None:
-        raw, cfg_file, weight_gb = found
+    found = load_model_config(path)
+    problems = list(found.problems)
+    if found.raw is not None:
+        raw = found.raw
         for key in CONFIG_KEYS + ("architecture",):  # the model's own file wins whole
             values.pop(key, None)
             sources.pop(key, None)
-        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-        where = cfg_file + (":text_config" if text is not raw else "")
-        for key in CONFIG_KEYS:
-            if key in text:
-                values[key] = text[key]
-                sources[key] = where
-        arch = (text.get("architectures") or raw.get("architectures") or [None])[0]
-        if arch:
-            values["architecture"] = arch
-            sources["architecture"] = where
-        if weight_gb is not None:
-            values["weight_gb"] = weight_gb
-            sources["weight_gb"] = str(Path(path) / "model.safetensors.index.json")
-    return ModelFacts(path=path, values=values, sources=sources)
+        text = raw.get("text_config")
+        where = found.file
+        if "text_config" in raw and not isinstance(text, dict):
+            problems.append(("", f"{found.file}: text_config is {_shown(text)}; "
+                                 "expected a mapping"))
+            text = raw
+        elif isinstance(text, dict):
+            where = found.file + ":text_config"
+        else:
+            text = raw
+        good, bad = _checked(text, where)
+        problems += bad
+        for key, value in good.items():
+            values[key] = value
+            sources[key] = where
+        if text is not raw and raw.get("architectures") is not None:
+            # engines dispatch on the wrapper's own architecture (engine_architecture)
+            wrapper, bad = _checked({"architectures": raw["architectures"]}, found.file)
+            problems += bad
+            if wrapper:
+                values["architecture"] = wrapper["architecture"]
+                sources["architecture"] = found.file
+        if found.weight_gb is not None:
+            values["weight_gb"] = found.weight_gb
+            sources["weight_gb"] = found.index_file
+    context = None
+    if derive_context is not None and any(values.get(k) is not None for k in CONTEXT_KEYS):
+        context = derive_context(values)
+    return ModelFacts(path=path, values=values, sources=sources, context_length=context,
+                      problems=tuple(dict.fromkeys(problems)))

@@ -19,7 +19,7 @@ from specc.compile.matrix import spec_for as _spec_for  # noqa: F401  (tests bui
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import Benchmark, Plan, Server
+from specc.plan import Benchmark, Plan, Readiness, Server
 
 
 def _slug(text: str) -> str:
@@ -75,7 +75,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     # served model -> the params of every client point: one dict per point and model,
     # shared by the servers that serve that model (read-only, like the whole Plan)
     point_params: dict[str, list[dict]] = {}
-    readiness_plans: dict[str, dict] = {}   # equal readiness plans: one dict, shared likewise
+    readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
     benchmarks: list[Benchmark] = []
@@ -89,7 +89,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(entry.key)}"
         env, secrets = engine.env(spec, list(slot.gpus))
         readiness = engine.readiness(spec)
-        readiness = readiness_plans.setdefault(_canonical(readiness), readiness)
+        readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
         for bench in matrix.client_points:
             diags += rules.check_point(spec, engine, bench)
         plan_servers.append(Server(
@@ -98,7 +98,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             wave=slot.wave,
             argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
                                    port=slot.port)),
-            env=env, log=f"servers/{sid}.log", readiness=readiness, secrets=tuple(secrets)))
+            env=env, log=f"servers/{sid}.log", readiness=readiness,
+            cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
+            secrets=tuple(secrets)))
         sid_json = json.dumps(sid)
         model = engine.served_model(spec)
         if model not in point_params:
@@ -119,7 +121,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                     num_prompts=bench["num_prompts"], output_file=f"bench_serving/{bid}.jsonl"))
             benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched, params=params,
                                         argv=argv))
-        estimates[sid] = server_times.seconds(spec, readiness["estimated_start_s"])
+        estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)
     if has_errors(diags):
@@ -135,9 +137,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         dropped=matrix.dropped,
         engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
                      "uses_gpus": engine.uses_gpus,
-                     "health_timeout_s": engine.health_timeout_s,
-                     "flush_cache_path": engine.flush_cache_path,
-                     "accept_length_source": engine.accept_length_source},
+                     "health_timeout_s": engine.health_timeout_s},
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates,

@@ -22,6 +22,7 @@ from specc.compile import rules
 from specc.compile.spec import ServerSpec
 from specc.config import schema
 from specc.diagnostics import Diagnostic, error, has_errors, unique
+from specc.engines import get_engine
 from specc.engines.base import Engine
 from specc.plan import Dropped
 
@@ -126,8 +127,9 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
 
 def spec_for(sections: dict) -> ServerSpec:
     mp = sections["model_pair"]
-    target = facts_mod.resolve(mp["target"], "model_pair.target")
-    draft = facts_mod.resolve(mp["draft"], "model_pair.draft") if mp.get("draft") else None
+    context = get_engine(sections["engine"]["name"]).derived_context_length
+    target = facts_mod.resolve(mp["target"], "model_pair.target", context)
+    draft = facts_mod.resolve(mp["draft"], "model_pair.draft", context) if mp.get("draft") else None
     return ServerSpec(target=target, draft=draft, **sections)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from specc.compile.facts import ModelFacts
+from specc.compile.facts import ModelFacts, kv_bytes_per_token
 
 #: Algorithms that load a separate draft model from speculation's draft path.
 DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -52,16 +52,9 @@ class ServerSpec:
 
     @cached_property
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes one token costs on each GPU (MLA keeps one latent per layer, on every rank)."""
-        t = self.target
-        layers = t.get("num_hidden_layers") or 0
-        width = 1 if "fp8" in str(self.engine.get("kv_cache_dtype") or "") else 2
-        if t.get("kv_lora_rank"):
-            return (t.get("kv_lora_rank") + (t.get("qk_rope_head_dim") or 64)) * layers * width
-        heads = t.get("num_attention_heads") or 1
-        head_dim = t.get("head_dim") or (t.get("hidden_size") or 0) // heads
-        kv_per_gpu = max(1.0, (t.get("num_key_value_heads") or heads) / self.hardware["tp"])
-        return 2 * kv_per_gpu * head_dim * layers * width
+        """KV-cache bytes one token costs on each GPU (specc.facts.kv_bytes_per_token)."""
+        return kv_bytes_per_token(self.target.values, tp=self.hardware["tp"],
+                                  kv_cache_dtype=self.engine.get("kv_cache_dtype"))
 
     def weight_gb_per_gpu(self, which: str = "target") -> float:
         # a server without a draft algorithm (a baseline, NGRAM) loads no draft weights

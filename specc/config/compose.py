@@ -7,15 +7,18 @@ groups or options, YAML syntax, bad overrides) become one line each, exit 2.
 
 from __future__ import annotations
 
+import errno
 import os
-import re
 import sys
 from pathlib import Path
+
+from specc import secrets
+from specc.config import schema
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
-def _hydra_error_line(exc: BaseException) -> str:
+def _hydra_error_line(exc: BaseException, argv=()) -> str:
     """Turn a Hydra/OmegaConf composition error into one line with a fix hint."""
     from hydra.errors import MissingConfigException
 
@@ -27,12 +30,14 @@ def _hydra_error_line(exc: BaseException) -> str:
             return (f"error CONFIG_UNKNOWN_OPTION at {group}: no option '{option}'"
                     + (f" (fix: use one of: {options})" if options else ""))
         return f"error CONFIG_UNKNOWN_GROUP at {missing}: {str(exc).splitlines()[0]}"
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        return (f"error NAME_TOO_LONG at hydra.run.dir: cannot create the run dir: "
+                f"{exc.strerror} ({str(exc.filename)[:60]}...) (fix: use an experiment name of "
+                f"at most 255 characters, or set hydra.run.dir=...)")
     override = getattr(exc, "override", None)   # hydra.errors.OverrideParseException
     if isinstance(override, str):
-        from specc.engines.base import is_secret
-
         key = override.split("=", 1)[0].lstrip("+~") or "<overrides>"
-        shown = f"{key}=..." if is_secret(key.rsplit(".", 1)[-1]) else override
+        shown = f"{key}=..." if any(map(secrets.is_secret, key.split("."))) else override
         first = str(getattr(exc, "message", exc)).splitlines()[0]
         return (f"error CONFIG_OVERRIDE_SYNTAX at {key}: cannot parse override {shown!r}: {first} "
                 "(fix: quote the value, e.g. key='value', or see "
@@ -43,6 +48,14 @@ def _hydra_error_line(exc: BaseException) -> str:
         msg += ": " + " ".join(str(cause).split())
     if "Could not override" in msg:
         key = msg.split("'")[1] if "'" in msg else "?"
+        chosen = next((a.split("=", 1)[1] for a in reversed(list(argv))
+                       if a.lstrip("+").startswith("engine=")), "sglang")   # config.yaml's default
+        given = next((a.split("=", 1)[1] for a in argv
+                      if a.split("=", 1)[0].lstrip("+~") == key and "=" in a), None)
+        other = schema.other_engine_key(chosen, key.split(".")[1], key, given) \
+            if key.startswith("engine.") and key.count(".") == 1 else None
+        if other is not None:
+            return other.line()
         return (f"error CONFIG_UNKNOWN_KEY at {key}: no such config key "
                 f"(fix: check the spelling, or `+{key}=...` to add a new key)")
     if "Could not find" in msg or "Could not load" in msg:
@@ -50,34 +63,13 @@ def _hydra_error_line(exc: BaseException) -> str:
         return f"error CONFIG_UNKNOWN_GROUP at {group}: {msg} (fix: list groups with --help)"
     if any(s in msg for s in ("while scanning", "while parsing", "mapping values", "yaml")):
         return f"error CONFIG_YAML at <yaml>: {msg} (fix: correct the YAML syntax)"
-    return f"error CONFIG_INVALID at <overrides>: {msg}"
+    return f"error CONFIG_INVALID at <overrides>: {msg or type(exc).__name__}"
 
 
-_ENV_OVERRIDE = re.compile(r"(engine\.env\.([A-Za-z_][A-Za-z0-9_]*)=)([^,]*)")
-REDACTED = "<redacted>"
-
-
-def _redact(node, parent: str = ""):
-    """A copy of a saved Hydra yaml tree with secret env values (names per is_secret) blanked."""
-    from specc.engines.base import is_secret
-
-    if isinstance(node, dict):
-        return {k: (REDACTED if parent == "env" and is_secret(str(k))
-                    and not isinstance(v, (dict, list)) else _redact(v, str(k)))
-                for k, v in node.items()}
-    if isinstance(node, list):
-        return [_redact(v, parent) for v in node]
-    if isinstance(node, str) and "engine.env." in node:
-        def sub(m):
-            return m.group(1) + REDACTED if is_secret(m.group(2)) else m.group(0)
-        head = re.fullmatch(r"([+~]*engine\.env\.([A-Za-z_][A-Za-z0-9_]*)=)(.*)", node, re.S)
-        return sub(head) if head else _ENV_OVERRIDE.sub(sub, node)
-    return node
-
-
-def _scrub_saved_configs(files) -> None:
+def _scrub_saved_configs(files, values) -> None:
     """Hydra saves the composed config and the overrides (.hydra/, multirun.yaml) before
-    the job runs: secret env values (engine.env.HF_TOKEN=...) must not stay there."""
+    the job runs: no secret may stay there (values under secret keys, secret override
+    strings, and every known secret value wherever it appears)."""
     from omegaconf import OmegaConf
 
     for f in files:
@@ -85,9 +77,103 @@ def _scrub_saved_configs(files) -> None:
             tree = OmegaConf.to_container(OmegaConf.load(f), resolve=False)
         except Exception:  # noqa: BLE001 - not ours to validate
             continue
-        clean = _redact(tree)
+        clean = secrets.redact_tree(tree, values)
         if clean != tree:
             OmegaConf.save(OmegaConf.create(clean), f)
+
+
+class _Redacting:
+    """A text stream that hides known secret values in everything written through it
+    (Hydra's --cfg output, argparse's usage errors, its exception messages)."""
+
+    def __init__(self, stream, values):
+        self._stream, self._values = stream, values
+
+    def write(self, text):
+        return self._stream.write(secrets.redact(text, self._values))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+#: Hydra's flags that take a value (`--cfg job`); `--info` takes one optionally.
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
+                     "-cn", "--config-dir", "-cd", "--experimental-rerun"}
+_INFO_FLAGS = {"--info", "-i"}
+_INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+#: specc's own overrides, after the user's (they must win) and after every flag.
+_INTERNAL = ["hydra/job_logging=none", "hydra/hydra_logging=none", "hydra.output_subdir=.hydra"]
+
+
+def _hydra_argv(argv: list[str]) -> list[str]:
+    """Flags first, then overrides: Hydra's parser takes overrides as one positional run,
+    so `... key=value --multirun` or `--cfg job` after overrides would split it."""
+    flags, overrides = [], []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if not a.startswith("-"):
+            overrides.append(a)
+        else:
+            flags.append(a)
+            takes = a in _FLAGS_WITH_VALUE or (a in _INFO_FLAGS and i + 1 < len(argv)
+                                               and argv[i + 1] in _INFO_TOPICS)
+            if takes and i + 1 < len(argv):
+                flags.append(argv[i + 1])
+                i += 1
+        i += 1
+    return [*flags, *overrides, *_INTERNAL]
+
+
+def _duplicate_keys(value: str) -> list[str]:
+    """Keys given twice in one mapping of an override value (`{a:[1],a:[2]}`): Hydra keeps
+    only the last, silently. Returned as dotted paths inside the value."""
+    found: list[str] = []
+    stack: list[dict] = []    # {"map": bool, "keys": set, "start": int, "key": bool, "path": str}
+    quote = None
+    for i, ch in enumerate(value):
+        if quote:
+            quote = None if ch == quote else quote
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "{[":
+            parent = stack[-1] if stack else None
+            path = parent["path"] if parent else ""
+            if parent and parent["map"] and parent.get("last"):
+                path = f"{path}.{parent['last']}" if path else parent["last"]
+            stack.append({"map": ch == "{", "keys": set(), "start": i + 1, "key": True,
+                          "path": path})
+        elif ch in "}]" and stack:
+            stack.pop()
+        elif stack and stack[-1]["map"]:
+            top = stack[-1]
+            if ch == ":" and top["key"]:
+                key = value[top["start"]:i].strip().strip("'\"")
+                if key in top["keys"]:
+                    found.append(f"{top['path']}.{key}" if top["path"] else key)
+                top["keys"].add(key)
+                top["key"], top["last"] = False, key
+            elif ch == ",":
+                top["start"], top["key"] = i + 1, True
+    return found
+
+
+def duplicate_key_lines(argv: list[str]) -> list[str]:
+    """One error line per key given twice inside one override's mapping."""
+    lines = []
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+~")
+        for dup in _duplicate_keys(value):
+            path = f"{key}.{dup}"
+            code = "SWEEP_AXIS" if key.split(".")[0] == "sweep" else "CONFIG_DUPLICATE_KEY"
+            lines.append(f"error {code} at {path}: given twice in one override; Hydra would keep "
+                         "only the last and silently drop the first (fix: give it once, with "
+                         "every value in one list)")
+    return lines
 
 
 def _available(group: str) -> str:
@@ -100,12 +186,30 @@ def run(argv: list[str], job, finish_sweep) -> int:
 
     Returns the worst exit code: 0 ok, 2 invalid input, 3 execution failure.
     """
+    hidden = secrets.scan_overrides(argv)
+    problems = duplicate_key_lines(argv)
+    if problems:
+        for line in problems:
+            print(secrets.redact(line, hidden), file=sys.stderr)
+        return 2
+    if not hidden:
+        return _run(argv, job, finish_sweep, hidden)
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(sys.stdout, hidden), _Redacting(sys.stderr, hidden)
+    try:
+        return _run(argv, job, finish_sweep, hidden)
+    finally:
+        sys.stdout, sys.stderr = old
+
+
+def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     import hydra
     from omegaconf import OmegaConf
 
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let errors reach us; we print them our way
     codes: list[int] = []
     sweep: dict = {}
+    seen = set(hidden)   # every secret value met, for the sweep's multirun.yaml
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
     def _main(cfg) -> None:
@@ -113,15 +217,17 @@ def run(argv: list[str], job, finish_sweep) -> int:
 
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
-        _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"))
         try:
             plain = OmegaConf.to_container(cfg, resolve=True)
         except Exception as exc:  # interpolation errors are user errors
-            print(f"error CONFIG_INTERPOLATION at <config>: {' '.join(str(exc).split())}",
-                  file=sys.stderr)
+            _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
+            print(secrets.redact(f"error CONFIG_INTERPOLATION at <config>: "
+                                 f"{' '.join(str(exc).split())}", seen), file=sys.stderr)
             codes.append(2)
             return
         plain.pop("hydra", None)
+        seen.update(secrets.scrub_config(plain)[1])
+        _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
         multirun = str(hc.mode) == "RunMode.MULTIRUN"
         if multirun:
             sweep["dir"] = Path(hc.sweep.dir)
@@ -130,23 +236,21 @@ def run(argv: list[str], job, finish_sweep) -> int:
                                           "overrides": list(hc.overrides.task)}))
 
     old_argv = sys.argv
-    sys.argv = [old_argv[0], *argv,
-                "hydra/job_logging=none", "hydra/hydra_logging=none",
-                "hydra.output_subdir=.hydra"]
+    sys.argv = [old_argv[0], *_hydra_argv(argv)]
     try:
         _main()
     except SystemExit as exc:   # --help, --cfg and friends
         return int(exc.code or 0)
     except Exception as exc:
-        line = _hydra_error_line(exc)
+        line = _hydra_error_line(exc, argv)
         if "CONFIG_UNKNOWN_OPTION" in line and "use one of" not in line:
             group = line.split(" at ")[1].split(":")[0]
             line += f" (fix: use one of: {_available(group)})"
-        print(line, file=sys.stderr)
+        print(secrets.redact(line, seen), file=sys.stderr)
         return 2
     finally:
         sys.argv = old_argv
     if sweep:
-        _scrub_saved_configs([sweep["dir"] / "multirun.yaml"])
+        _scrub_saved_configs([sweep["dir"] / "multirun.yaml"], seen)
         codes.append(finish_sweep(sweep["dir"], sweep["jobs"]))
     return max(codes, default=0)

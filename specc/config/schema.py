@@ -1,14 +1,22 @@
 """JSON Schema over the composed config: types, ranges, enums, required keys, no unknown keys.
 
 The schema is the single description of what a config may say; the semantic
-rules (rules.py) only ever see configs that passed it.
+rules (rules.py) only ever see configs that passed it. The `engine` section has
+one schema per engine, chosen by `engine.name`: a key of another engine is an
+error that names the engine that has it (and the chosen engine's equivalent).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 from functools import lru_cache
 
 from specc.diagnostics import Diagnostic, error
+
+#: One path component (a run dir, a server's log, a point's output) may be this long.
+NAME_MAX = 255
 
 _INT = {"type": "integer"}
 _POS_INT = {"type": "integer", "minimum": 1}
@@ -26,33 +34,43 @@ def _obj(properties: dict, required: tuple = (), extra: bool = False) -> dict:
             "additionalProperties": extra}
 
 
+#: Integer facts: engines keep lengths, sizes and counts in int32.
+_COUNT = {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}
+#: A path handed to a program as an argument: one starting with '-' would be read as a flag.
+_ARG_PATH = {"type": "string", "minLength": 1, "pattern": "^[^-]"}
+#: A host name or an IP address (checked by _is_host).
+_HOST = {"type": "string", "format": "host"}
+
+
 _FACTS = _obj({
     "architecture": _STR,
-    "max_position_embeddings": _POS_INT,
-    "max_sequence_length": _POS_INT,
-    "seq_length": _POS_INT,
-    "max_seq_len": _POS_INT,
-    "model_max_length": _POS_INT,
-    "rope_scaling": _nullable({"type": "object"}),
-    "vocab_size": _POS_INT,
-    "draft_vocab_size": _POS_INT,
-    "hidden_size": _POS_INT,
-    "num_attention_heads": _POS_INT,
-    "num_key_value_heads": _POS_INT,
-    "num_hidden_layers": _POS_INT,
-    "head_dim": _POS_INT,
-    "kv_lora_rank": _POS_INT,
-    "qk_rope_head_dim": _POS_INT,
-    "n_routed_experts": _POS_INT,
-    "num_local_experts": _POS_INT,
-    "num_experts_per_tok": _POS_INT,
+    "max_position_embeddings": _COUNT,
+    "max_sequence_length": _COUNT,
+    "seq_length": _COUNT,
+    "max_seq_len": _COUNT,
+    "model_max_length": _COUNT,
+    "rope_scaling": _nullable({"type": "object", "properties": {
+        "factor": {"type": "number", "exclusiveMinimum": 0, "maximum": 1e6},
+        "original_max_position_embeddings": _COUNT}}),
+    "vocab_size": _COUNT,
+    "draft_vocab_size": _COUNT,
+    "hidden_size": _COUNT,
+    "num_attention_heads": _COUNT,
+    "num_key_value_heads": _COUNT,
+    "num_hidden_layers": _COUNT,
+    "head_dim": _COUNT,
+    "kv_lora_rank": _COUNT,
+    "qk_rope_head_dim": _COUNT,
+    "n_routed_experts": _COUNT,
+    "num_local_experts": _COUNT,
+    "num_experts_per_tok": _COUNT,
     "weight_gb": {"type": "number", "exclusiveMinimum": 0},
     "total_params_b": {"type": "number", "exclusiveMinimum": 0},
     "active_params_b": {"type": "number", "exclusiveMinimum": 0},
 })
 
 _MODEL = _obj({
-    "path": _STR,
+    "path": _ARG_PATH,
     "trust_remote_code": _BOOL,
     "facts": _FACTS,
 }, required=("path",))
@@ -60,8 +78,48 @@ _MODEL = _obj({
 _ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}
 
+_ENGINE_COMMON = {
+    "name": {"enum": ["sglang", "vllm", "sim"]},
+    "python": _STR,
+    "bind_host": _HOST,
+    "base_port": {"type": "integer", "minimum": 1024, "maximum": 65000},
+    "extra_args": {"type": "array", "items": {"type": ["string", "number"]}},
+    "env": _ENV,
+}
+_SGLANG = {
+    "mem_fraction_static": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+    "max_running_requests": _nullable(_POS_INT),
+    "cuda_graph_max_bs": _nullable(_POS_INT),
+    "attention_backend": _nullable(_STR),
+    "dtype": _nullable(_STR),
+    "kv_cache_dtype": _nullable(_STR),
+    "quantization": _nullable(_STR),
+    "enable_metrics": _BOOL,
+}
+_ENGINE_REQUIRED = ("name", "base_port")
+#: The `engine` section per engine.name: each engine's own knobs, nothing else.
+ENGINE_SCHEMAS = {
+    "sglang": _obj({**_ENGINE_COMMON, **_SGLANG}, required=_ENGINE_REQUIRED),
+    "vllm": _obj({**_ENGINE_COMMON,
+                  "gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0,
+                                             "maximum": 1},
+                  "max_num_seqs": _nullable(_POS_INT)}, required=_ENGINE_REQUIRED),
+    "sim": _obj({**_ENGINE_COMMON, **_SGLANG, "sim": _obj({
+        "time_scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
+        "seed": _INT,
+        "acceptance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 1}),
+    })}, required=_ENGINE_REQUIRED),
+}
+#: The same knob under each engine's own name.
+ENGINE_EQUIVALENTS = (
+    {"sglang": "max_running_requests", "sim": "max_running_requests", "vllm": "max_num_seqs"},
+    {"sglang": "mem_fraction_static", "sim": "mem_fraction_static",
+     "vllm": "gpu_memory_utilization"},
+)
+
 SCHEMA = _obj({
-    "experiment": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
+    "experiment": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                   "maxLength": NAME_MAX},
     "execute": _BOOL,
     "baseline": _BOOL,
     "fail_fast": _BOOL,
@@ -81,35 +139,17 @@ SCHEMA = _obj({
         "gpu_memory_gb": {"type": "number", "exclusiveMinimum": 0},
         "gpus_per_node": _POS_INT,
         "nodes": _POS_INT,
-        "host": _STR,
+        "host": _HOST,
         "tp": _POS_INT,
         "dp": _POS_INT,
         "pp": _POS_INT,
         "ep": _POS_INT,
     }, required=("gpu_memory_gb", "gpus_per_node", "nodes", "tp")),
-    "engine": _obj({
-        "name": {"enum": ["sglang", "vllm", "sim"]},
-        "python": _STR,
-        "bind_host": _STR,
-        "base_port": {"type": "integer", "minimum": 1024, "maximum": 65000},
-        "mem_fraction_static": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
-        "gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "max_running_requests": _nullable(_POS_INT),
-        "max_num_seqs": _nullable(_POS_INT),
-        "cuda_graph_max_bs": _nullable(_POS_INT),
-        "attention_backend": _nullable(_STR),
-        "dtype": _nullable(_STR),
-        "kv_cache_dtype": _nullable(_STR),
-        "quantization": _nullable(_STR),
-        "enable_metrics": _BOOL,
-        "extra_args": {"type": "array", "items": {"type": ["string", "number"]}},
-        "env": _ENV,
-        "sim": _obj({
-            "time_scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
-            "seed": _INT,
-            "acceptance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 1}),
-        }),
-    }, required=("name", "base_port")),
+    "engine": {"type": "object", "properties": {"name": {"enum": list(ENGINE_SCHEMAS)}},
+               "required": ["name"],
+               "allOf": [{"if": {"type": "object", "properties": {"name": {"const": name}},
+                                 "required": ["name"]},
+                          "then": schema} for name, schema in ENGINE_SCHEMAS.items()]},
     "speculation": _obj({
         "algorithm": _nullable({"enum": ["EAGLE3", "EAGLE", "NEXTN", "STANDALONE", "NGRAM"]}),
         "num_steps": _nullable(_POS_INT),
@@ -128,7 +168,7 @@ SCHEMA = _obj({
         "driver": {"enum": ["builtin", "bench_serving"]},
         "api": {"enum": ["chat", "completions", "generate"]},
         "dataset": {"enum": ["random", "jsonl", "sharegpt"]},
-        "dataset_path": _nullable(_STR),
+        "dataset_path": _nullable(_ARG_PATH),
         "input_len": _POS_INT,
         "output_len": _POS_INT,
         "range_ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
@@ -148,11 +188,36 @@ def _path(parts) -> str:
     return ".".join(str(p) for p in parts)
 
 
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                       r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*$")
+
+
+def _is_host(value) -> bool:
+    """A host name (dot-separated labels of letters, digits, '-', '_') or an IP address."""
+    if not isinstance(value, str):
+        return True   # the type check reports it
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        pass
+    return not re.fullmatch(r"[0-9.]+", value) and bool(_HOSTNAME.match(value))
+
+
+@lru_cache(maxsize=1)
+def _format_checker():
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker(formats=())
+    checker.checks("host")(_is_host)
+    return checker
+
+
 @lru_cache(maxsize=1)
 def _validator():
     from jsonschema import Draft202012Validator
 
-    return Draft202012Validator(SCHEMA)
+    return Draft202012Validator(SCHEMA, format_checker=_format_checker())
 
 
 def _hint(err) -> str:
@@ -164,49 +229,136 @@ def _hint(err) -> str:
         return "use one of: " + ", ".join(repr(x) for x in err.validator_value)
     if v in ("type", "anyOf"):
         return "give a value of the right type"
+    if v == "maxLength":
+        return f"use at most {err.validator_value} characters: it names a directory (NAME_MAX)"
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "minItems",
              "minLength"):
         return "give a value in range"
     if v == "required":
         return "add it to the config group or experiment"
+    if v == "format":
+        return "give a host name (letters, digits, '-', '.') or an IP address"
     if v == "pattern":
+        if err.validator_value == _ARG_PATH["pattern"]:
+            return "a path starting with '-' is read as a flag by the program it is passed to: write ./-name or an absolute path"
         if "." not in str(err.validator_value):   # environment variable names
             return "use letters, digits and '_', not starting with a digit"
         return "use letters, digits, '.', '_' and '-'"
     return ""
 
 
-def _message(err) -> tuple[str, str]:
-    """(path, message): unknown keys are reported at their own path, not their parent's."""
+def _value(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def other_engine_key(chosen: str, key: str, where: str, value=None, *, swept: bool = False):
+    """A key the chosen engine does not have but another does: name that engine and the
+    chosen engine's equivalent. None if no engine has the key."""
+    owners = [n for n, sch in ENGINE_SCHEMAS.items() if key in sch["properties"]]
+    if not owners or chosen not in ENGINE_SCHEMAS:
+        return None
+    eq = next((g[chosen] for g in ENGINE_EQUIVALENTS if key in g.values() and chosen in g), None)
+    message = f"{key} is a {' / '.join(owners)} key; " + (
+        f"{chosen}'s equivalent is engine.{eq}" if eq else f"{chosen} has no equivalent")
+    if swept:
+        fix = f"sweep engine.{eq} instead" if eq else "remove the axis"
+    else:
+        fix = (f"use engine.{eq}={_value(value)}" if eq and not isinstance(value, (dict, list))
+               else f"use engine.{eq}" if eq else "remove it")
+    return error("SCHEMA_ENGINE_KEY", where, message, f"{fix}, or engine={owners[0]}")
+
+
+def _diagnostics(err) -> list[Diagnostic]:
+    """One diagnostic per problem: each unknown key at its own path, not its parent's."""
     path = _path(err.absolute_path)
+    code = f"SCHEMA_{err.validator.upper()}"
     if err.validator == "additionalProperties":
-        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
-        key = extra[0] if len(extra) == 1 else ", ".join(extra)
-        return (f"{path}.{key}" if path else key), f"unknown key{'s' if len(extra) > 1 else ''}"
+        out = []
+        for key in sorted(map(str, set(err.instance) - set(err.schema.get("properties", {})))):
+            where = f"{path}.{key}" if path else key
+            found = None
+            if path == "engine":
+                found = other_engine_key(err.instance.get("name"), key, where, err.instance.get(key))
+            out.append(found or error(code, where, "unknown key", _hint(err)))
+        return out
+    message, hint = err.message, _hint(err)
     if err.validator == "anyOf":
-        sub = [e for e in err.context if e.validator != "type" or "null" not in str(e.validator_value)]
-        inner = sub[-1] if sub else None
-        if inner is not None:
-            return path, f"{err.instance!r}: {inner.message}"
-    if err.validator == "required":
+        sub = [e for e in err.context
+               if e.validator != "type" or "null" not in str(e.validator_value)]
+        if sub and isinstance(err.instance, dict):   # a nullable section: its own problems
+            return [d for e in sub for d in _diagnostics(e)]
+        if sub:
+            message = f"{err.instance!r}: {sub[-1].message}"
+            hint = _hint(sub[-1]) if sub[-1].validator == "pattern" else hint
+    elif err.validator == "required":
         missing = err.message.split("'")[1] if "'" in err.message else err.message
-        return (f"{path}.{missing}" if path else missing), "required key is missing"
-    return path, err.message
+        path, message = (f"{path}.{missing}" if path else missing), "required key is missing"
+    elif err.validator == "format":
+        message = f"{err.instance!r} is not a host name or IP address"
+    elif err.validator == "maxLength":
+        message = f"{len(err.instance)} characters, more than {err.validator_value}"
+    return [error(code, path, message, hint)]
 
 
 def validate(config: dict) -> list[Diagnostic]:
-    """Every schema problem, one diagnostic each (code SCHEMA_<validator>)."""
+    """Every schema problem, one diagnostic each (code SCHEMA_<validator>), then the sweep's."""
     out = []
-    for err in sorted(_validator().iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        path, message = _message(err)
-        out.append(error(f"SCHEMA_{err.validator.upper()}", path, message, _hint(err)))
+    for err in sorted(_validator().iter_errors(config),
+                      key=lambda e: list(map(str, e.absolute_path))):
+        out += _diagnostics(err)
+    return out + check_sweep(config)
+
+
+def _sets(value, rest: list[str]) -> bool:
+    """Whether a (zipped) axis value sets the dotted key `rest` inside it."""
+    for key in rest:
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return True
+
+
+def check_sweep(config: dict) -> list[Diagnostic]:
+    """What the matrix would get wrong silently: an engine key the chosen engine does not
+    have (dropped from the launch), the engine itself (one adapter lowers the whole plan),
+    and two axes that set the same key (one replaces the other's values)."""
+    sweep = config.get("sweep") if isinstance(config, dict) else None
+    if not isinstance(sweep, dict):
+        return []
+    engine = config.get("engine") if isinstance(config.get("engine"), dict) else {}
+    chosen = engine.get("name")
+    out = []
+    for axis, values in sweep.items():
+        axis, where = str(axis), f"sweep.{axis}"
+        values = values if isinstance(values, list) else []
+        parts = axis.split(".")
+        if parts[0] != "engine":
+            continue
+        keys = parts[1:2] or sorted({str(k) for v in values if isinstance(v, dict) for k in v})
+        if "name" in keys:
+            out.append(error("SWEEP_AXIS", where, "the engine cannot be swept within one plan",
+                             "one plan per engine: python -m specc -m engine=sglang,vllm ..."))
+            continue
+        for key in keys:
+            if chosen in ENGINE_SCHEMAS and key not in ENGINE_SCHEMAS[chosen]["properties"]:
+                found = other_engine_key(chosen, key, where, swept=True)
+                if found:
+                    out.append(found)
+    axes = [str(a) for a in sweep]
+    for outer in axes:
+        for inner in axes:
+            rest = inner[len(outer) + 1:].split(".") if inner.startswith(outer + ".") else None
+            if rest and any(_sets(v, rest) for v in sweep[outer] or ()):
+                out.append(error(
+                    "SWEEP_AXIS", f"sweep.{inner}",
+                    f"overlaps sweep.{outer}, whose values also set {'.'.join(rest)}: one axis "
+                    "would silently replace the other's values",
+                    f"give {inner} in one axis only"))
     return out
 
 
-def subschema(path: str) -> dict | None:
-    """The schema for a dotted config path (for checking sweep axis values)."""
-    node = SCHEMA
-    for part in path.split("."):
+def _walk(node: dict, parts: list[str]) -> dict | None:
+    for part in parts:
         if "anyOf" in node:
             node = next((s for s in node["anyOf"] if s.get("type") == "object"), node)
         props = node.get("properties")
@@ -216,12 +368,68 @@ def subschema(path: str) -> dict | None:
     return node
 
 
+def subschema(path: str, engine: str | None = None) -> dict | None:
+    """The schema for a dotted config path (for checking sweep axis values). Under
+    `engine.`, the given engine's, else the first engine that has the key."""
+    parts = path.split(".")
+    if parts[0] != "engine":
+        return _walk(SCHEMA, parts)
+    names = [engine] if engine in ENGINE_SCHEMAS else list(ENGINE_SCHEMAS)
+    return next((s for n in names if (s := _walk(ENGINE_SCHEMAS[n], parts[1:])) is not None), None)
+
+
 def validate_value(path: str, value) -> str | None:
     """None if `value` may stand at `path`, else the reason."""
     from jsonschema import Draft202012Validator
 
-    schema = subschema(path)
+    engine = value.get("name") if path == "engine" and isinstance(value, dict) else None
+    schema = subschema(path, engine)
     if schema is None:
         return "not a config key that can be swept"
-    errs = list(Draft202012Validator(schema).iter_errors(value))
+    errs = list(Draft202012Validator(schema, format_checker=_format_checker()).iter_errors(value))
     return errs[0].message if errs else None
+
+
+# --- paths -------------------------------------------------------------------------------
+
+def _model_path(path):
+    """`~` expanded; a local directory made absolute (the server starts in the run dir);
+    a hub id left alone."""
+    if not isinstance(path, str):
+        return path
+    expanded = os.path.expanduser(path)
+    return os.path.abspath(expanded) if os.path.exists(expanded) else expanded
+
+
+def _file_path(path):
+    return os.path.abspath(os.path.expanduser(path)) if isinstance(path, str) else path
+
+
+#: Paths read at compile time and again at run time (by the server, the load generator,
+#: plan.sh from the run dir): resolved once, here, so both read the same file.
+RESOLVED_PATHS = {"model_pair.target.path": _model_path, "model_pair.draft.path": _model_path,
+                  "benchmark.dataset_path": _file_path}
+
+
+def _apply(node, parts: list[str], fn) -> None:
+    for key in parts[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.get(parts[-1]) is not None:
+        node[parts[-1]] = fn(node[parts[-1]])
+
+
+def resolve_paths(config: dict) -> dict:
+    """A schema-valid config with its file paths resolved (`~`, relative), sweep values too."""
+    import copy
+
+    cfg = copy.deepcopy(config)
+    sweep = cfg.get("sweep") or {}
+    for path, fn in RESOLVED_PATHS.items():
+        _apply(cfg, path.split("."), fn)
+        for axis, values in sweep.items():
+            if axis == path:
+                sweep[axis] = [fn(v) for v in values]
+            elif path.startswith(axis + "."):
+                for v in values:
+                    _apply(v, path[len(axis) + 1:].split("."), fn)
+    return cfg

@@ -7,24 +7,24 @@ readiness plan, and states the engine's rules as data the semantic rules read
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
+
+from specc.plan import Acceptance, CacheFlush, Phase, Probe, Readiness, literal
+from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from specc.compile.spec import ServerSpec
 
-#: Environment variable names whose values are never written or printed.
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
-
-def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
-def env_reference(name: str) -> str:
-    """How a secret appears in a plan: a reference the executor resolves at launch."""
-    return "${" + name + "}"
+def patterns(marker) -> tuple[str, ...]:
+    """An adapter's log marker as the plan's regexes: a plain string is a literal, a
+    list holds regexes (one per wording an engine release printed), None is none."""
+    if marker is None:
+        return ()
+    if isinstance(marker, str):
+        return (literal(marker),)
+    return tuple(marker)
 
 
 def flag_args(pairs) -> list[str]:
@@ -64,9 +64,7 @@ class Engine(ABC):
     #: While requests are in flight the engine logs progress at least this often;
     #: a log silent this long during a benchmark means a wedged server.
     serving_silence_s = 60.0
-    #: Where the acceptance length is read: "sglang_server_info" or "vllm_metrics".
-    accept_length_source = ""
-    #: Endpoint that drops the prefix cache between points (None: not supported).
+    #: Endpoint that drops the prefix cache between points (POST; None: not supported).
     flush_cache_path: str | None = None
     #: Speculative decoding with pipeline parallelism is refused at startup.
     refuses_pp_speculation = False
@@ -87,17 +85,18 @@ class Engine(ABC):
         """The server's launch command."""
 
     def env(self, spec: ServerSpec, gpus: list[int]) -> tuple[dict, list[str]]:
-        """(env for the server, names of secrets referenced rather than written)."""
+        """(env for the server, names of secrets referenced rather than written: in the
+        env and in extra_args, which compile has already turned into references)."""
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
-        secrets = []
-        for name, value in (spec.engine.get("env") or {}).items():
-            if is_secret(name):
-                env[name] = env_reference(name)
-                secrets.append(name)
-            else:
-                env[name] = value if isinstance(value, str) else str(value).lower() \
-                    if isinstance(value, bool) else str(value)
-        return env, secrets
+        values, secrets = split_env(spec.engine.get("env") or {})
+        env.update(values)
+        _, in_args, _ = split_args(spec.engine.get("extra_args") or [])
+        return env, secrets + [n for n in in_args if n not in secrets]
+
+    @abstractmethod
+    def derived_context_length(self, model_config: dict) -> int:
+        """The context length the engine serves a model at by default, from its
+        config.json values (first length key present, rope scaling included)."""
 
     def assumed_acceptance(self, spec: ServerSpec) -> float | None:
         """Per-position draft acceptance the server is configured to show (None: unknown
@@ -122,7 +121,7 @@ class Engine(ABC):
 
     # -- readiness ------------------------------------------------------------
     def phases(self, spec: ServerSpec) -> list[dict]:
-        """[{name, begin, end, estimate_s}] in log order."""
+        """[{name, begin, end, estimate_s}] in log order; markers as `patterns` reads them."""
         return []
 
     def budget(self, spec: ServerSpec, estimate_s: float) -> float:
@@ -130,37 +129,39 @@ class Engine(ABC):
         return round(max(estimate_s * r.get("phase_budget_factor", 3.0),
                          r.get("phase_budget_floor_s", 120.0)), 1)
 
-    def readiness(self, spec: ServerSpec) -> dict:
+    def readiness(self, spec: ServerSpec) -> Readiness:
+        """The plan's readiness section. Fatal patterns are literal strings."""
         r = spec.readiness
-        phases = [{"name": "launch", "begin": None, "end": None, "estimate_s": None,
-                   "budget_s": self.launch_budget_s}]
+        phases = [Phase(name="launch", begin=(), end=(), estimate_s=None,
+                        budget_s=self.launch_budget_s)]
         for p in self.phases(spec):
-            phases.append({**p, "estimate_s": round(p["estimate_s"], 1),
-                           "budget_s": self.budget(spec, p["estimate_s"])})
-        budgets = sum(p["budget_s"] for p in phases)
-        return {
-            "probe": {"method": "GET", "path": self.health_path,
-                      "interval_s": r.get("probe_interval_s", 0.1),
-                      "timeout_s": r.get("probe_timeout_s", 30.0),
-                      "success_threshold": r.get("success_threshold", 1)},
-            "answers": dict(self.answers),
-            "engine_health_timeout_s": self.health_timeout_s,
-            "ready_log": self.ready_line,
-            "phases": phases,
-            "fatal_patterns": list(self.fatal_patterns),
-            "estimated_start_s": round(sum(p["estimate_s"] or 0 for p in phases), 1),
-            "deadline_s": float(r.get("deadline_s") or round(budgets, 1)),
-            "serving_silence_s": self.serving_silence_s,
-        }
+            phases.append(Phase(name=p["name"], begin=patterns(p["begin"]),
+                                end=patterns(p.get("end")), estimate_s=round(p["estimate_s"], 1),
+                                budget_s=self.budget(spec, p["estimate_s"])))
+        budgets = sum(p.budget_s for p in phases)
+        return Readiness(
+            probe=Probe(method="GET", path=self.health_path, interval_s=r.get("probe_interval_s", 0.1),
+                        timeout_s=r.get("probe_timeout_s", 30.0),
+                        success_threshold=r.get("success_threshold", 1)),
+            answers=dict(self.answers),
+            engine_health_timeout_s=self.health_timeout_s,
+            ready_log=patterns(self.ready_line),
+            phases=tuple(phases),
+            fatal_patterns=tuple(literal(p) for p in self.fatal_patterns),
+            estimated_start_s=round(sum(p.estimate_s or 0 for p in phases), 1),
+            deadline_s=float(r.get("deadline_s") or round(budgets, 1)),
+            serving_silence_s=self.serving_silence_s)
 
     # -- benchmarking ----------------------------------------------------------
-    async def accept_snapshot(self, client, base_url: str) -> dict:
-        """The engine's acceptance counters right now (empty when it has none)."""
-        return {}
+    def cache_flush(self, spec: ServerSpec) -> CacheFlush:
+        """The request that empties the prefix cache between points, or why there is none."""
+        if self.flush_cache_path:
+            return CacheFlush(method="POST", path=self.flush_cache_path)
+        return CacheFlush(unavailable=f"{self.name} has no cache-flush endpoint")
 
-    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
-        """(acceptance length, scope: "run" | "cumulative") from two snapshots."""
-        return None, None
+    def acceptance(self, spec: ServerSpec) -> Acceptance | None:
+        """Where a point's acceptance length is read and how (None: nothing to read)."""
+        return None
 
     def served_model(self, spec: ServerSpec) -> str:
         return spec.model_pair["target"]["path"]
@@ -185,17 +186,3 @@ class Engine(ABC):
                 "--warmup-requests", str(bench.get("warmup_requests", 1)),
                 "--output-file", output_file]
 
-
-def prometheus_values(text: str) -> dict[str, float]:
-    """`name{labels} value` lines -> {name: sum over label sets}."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        try:
-            name_part, value = line.rsplit(None, 1)
-            name = name_part.split("{", 1)[0]
-            out[name] = out.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    return out

@@ -81,18 +81,28 @@ FALLBACK_CONTEXT_LEN = 2048
 ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
 
+#: transformers 5.19 (pinned by sglang 0.5.23) fills in
+#: ``original_max_position_embeddings = max_position_embeddings`` for these rope
+#: types when a config lacks it (modeling_rope_utils.standardize_rope_params),
+#: so SGLang then ignores their factor.
+ROPE_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+
+
 def derived_context_length(hf_config: dict) -> int:
-    """SGLang's ``get_context_length``: first present key, times the rope factor.
+    """SGLang's ``get_context_length`` (0.5.23 srt/utils/hf_transformers/common.py):
+    first present key, times the rope factor.
 
     The factor is ignored when ``original_max_position_embeddings`` is present
-    (the length already includes it) or the rope type is ``llama3``.
+    or the rope type is ``llama3``; under the transformers 0.5.23 pins, a yarn,
+    llama3 or longrope config always has it (ROPE_TYPES_WITH_ORIGINAL), so a
+    yarn config without it derives ``max_position_embeddings`` unscaled.
     """
-    rope = hf_config.get("rope_scaling") or {}
+    rope = hf_config.get("rope_scaling") or hf_config.get("rope_parameters") or {}
     factor = 1.0
-    if rope and "original_max_position_embeddings" not in rope:
-        rope_type = rope.get("rope_type", rope.get("type"))
-        if rope_type != "llama3":
-            factor = float(rope.get("factor", 1.0) or 1.0)
+    rope_type = rope.get("rope_type", rope.get("type")) if rope else None
+    if (rope and "original_max_position_embeddings" not in rope
+            and rope_type not in ROPE_TYPES_WITH_ORIGINAL):
+        factor = float(rope.get("factor", 1.0) or 1.0)
     for key in CONTEXT_KEYS:
         value = hf_config.get(key)
         if value is not None:
@@ -118,14 +128,56 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
     return (3, 1, 4)
 
 
+# --- acceptance (srt/metrics/collector.py, srt/entrypoints/http_server.py) --------
+GENERATION_TOKENS_COUNTER = "sglang:generation_tokens_total"
+VERIFY_CALLS_COUNTER = "sglang:spec_verify_calls_total"
+#: `/get_server_info` is deprecated (a warning per call) but older releases have only it.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
 #: With speculation and no --max-running-requests, SGLang caps running requests here.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+
+def max_draft_tokens(num_steps: int, topk: int) -> int:
+    """The most tokens an EAGLE tree can hold: topk at the first level, topk**2
+    candidates at each later one, plus the root (0.5.23 srt/speculative/spec_utils.py)."""
+    return topk + (num_steps - 1) * topk ** 2 + 1
+
+
+def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
+                             max_running_requests: int | None = None) -> float:
+    """``mem_fraction_static`` as 0.5.23 picks it when not given
+    (srt/arg_groups/memory_hook.py ``_handle_gpu_memory_settings``), for the
+    common case: no post-capture KV sizing (off by default), no disaggregation,
+    no DP attention, no VLM adjustment, prefill CUDA graph not counted.
+
+    reserved MiB = 512 + 1.5 x chunked_prefill_size + tp x pp / 8 x 1024
+    + 2 x decode cuda-graph max bs, at least 10 GiB above 60 GiB of memory;
+    fraction = (memory - reserved) / memory.  On an H200 (141 GB) at TP 8 with
+    speculation (max bs 48) this is ~0.90: neither 0.85 nor 0.88.
+    """
+    mem = gpu_memory_gb * 1024.0
+    tiers = ((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (90, 8192, 256, 512),
+             (160, 8192, 256, 512))
+    chunked, bs = 16384, 512
+    for limit_gb, chunk, bs_small, bs_large in tiers:
+        if mem < limit_gb * 1024:
+            chunked, bs = chunk, (bs_small if tp < 4 else bs_large)
+            break
+    if max_running_requests is not None:
+        bs = min(bs, max_running_requests)
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + bs * 2
+    if mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem - reserved) / mem, 3)
 
 
 # --- the adapter -------------------------------------------------------------
 import json as _json  # noqa: E402
 
-from .base import Engine, flag_args, prometheus_values  # noqa: E402
+from specc.plan import Acceptance, CounterRatio, ServerField  # noqa: E402
+
+from .base import Engine, flag_args  # noqa: E402
 
 
 class SGLang(Engine):
@@ -148,10 +200,7 @@ class SGLang(Engine):
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
     #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
     serving_silence_s = 60.0
-    accept_length_source = "sglang_server_info"
     flush_cache_path = "/flush_cache"
-    #: SGLang's mem_fraction_static is chosen automatically; ~0.85 on 80-141 GB GPUs.
-    auto_mem_fraction = 0.85
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
 
@@ -193,6 +242,9 @@ class SGLang(Engine):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
 
+    def derived_context_length(self, model_config):
+        return derived_context_length(model_config)
+
     def startup_context_error(self, target_len, draft_len):
         """The first sentence of SGLang's startup ValueError."""
         return context_mismatch_message(target_len, draft_len).split(". ")[0].removeprefix(
@@ -207,7 +259,11 @@ class SGLang(Engine):
         value = spec.engine.get("mem_fraction_static")
         if value is not None:
             return float(value), "engine.mem_fraction_static"
-        return self.auto_mem_fraction, "SGLang auto (assumed ~0.85)"
+        running, _ = self.max_running_requests(spec)
+        hw = spec.hardware
+        return auto_mem_fraction_static(
+            gpu_memory_gb=hw["gpu_memory_gb"], tp=hw["tp"], pp=hw.get("pp", 1),
+            max_running_requests=running), "SGLang auto (0.5.23 formula)"
 
     def max_running_requests(self, spec):
         value = spec.engine.get("max_running_requests")
@@ -226,45 +282,18 @@ class SGLang(Engine):
         return [{"name": name, "begin": marks[name][0], "end": marks[name][1], "estimate_s": sec}
                 for name, sec in est.items()]
 
-    async def accept_snapshot(self, client, base_url: str) -> dict:
-        """Cumulative acceptance state: /get_server_info (DP rank 0) + /metrics token counter."""
-        snap: dict = {}
-        for path in ("/get_server_info", "/server_info"):
-            try:
-                r = await client.get(base_url + path, timeout=10.0)
-            except Exception:
-                continue
-            if r.status_code == 200:
-                states = r.json().get("internal_states") or [{}]
-                snap["avg_spec_accept_length"] = states[0].get("avg_spec_accept_length")
-                break
-        try:
-            r = await client.get(base_url + "/metrics", timeout=10.0)
-            if r.status_code == 200:
-                snap["generation_tokens_total"] = prometheus_values(r.text).get(
-                    "sglang:generation_tokens_total")
-        except Exception:
-            pass
-        return snap
-
-    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
-        """Run-scoped where derivable, else SGLang's cumulative figure (incl. warm-up).
-
-        SGLang's avg_spec_accept_length is accepted tokens / verify steps since
-        start. With the generation-token counter before and after, the steps
-        are tokens / average, so the run's own figure is
-        delta tokens / delta steps.
-        """
-        a1 = after.get("avg_spec_accept_length")
-        if not a1:
-            return None, None
-        a0, t0, t1 = (before.get("avg_spec_accept_length"), before.get("generation_tokens_total"),
-                      after.get("generation_tokens_total"))
-        if a0 and t0 is not None and t1 is not None and t1 > t0:
-            steps = t1 / a1 - t0 / a0
-            if steps > 0:
-                return round((t1 - t0) / steps, 4), "run"
-        return round(float(a1), 4), "cumulative"
+    def acceptance(self, spec):
+        """Run-scoped: generated tokens per verify call over the point (both counters are
+        exact; the cumulative average is folded in only every 40 decode iterations).
+        Fallback: DP rank 0's cumulative average since start, warm-up included."""
+        if not spec.speculative:
+            return None
+        run = None
+        if spec.engine.get("enable_metrics"):
+            run = CounterRatio(path="/metrics", numerator=GENERATION_TOKENS_COUNTER,
+                               denominator=VERIFY_CALLS_COUNTER)
+        return Acceptance(run=run, cumulative=ServerField(
+            paths=SERVER_INFO_PATHS, field="internal_states.0.avg_spec_accept_length"))
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

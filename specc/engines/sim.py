@@ -25,6 +25,8 @@ class Sim(SGLang):
         sim = spec.engine.get("sim") or {}
         args = super().argv(spec, host=host, port=port)
         args += flag_args([
+            # SGLang 0.5.23's run-scoped acceptance needs the /metrics counters
+            ("--enable-metrics", not spec.engine.get("enable_metrics")),
             ("--sim-time-scale", sim.get("time_scale", 0.01)),
             ("--sim-seed", sim.get("seed", 0)),
             ("--sim-acceptance", sim.get("acceptance")),
@@ -38,9 +40,34 @@ class Sim(SGLang):
     def assumed_acceptance(self, spec):
         return (spec.engine.get("sim") or {}).get("acceptance")
 
+    #: The simulator emulates SGLang 0.5.23 (specc/sim/versions.py): its phase
+    #: markers and order (target weights, draft weights, KV cache, the target's
+    #: graph -- "target verify" with speculation, "target decode" without --,
+    #: the draft's graphs).  The draft's "Load weight begin" cannot be told from
+    #: the target's other TP ranks' lines, so draft loading counts as load_weights.
+    MARKERS_0_5_23 = {
+        "load_weights": ("Load weight begin", "Load weight end"),
+        "kv_cache": ("KV Cache is allocated", "Memory pool end"),
+        "capture_draft_cuda_graph": ("Capture draft decode CUDA graph begin",
+                                     "Capture draft decode CUDA graph end"),
+        "capture_draft_extend_cuda_graph": ("Capture draft extend CUDA graph begin",
+                                            "Capture draft extend CUDA graph end"),
+    }
+    ORDER_0_5_23 = ("load_weights", "kv_cache", "capture_cuda_graph", "capture_draft_cuda_graph",
+                    "capture_draft_extend_cuda_graph", "warmup")
+
     def phases(self, spec):
         scale = self.time_scale(spec)
-        return [{**p, "estimate_s": p["estimate_s"] * scale} for p in super().phases(spec)]
+        est = {p["name"]: p for p in super().phases(spec)}
+        graph = "target verify" if spec.speculative else "target decode"
+        marks = dict(self.MARKERS_0_5_23, warmup=(est["warmup"]["begin"], est["warmup"]["end"]),
+                     capture_cuda_graph=(f"Capture {graph} CUDA graph begin",
+                                         f"Capture {graph} CUDA graph end"))
+        seconds = {name: p["estimate_s"] for name, p in est.items()}
+        seconds["load_weights"] += seconds.pop("load_draft_weights", 0.0)
+        return [{"name": name, "begin": marks[name][0], "end": marks[name][1],
+                 "estimate_s": seconds[name] * scale}
+                for name in self.ORDER_0_5_23 if name in seconds]
 
     def budget(self, spec, estimate_s):
         scale = self.time_scale(spec)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 
-from .base import Engine, flag_args, prometheus_values
+from specc.plan import Acceptance, CacheFlush, CounterRatio
+
+from .base import Engine, flag_args
 
 VLLM_VERSION_READ = "0.1x (early 2026)"
 
@@ -18,6 +20,13 @@ METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "NEXTN": "mtp
            "STANDALONE": "draft_model"}
 #: Target model types vLLM accepted for EAGLE-3 in early-2026 releases.
 EAGLE3_TARGETS = ("Llama", "Qwen", "MiniCPM", "GptOss", "HunYuan", "AfMoe")
+
+
+#: Spec-decode counters (prometheus_client exposes a Counter X as X_total).
+ACCEPTED_COUNTER = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFTS_COUNTER = "vllm:spec_decode_num_drafts_total"
+#: /reset_prefix_cache is served only with this set (vllm/entrypoints/openai/api_server.py).
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
 
 class VLLM(Engine):
@@ -41,7 +50,6 @@ class VLLM(Engine):
     launch_budget_s = 300.0
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
-    accept_length_source = "vllm_metrics"
     flush_cache_path = "/reset_prefix_cache"
     algorithm_targets = {"EAGLE3": EAGLE3_TARGETS}
     target_unsupported_fix = "use engine=sglang for this pair"
@@ -77,6 +85,11 @@ class VLLM(Engine):
         ])
         return args + [str(a) for a in eng.get("extra_args") or []]
 
+    def derived_context_length(self, model_config):
+        # vLLM's own derivation is not modelled yet: SGLang's rule, as before this method.
+        from .sglang import derived_context_length
+        return derived_context_length(model_config)
+
     def memory_fraction(self, spec):
         return float(spec.engine.get("gpu_memory_utilization", 0.9)), "engine.gpu_memory_utilization"
 
@@ -99,26 +112,19 @@ class VLLM(Engine):
              "estimate_s": 5.0},
         ]
 
-    async def accept_snapshot(self, client, base_url: str) -> dict:
-        """vLLM's spec-decode counters from /metrics."""
-        try:
-            r = await client.get(base_url + "/metrics", timeout=10.0)
-        except Exception:
-            return {}
-        if r.status_code != 200:
-            return {}
-        v = prometheus_values(r.text)
-        # prometheus_client exposes a Counter named X as X_total
-        return {k: v.get(f"vllm:spec_decode_{k}_total", v.get(f"vllm:spec_decode_{k}"))
-                for k in ("num_drafts", "num_accepted_tokens")}
+    def acceptance(self, spec):
+        """1 + accepted tokens per draft over the point (counter differences)."""
+        if not spec.speculative:
+            return None
+        return Acceptance(run=CounterRatio(path="/metrics", numerator=ACCEPTED_COUNTER,
+                                           denominator=DRAFTS_COUNTER, offset=1.0))
 
-    def accept_length(self, before: dict, after: dict) -> tuple[float | None, str | None]:
-        """1 + accepted / drafts over the run (counter differences)."""
-        try:
-            drafts = after["num_drafts"] - before["num_drafts"]
-            accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
-        except (KeyError, TypeError):
-            return None, None
-        if drafts <= 0:
-            return None, None
-        return round(1 + accepted / drafts, 4), "run"
+    def cache_flush(self, spec):
+        """/reset_prefix_cache exists only in dev mode; otherwise it 404s and the prefix
+        cache (on by default) stays warm from one point to the next."""
+        env = spec.engine.get("env") or {}
+        if str(env.get(DEV_MODE_ENV, "")).lower() in ("1", "true"):
+            return CacheFlush(method="POST", path=self.flush_cache_path)
+        return CacheFlush(unavailable=f"vLLM serves {self.flush_cache_path} only with "
+                                      f"{DEV_MODE_ENV}=1 (set engine.env.{DEV_MODE_ENV}=1 to "
+                                      "flush the prefix cache between points)")

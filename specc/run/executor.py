@@ -132,6 +132,7 @@ class Executor:
         self.state.update(server.id, status="ready", ready_at=outcome.ready_at,
                           timeline=outcome.timeline)
         self.progress.server_phase(server.id, "ready", outcome.ready_at)
+        warned_flush = False
         try:
             for bench in todo:
                 if self.stop_all:
@@ -143,6 +144,9 @@ class Executor:
                 self.state.update(server.id, status="benchmarking", point=bench.id)
                 self.progress.point_started(bench.id, f"{server.label} @ c={bench.params['concurrency']}")
                 row = await self._watched_point(running, bench)
+                if (row.get("cache_flush") or "").startswith("not flushed") and not warned_flush:
+                    warned_flush = True   # once per server: every point says it in its row
+                    self.progress.log(f"{server.id}: prefix cache {row['cache_flush']}")
                 baseline = self.results.get(bench.baseline) if bench.baseline else None
                 row = with_speedup(row, baseline)
                 self.results.append(row)
@@ -183,9 +187,9 @@ class Executor:
         Wedged = its log silent for the plan's `serving_silence_s` while the point
         runs: engines log every few decode steps while requests are in flight.
         """
-        task = asyncio.ensure_future(run_point(running.server, bench, engine_name=self.plan.engine,
-                                               run_dir=self.run_dir, ctx=self.ctx))
-        silence_s = running.server.readiness.get("serving_silence_s")
+        task = asyncio.ensure_future(run_point(running.server, bench, run_dir=self.run_dir,
+                                               ctx=self.ctx))
+        silence_s = running.server.readiness.serving_silence_s
         log_size, log_grew_at = _size(running.log_path), time.monotonic()
         try:
             while not task.done():

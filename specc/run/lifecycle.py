@@ -97,7 +97,8 @@ class Running:
     server: Server
     proc: subprocess.Popen
     log_path: Path
-    started_at: float
+    started_at: float      # epoch seconds, for state.json and display
+    started_mono: float    # time.monotonic(), for every duration
 
     @property
     def pid(self) -> int:
@@ -138,7 +139,8 @@ def launch(server: Server, run_dir: Path) -> Running:
                                 start_new_session=True, preexec_fn=_die_with_parent)
     finally:
         log.close()
-    return Running(server=server, proc=proc, log_path=log_path, started_at=time.time())
+    return Running(server=server, proc=proc, log_path=log_path, started_at=time.time(),
+                   started_mono=time.monotonic())
 
 
 def group_alive(pgid: int) -> bool:
@@ -164,8 +166,8 @@ def stop_group(pgid: int, *, grace_s: float = 10.0, reap=None) -> str:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return "gone"
-    deadline = time.time() + grace_s
-    while time.time() < deadline:
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
         if reap:
             reap()
         if not group_alive(pgid):
@@ -185,8 +187,8 @@ def stop_group(pgid: int, *, grace_s: float = 10.0, reap=None) -> str:
 
 
 def wait_port_free(host: str, port: int, timeout_s: float = 5.0) -> bool:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         if not port_in_use(host, port):
             return True
         time.sleep(0.05)

@@ -1,5 +1,7 @@
 """One benchmark point against a ready server: flush, acceptance before, load, acceptance after.
 
+Reads only the plan (never an engine adapter), so a plan runs anywhere specc.run is installed.
+
 Also `python -m specc.run.point --plan plan.json --benchmark ID` (what plan.sh calls).
 """
 
@@ -8,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from specc.run.datasets import DatasetError, load_prompts
-from specc.engines import get_engine
 from specc.net import base_url
-from specc.plan import Benchmark, Plan, Server
+from specc.plan import Benchmark, Plan, PlanError, Server
+from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
+from specc.run.acceptance import AcceptanceReading
+from specc.run.datasets import DatasetError, load_prompts
 
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
@@ -26,16 +30,6 @@ def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **ext
 
 def failed_row(bench: Benchmark, reason: str) -> dict:
     return _row(bench, "failed", reason, {})
-
-
-def with_speedup(row: dict, baseline_row: dict | None) -> dict:
-    """speedup = output throughput / the matched baseline's, when both are known."""
-    m = row.get("metrics") or {}
-    if baseline_row and baseline_row.get("status") == "ok" and row["status"] == "ok":
-        base = (baseline_row.get("metrics") or {}).get("output_throughput")
-        if base and m.get("output_throughput") is not None:
-            m["speedup"] = round(m["output_throughput"] / base, 4)
-    return row
 
 
 async def _builtin(server: Server, bench: Benchmark, url: str):
@@ -87,18 +81,31 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
     return metrics, ["bench_serving: request failed"] * max(missing, 0), None
 
 
-async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_dir: Path,
-                    ctx=None) -> dict:
-    """Run one point and return its results row (never raises for a server's fault)."""
-    engine = get_engine(engine_name)
+async def flush_cache(client: httpx.AsyncClient, url: str, server: Server) -> str:
+    """Empty the server's prefix cache as the plan says; what happened, for the row."""
+    req = server.cache_flush
+    if req.path is None:
+        return f"not flushed: {req.unavailable}"
+    try:
+        r = await client.request(req.method, url + req.path, timeout=30.0)
+    except httpx.HTTPError as e:
+        return f"not flushed: {req.method} {req.path} failed ({type(e).__name__})"
+    if not 200 <= r.status_code < 300:
+        return f"not flushed: {req.method} {req.path} answered {r.status_code}"
+    return "flushed"
+
+
+async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None) -> dict:
+    """Run one point and return its results row (never raises for a server's fault).
+
+    Everything it needs is in the plan: the flush request, the client, the acceptance recipe.
+    """
     url = base_url(server.host, server.port)
+    accept = AcceptanceReading(server.acceptance)
     async with httpx.AsyncClient(trust_env=False) as client:
-        if bench.params.get("flush_cache") and engine.flush_cache_path:
-            try:
-                await client.post(url + engine.flush_cache_path, timeout=30.0)
-            except httpx.HTTPError:
-                pass
-        before = await engine.accept_snapshot(client, url)
+        flushed = await flush_cache(client, url, server) if bench.params.get("flush_cache") \
+            else None
+        await accept.start(client, url)
         t0 = time.time()
         try:
             if bench.argv:
@@ -109,20 +116,18 @@ async def run_point(server: Server, bench: Benchmark, *, engine_name: str, run_d
             return failed_row(bench, f"dataset: {e}")
         except DriverError as e:
             return failed_row(bench, str(e))
-        after = await engine.accept_snapshot(client, url)
-    accept, scope = engine.accept_length(before, after)
-    metrics["accept_length"] = accept
-    metrics["accept_length_scope"] = scope
+        metrics["accept_length"], metrics["accept_length_scope"] = await accept.finish(client, url)
     n = bench.params["num_prompts"]
+    extra = {"started_at": t0, "cache_flush": flushed}
     if gone:
         why = f" (first error: {errors[0]})" if errors else ""
         return _row(bench, "failed", f"server gone mid-run: connection refused, requests left "
-                    f"unsent{why}", metrics, started_at=t0)
+                    f"unsent{why}", metrics, **extra)
     if errors:
         first = errors[0]
         return _row(bench, "failed", f"{len(errors)}/{n} requests failed (first: {first})",
-                    metrics, started_at=t0)
-    return _row(bench, "ok", None, metrics, started_at=t0)
+                    metrics, **extra)
+    return _row(bench, "ok", None, metrics, **extra)
 
 
 def main(argv=None) -> int:
@@ -135,11 +140,15 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", required=True)
     ap.add_argument("--benchmark", required=True)
     args = ap.parse_args(argv)
-    plan = Plan.load(args.plan)
+    try:
+        plan = Plan.load(args.plan)
+    except (OSError, PlanError) as e:
+        print(f"error PLAN_UNREADABLE at {args.plan}: {e}", file=sys.stderr)
+        return 2
     run_dir = Path(args.plan).resolve().parent
     bench = next((b for b in plan.benchmarks if b.id == args.benchmark), None)
     if bench is None:
-        print(f"error: no benchmark {args.benchmark!r} in {args.plan}")
+        print(f"error: no benchmark {args.benchmark!r} in {args.plan}", file=sys.stderr)
         return 2
     results = ResultLog(run_dir / "results.jsonl")
     if results.finished(bench.id):
@@ -147,8 +156,8 @@ def main(argv=None) -> int:
         return 0
     import invoke
 
-    row = asyncio.run(run_point(plan.server(bench.server), bench, engine_name=plan.engine,
-                                run_dir=run_dir, ctx=invoke.Context()))
+    row = asyncio.run(run_point(plan.server(bench.server), bench, run_dir=run_dir,
+                                ctx=invoke.Context()))
     row = with_speedup(row, results.get(bench.baseline) if bench.baseline else None)
     results.append(row)
     print(json.dumps(row["metrics"]) if row["status"] == "ok" else f"failed: {row['reason']}")

@@ -1,9 +1,27 @@
-"""Readiness: the plan's readiness section run as a state machine.
+"""Readiness: the plan's readiness section as a pure state machine, and its async runner.
 
-process alive -> port listening -> 503 warming -> 200 ready, with the log
-tailed throughout: the current phase and how long it has run, a fatal line or
-a process exit fails at once, no progress within a phase's budget is a stall
-(the zombie), and the ready line fires a probe immediately.
+`Startup` is fed events (a monotonic time tick, a log line, a probe answer, the
+process's exit) and returns actions (probe now, the phase changed, ready, fail
+with a reason). It never reads a clock, a file or a socket, so it is tested
+with a fake clock and replayed logs. `wait_ready` only feeds it: it tails the
+log, polls the process, runs one probe at a time with httpx, and performs what
+the machine says.
+
+The rules, engine-independent (the patterns come from the plan):
+- any log line is progress, except an echo of our own probe (an access-log line
+  naming the probe path); a stall is a log silent for the current phase's budget;
+  the overall deadline still applies. A marker that never came stalls nothing.
+- a line matching a later phase's begin pattern moves there; a marker the current
+  phase shares with the next (every rank's `Load weight begin`, then the draft's)
+  moves on only after the current phase's end pattern was seen.
+- the phase shown is the best known and marked as a guess (`kv_cache (?)`) when
+  markers were skipped, or when lines that begin nothing known follow the current
+  phase's end marker (the engine is in a phase whose marker this plan does not know).
+- a fatal line fails with the line that names the cause (the traceback's last
+  `XxxError: ...` line, read on for up to FATAL_GRACE_S), a process exit fails,
+  a probe answer meaning "dead" fails.
+- probes never overlap; the ready line fires one at once; `success_threshold`
+  consecutive 200s are ready.
 """
 
 from __future__ import annotations
@@ -18,54 +36,271 @@ from pathlib import Path
 import httpx
 
 from specc.net import base_url
+from specc.plan import Readiness
 
-#: How often the log is read and the process checked; probes keep their own interval.
+#: How often the runner reads the log and checks the process; probes keep their own interval.
 TICK_S = 0.02
-#: After a fatal line, how long to keep reading for the exception line that names the cause.
+#: After a fatal line, how long to read on for the line that names the cause.
 FATAL_GRACE_S = 0.5
-#: Fatal patterns that only say "something failed"; the line naming the cause is better.
-_GENERIC = ("Traceback (most recent call last)", "Scheduler hit an exception",
-            "Received sigquit from a child process")
+#: A Python exception line (`torch.OutOfMemoryError: ...`): the cause a traceback ends with.
 _EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(Error|Exception): ")
 
 
-def _cause(lines: list[str], fatal: list[str]) -> str | None:
-    """The line that names the failure: the last `XxxError: ...` line (a traceback ends
-    with it), else the first line with a specific fatal pattern."""
-    exc = [ln for ln in lines if _EXCEPTION_LINE.search(ln)]
-    if exc:
-        return exc[-1]
-    specific = [p for p in fatal if p not in _GENERIC]
-    return next((ln for ln in lines if any(p in ln for p in specific)), None)
+# -- actions ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProbeNow:
+    """Send one health probe now (the machine never asks while one is in flight)."""
 
 
+@dataclass(frozen=True)
+class PhaseChanged:
+    phase: str
+    guess: bool
+    since: float          # monotonic instant the phase began
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return phase_label(self.phase, self.guess)
+
+
+@dataclass(frozen=True)
+class Ready:
+    at: float             # monotonic instant of the deciding answer
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+    phase: str            # label, e.g. "capture_draft_cuda_graph" or "kv_cache (?)"
+
+
+def phase_label(name: str, guess: bool) -> str:
+    return f"{name} (?)" if guess else name
+
+
+def _compile(patterns) -> tuple[re.Pattern, ...]:
+    """Each regex on its own (one may carry a global flag such as `(?i)`)."""
+    return tuple(re.compile(p) for p in patterns)
+
+
+def _hit(rxs: tuple[re.Pattern, ...], line: str) -> bool:
+    return any(rx.search(line) for rx in rxs)
+
+
+class Startup:
+    """One server's startup, from process start (monotonic `started`) to ready or failed."""
+
+    def __init__(self, plan: Readiness, started: float, *, keep_lines: int = 40):
+        self.plan = plan
+        self.started = started
+        self._begin = [_compile(p.begin) for p in plan.phases]
+        self._end = [_compile(p.end) for p in plan.phases]
+        self._fatal = _compile(plan.fatal_patterns)
+        self._ready_line = _compile(plan.ready_log)
+        self.cur = 0
+        self.guess = False
+        self.phase_since = started
+        self.ended = [False] * len(plan.phases)
+        self.last_line_at = started
+        self.last_lines: deque[str] = deque(maxlen=keep_lines)
+        self.timeline: list[tuple[str, float]] = [(plan.phases[0].name, started)]
+        self.done = False
+        # health
+        self.in_flight = False
+        self.probe_sent_at = 0.0
+        self.next_probe = started
+        self.successes = 0
+        self.meaning = "starting"
+        self.last_answer: str | None = None
+        self.ready_logged_at: float | None = None
+        # a fatal line seen: the lines since, and until when to read on for the cause
+        self.fatal_lines: list[str] | None = None
+        self.fatal_until = 0.0
+
+    # -- what the runner asks --------------------------------------------------------
+    @property
+    def phase(self) -> str:
+        return self.plan.phases[self.cur].name
+
+    @property
+    def label(self) -> str:
+        return phase_label(self.phase, self.guess)
+
+    def start(self) -> list:
+        """The first action: the launch phase, shown at once."""
+        return [PhaseChanged(self.phase, self.guess, self.phase_since)]
+
+    # -- events ------------------------------------------------------------------------
+    def line(self, now: float, text: str) -> list:
+        """One log line (without its newline), read at `now`."""
+        if self.done:
+            return []
+        self.last_lines.append(text)
+        if self.fatal_lines is not None:
+            self.fatal_lines.append(text)
+            return []
+        if _hit(self._fatal, text):
+            self.fatal_lines = [text]
+            self.fatal_until = now + FATAL_GRACE_S
+            return self._resolve_fatal(now, exited=None, final=False)
+        echo = self.plan.probe.path in text      # our own probe's echo is not progress
+        if not echo:
+            self.last_line_at = now
+        out = self._advance(now, text)
+        if not out and not echo and self._unknown_after_end(text):
+            self.guess = True   # past this phase's end, in one whose marker we do not know
+            out.append(PhaseChanged(self.phase, True, self.phase_since))
+        if _hit(self._ready_line, text):
+            if self.ready_logged_at is None:
+                self.timeline.append(("ready_line", now))
+            self.ready_logged_at = now
+            self.next_probe = now                  # the log knows: ask at once
+            if not self.in_flight:
+                out += self._send(now)
+        return out
+
+    def probe_answer(self, now: float, answer: str) -> list:
+        """The answer to the probe in flight: "refused", "timeout" or an HTTP status."""
+        if self.done or not self.in_flight:
+            return []
+        self.in_flight = False
+        self.last_answer = answer
+        if self.fatal_lines is not None:
+            return []
+        meaning = self.plan.answers.get(answer, "starting" if answer == "refused" else "warming")
+        if meaning == "ready":
+            self.successes += 1
+            if self.successes >= self.plan.probe.success_threshold:
+                self.done = True
+                self.timeline.append(("ready", now))
+                return [Ready(now)]
+            self.next_probe = now
+            return []
+        self.successes = 0
+        if meaning == "dead":
+            return self._fail(f"health answered {answer}: the engine reports itself dead")
+        out = []
+        if meaning != self.meaning:
+            self.meaning = meaning
+            out.append(PhaseChanged(self.phase, self.guess, self.phase_since,
+                                    f"health: {answer} ({meaning})"))
+        self.next_probe = now + self.plan.probe.interval_s
+        if self.ready_logged_at is not None and self.probe_sent_at < self.ready_logged_at:
+            self.next_probe = now    # that answer predates the ready line: ask again now
+        return out
+
+    def exited(self, now: float, code: int) -> list:
+        """The process is gone (feed the lines it wrote before exiting first)."""
+        if self.done:
+            return []
+        if self.fatal_lines is not None:
+            return self._resolve_fatal(now, exited=code, final=True)
+        last = next((ln.strip() for ln in reversed(self.last_lines) if ln.strip()), "")
+        return self._fail(f"process exited with code {code} during {self.label}"
+                          + (f"; last log line: {last[:600]}" if last else ""))
+
+    def tick(self, now: float) -> list:
+        """Time passed: a stall, the deadline, a fatal line's grace, or time to probe."""
+        if self.done:
+            return []
+        if self.fatal_lines is not None:
+            return self._resolve_fatal(now, exited=None, final=now >= self.fatal_until)
+        budget = self.plan.phases[self.cur].budget_s
+        silent = now - self.last_line_at
+        if silent > budget:
+            return self._fail(f"stalled in {self.label}: no log output for {silent:.0f} s "
+                              f"(budget {budget:g} s){self._health_note()}")
+        if now - self.started > self.plan.deadline_s:
+            return self._fail(f"not ready within the deadline of {self.plan.deadline_s:g} s "
+                              f"(in {self.label}){self._health_note()}")
+        out = []
+        if not self.in_flight and now >= self.next_probe:
+            out += self._send(now)
+        return out
+
+    # -- internals ---------------------------------------------------------------------
+    def _send(self, now: float) -> list:
+        self.in_flight = True
+        self.probe_sent_at = now
+        return [ProbeNow()]
+
+    def _advance(self, now: float, text: str) -> list:
+        """Move to the phase this line begins, if it begins one."""
+        if _hit(self._end[self.cur], text):
+            self.ended[self.cur] = True
+        matches = [j for j, rx in enumerate(self._begin) if _hit(rx, text)]
+        later = [j for j in matches if j > self.cur]
+        if not later:
+            return []
+        if any(j <= self.cur for j in matches):
+            # a marker an earlier or the current phase shares: only the very next phase,
+            # and only once the current phase has ended if it is the current one's marker
+            nxt = self.cur + 1
+            if nxt not in later or (self.cur in matches and not self.ended[self.cur]):
+                return []
+            target, skipped = nxt, False
+        else:
+            target = later[0]
+            skipped = target > self.cur + 1
+        self.cur, self.phase_since, self.guess = target, now, skipped
+        self.timeline.append((self.label, now))
+        return [PhaseChanged(self.phase, self.guess, now)]
+
+    def _unknown_after_end(self, text: str) -> bool:
+        """A line after the current phase's end marker that begins or ends nothing known."""
+        return (not self.guess and self.ended[self.cur] and self.ready_logged_at is None
+                and not _hit(self._end[self.cur], text) and not _hit(self._ready_line, text)
+                and not any(_hit(rx, text) for rx in self._begin))
+
+    def _resolve_fatal(self, now: float, *, exited: int | None, final: bool) -> list:
+        lines = self.fatal_lines or []
+        exc = [ln for ln in lines if _EXCEPTION_LINE.search(ln)]
+        if not exc and not final:
+            return []             # read on: the traceback's last line names the cause
+        cause = (exc[-1] if exc else lines[0]).strip()[:600]
+        tail = f" (process exited with code {exited})" if exited is not None else ""
+        return self._fail(f"fatal log line in {self.label}: {cause}{tail}")
+
+    def _fail(self, reason: str) -> list:
+        self.done = True
+        return [Failed(reason, self.label)]
+
+    def _health_note(self) -> str:
+        if self.last_answer in (None, "refused"):   # the port is not open yet: nothing to add
+            return ""
+        note = f"; health answered {self.last_answer} (last probe)"
+        if self.ready_logged_at is not None and self.last_answer != "200":
+            note += " although the log says the server is ready"
+        return note
+
+
+# -- the runner -----------------------------------------------------------------------------
 class LogTail:
-    """Reads whole new lines from a growing log file; keeps the last N for error messages."""
+    """Reads whole new lines from a growing log file (a `\\r` ends a line too: progress
+    bars rewrite one line while work goes on, and that is progress)."""
 
-    def __init__(self, path: Path, keep: int = 40):
+    def __init__(self, path: Path):
         self.path = Path(path)
         self.offset = 0
         self.partial = b""
-        self.last: deque[str] = deque(maxlen=keep)
 
-    def read(self) -> list[str]:
+    def read(self, *, final: bool = False) -> list[str]:
+        """New complete lines; `final`: also the unterminated rest (the writer is gone)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
                 data = f.read()
         except OSError:
-            return []
-        if not data:
-            return []
+            data = b""
         self.offset += len(data)
         data = self.partial + data
-        *lines, self.partial = data.split(b"\n")
-        out = [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
-        self.last.extend(out)
-        return out
-
-    def tail(self, n: int = 20) -> str:
-        return "\n".join(list(self.last)[-n:])
+        parts = re.split(rb"\r\n|\r|\n", data)
+        self.partial = parts.pop()
+        if final and self.partial:
+            parts.append(self.partial)
+            self.partial = b""
+        return [p.decode("utf-8", "replace") for p in parts]
 
 
 @dataclass
@@ -73,159 +308,71 @@ class Outcome:
     ok: bool
     phase: str
     reason: str | None = None
-    ready_at: float | None = None
+    ready_at: float | None = None           # epoch seconds
     last_lines: str = ""
-    timeline: list = field(default_factory=list)   # [(phase, started_at)]
+    timeline: list = field(default_factory=list)   # [(phase, epoch seconds)]
 
 
-async def _probe(client: httpx.AsyncClient, url: str, timeout: float) -> str:
-    """One probe -> "refused" | "200" | "503" | other status | "timeout"."""
+async def _probe(client: httpx.AsyncClient, method: str, url: str, timeout: float) -> str:
+    """One probe -> "refused" | "timeout" | the HTTP status as text."""
     try:
-        r = await client.get(url, timeout=timeout)
+        r = await client.request(method, url, timeout=timeout)
         return str(r.status_code)
-    except httpx.ConnectError:
-        return "refused"
     except httpx.TimeoutException:
         return "timeout"
     except httpx.HTTPError:
         return "refused"
 
 
-def _next_phase(phases: list, cur: int, line: str, skippable: list[bool]) -> int | None:
-    """The phase this log line begins: the next one, or a later one whose marker no
-    earlier phase shares (so a marker an engine release renamed costs one phase's
-    label, never a false stall while later phases are visibly under way)."""
-    for j in range(cur + 1, len(phases)):
-        begin = phases[j]["begin"]
-        if begin and begin in line and (j == cur + 1 or skippable[j]):
-            return j
-    return None
+async def wait_ready(running, readiness: Readiness, *, on_phase=None, clock=time.monotonic,
+                     wall=time.time) -> Outcome:
+    """Drive one server from launch to ready or to a diagnosed failure.
 
-
-async def wait_ready(running, readiness: dict, *, on_phase=None, clock=time.time) -> Outcome:
-    """Drive one server from launch to ready or to a diagnosed failure."""
+    `running` gives `server`, `log_path`, `started_mono` (monotonic) and `exit_code()`.
+    on_phase(label, since_epoch, detail) is called on every phase change.
+    """
     server = running.server
-    phases = readiness["phases"]
-    begins = [p["begin"] for p in phases]
-    skippable = [b is not None and b not in begins[:j] for j, b in enumerate(begins)]
-    probe = readiness["probe"]
-    url = base_url(server.host, server.port) + probe["path"]
-    fatal = readiness.get("fatal_patterns", [])
-    ready_line = readiness.get("ready_log")
+    url = base_url(server.host, server.port) + readiness.probe.path
+    machine = Startup(readiness, running.started_mono)
     tail = LogTail(running.log_path)
-    start = running.started_at
-    cur, phase_start, successes = 0, start, 0
-    timeline = [(phases[0]["name"], start)]
-    answer_state = "starting"
-    next_probe = clock()
+    mono0, wall0 = clock(), wall()
+
+    def epoch(t: float) -> float:
+        return wall0 + (t - mono0)
+
     probe_task: asyncio.Task | None = None
-
-    def report(detail=""):
-        if on_phase:
-            on_phase(phases[cur]["name"], phase_start, detail)
-
-    last_answer: str | None = None
-    ready_logged = False
-    ready_logged_at: float | None = None
-    probe_started = 0.0
-
-    def health_note() -> str:
-        if last_answer in (None, "refused"):   # the port is not open yet: nothing to add
-            return ""
-        note = f"; health answered {last_answer} (last probe)"
-        if ready_logged and last_answer != "200":
-            note += f" although the log says {ready_line!r}"
-        return note
-
-    def fail(reason: str) -> Outcome:
-        return Outcome(False, phases[cur]["name"], reason, last_lines=tail.tail(), timeline=timeline)
-
-    report()
+    actions = machine.start()
     async with httpx.AsyncClient(trust_env=False) as client:
         try:
             while True:
+                for a in actions:
+                    if isinstance(a, ProbeNow):
+                        probe_task = asyncio.ensure_future(_probe(
+                            client, readiness.probe.method, url, readiness.probe.timeout_s))
+                    elif isinstance(a, PhaseChanged):
+                        if on_phase:
+                            on_phase(a.label, epoch(a.since), a.detail)
+                    elif isinstance(a, Ready):
+                        return Outcome(True, "ready", ready_at=epoch(a.at),
+                                       timeline=[(p, epoch(t)) for p, t in machine.timeline])
+                    elif isinstance(a, Failed):
+                        return Outcome(False, a.phase, a.reason,
+                                       last_lines="\n".join(list(machine.last_lines)[-20:]),
+                                       timeline=[(p, epoch(t)) for p, t in machine.timeline])
+                await asyncio.sleep(TICK_S)
+                actions = []
                 now = clock()
-                lines = tail.read()
-                for i, line in enumerate(lines):
-                    hit = next((p for p in fatal if p in line), None)
-                    if hit:
-                        found = await _read_cause(lines[i:], tail, running, fatal, clock)
-                        return fail(f"fatal log line in {phases[cur]['name']}: {found.strip()[:600]}")
-                    nxt = _next_phase(phases, cur, line, skippable)
-                    if nxt is not None:
-                        cur, phase_start = nxt, now
-                        timeline.append((phases[cur]["name"], now))
-                        report()
-                    if ready_line and ready_line in line:
-                        next_probe = now        # the log knows: ask at once
-                        if not ready_logged:
-                            timeline.append(("ready_line", now))
-                        ready_logged = True
-                        ready_logged_at = now
+                for text in tail.read():
+                    actions += machine.line(now, text)
                 code = running.exit_code()
                 if code is not None:
-                    rest = tail.read()   # what it wrote between our last read and its exit
-                    hit = next((i for i, ln in enumerate(rest) if any(p in ln for p in fatal)), None)
-                    if hit is not None:
-                        found = _cause(rest[hit:], fatal) or rest[hit]
-                        return fail(f"fatal log line in {phases[cur]['name']}: {found.strip()[:600]} "
-                                    f"(process exited with code {code})")
-                    last = next((ln.strip() for ln in reversed(tail.last) if ln.strip()), "")
-                    return fail(f"process exited with code {code} during {phases[cur]['name']}"
-                                + (f"; last log line: {last[:600]}" if last else ""))
+                    for text in tail.read(final=True):   # what it wrote before it exited
+                        actions += machine.line(now, text)
+                    actions += machine.exited(now, code)
                 if probe_task is not None and probe_task.done():
-                    answer = probe_task.result()
-                    probe_task = None
-                    last_answer = answer
-                    done_at = clock()
-                    meaning = readiness["answers"].get(answer, "warming" if answer != "refused" else "starting")
-                    if answer == "200":
-                        successes += 1
-                        if successes >= probe.get("success_threshold", 1):
-                            timeline.append(("ready", done_at))
-                            return Outcome(True, "ready", ready_at=done_at, timeline=timeline)
-                        next_probe = done_at
-                        continue
-                    successes = 0
-                    if meaning == "dead":
-                        return fail(f"health answered {answer}: the engine reports itself dead")
-                    if meaning != answer_state:
-                        answer_state = meaning
-                        report(f"health: {answer} ({meaning})")
-                    next_probe = done_at + probe["interval_s"]
-                    if ready_logged_at is not None and probe_started < ready_logged_at:
-                        next_probe = done_at    # that answer predates the ready line: ask again now
-                budget = phases[cur]["budget_s"]
-                if now - phase_start > budget:
-                    silence = now - phase_start
-                    return fail(f"stalled in {phases[cur]['name']}: no progress for {silence:.0f} s "
-                                f"(budget {budget:g} s){health_note()}")
-                if now - start > readiness["deadline_s"]:
-                    return fail(f"not ready within the deadline of {readiness['deadline_s']:g} s"
-                                f"{health_note()}")
-                if probe_task is None and now >= next_probe:
-                    probe_started = clock()
-                    probe_task = asyncio.ensure_future(_probe(client, url, probe["timeout_s"]))
-                await asyncio.sleep(TICK_S)
+                    answer, probe_task = probe_task.result(), None
+                    actions += machine.probe_answer(clock(), answer)
+                actions += machine.tick(clock())
         finally:
             if probe_task is not None:
                 probe_task.cancel()
-
-
-async def _read_cause(lines: list[str], tail: LogTail, running, fatal: list[str], clock) -> str:
-    """From the first fatal line on, read on briefly (the traceback's last line names the
-    cause) until the cause shows, the process has exited and said all, or the grace ends."""
-    lines = list(lines)
-    deadline = clock() + FATAL_GRACE_S
-    while True:
-        cause = _cause(lines, fatal)
-        if cause is not None:
-            return cause
-        exited = running.exit_code() is not None
-        more = tail.read()
-        lines.extend(more)
-        if more:
-            continue
-        if exited or clock() >= deadline:
-            return _cause(lines, fatal) or lines[0]
-        await asyncio.sleep(TICK_S)

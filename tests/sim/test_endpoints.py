@@ -38,10 +38,8 @@ def test_server_info(shared_sim):
         assert info["speculative_num_steps"] == 3
         assert info["speculative_num_draft_tokens"] == 4
         assert info["max_running_requests"] == 48      # SGLang's default with speculation
-        assert info["version"].endswith("-sim")
+        assert info["version"] == "0.5.23"              # the emulated version
         st = info["internal_states"][0]
-        # warm-up (8 tokens) already counts, as in SGLang: cumulative since startup
-        assert 1.0 <= st["avg_spec_accept_length"] <= 4.0
         assert "last_gen_throughput" in st
     assert "--sim" not in json.dumps(info)
 
@@ -56,6 +54,10 @@ def test_generate_non_stream(shared_sim):
     assert mi["prompt_tokens"] == 4 and mi["completion_tokens"] == 12
     assert mi["finish_reason"] == {"type": "length", "length": 12}
     assert 1 <= mi["spec_verify_ct"] <= 11 and isinstance(mi["id"], str)
+    # 0.5.23 tokenizer_manager: completion tokens (incl. the prefill's) / verify calls
+    assert mi["spec_accept_length"] == 12 / mi["spec_verify_ct"]
+    assert mi["spec_num_proposed_drafts"] == 3 * mi["spec_verify_ct"]
+    assert mi["spec_accept_rate"] == mi["spec_num_correct_drafts"] / mi["spec_num_proposed_drafts"]
 
 
 def test_generate_stream_bench_serving_shape(shared_sim):
@@ -134,9 +136,33 @@ def test_chat(shared_sim):
         ev = sse_events(r)
     assert ev[-1] == "[DONE]"
     assert ev[0]["object"] == "chat.completion.chunk"
-    assert ev[0]["choices"][0]["delta"]["role"] == "assistant"
+    # serving_chat.py: a role-only first chunk, then content chunks without a role
+    assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": "",
+                                            "reasoning_content": None}
+    assert all(e["choices"][0]["delta"]["role"] is None for e in ev[1:-2])
+    assert ev[1]["choices"][0]["delta"]["content"]
     content = "".join(e["choices"][0]["delta"]["content"] for e in ev[:-2])
     assert len(content.split()) == 6 and ev[-2]["usage"]["total_tokens"] == 10
+
+
+def test_chat_stream_continuous_usage_counts_tokens_so_far(shared_sim):
+    """stream_options.continuous_usage_stats (openai/utils.py should_include_usage): every
+    content chunk carries the running usage, so a client can tell how many tokens a
+    multi-token (speculative) chunk brought; without it, content chunks carry none."""
+    msgs = [{"role": "user", "content": "count"}]
+    with httpx.stream("POST", shared_sim.url + "/v1/chat/completions", json={
+            "messages": msgs, "max_tokens": 12, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}) as r:
+        ev = sse_events(r)
+    content = [e for e in ev[1:-2] if e["choices"]]
+    counts = [e["usage"]["completion_tokens"] for e in content]
+    assert counts == sorted(counts) and counts[-1] == 12
+    words = [len(e["choices"][0]["delta"]["content"].split()) for e in content]
+    assert [b - a for a, b in zip([0] + counts, counts)] == words
+    with httpx.stream("POST", shared_sim.url + "/v1/chat/completions", json={
+            "messages": msgs, "max_tokens": 4, "ignore_eos": True, "stream": True}) as r:
+        plain = sse_events(r)
+    assert all(e["usage"] is None for e in plain[:-1])
 
 
 def test_flush_metrics_ping_health(shared_sim):
@@ -148,8 +174,9 @@ def test_flush_metrics_ping_health(shared_sim):
     text = httpx.get(shared_sim.url + "/metrics").text
     for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:num_running_reqs",
                  "sglang:gen_throughput", "sglang:prompt_tokens_total",
-                 "sglang:generation_tokens_total", "sglang:spec_verify_steps_total"):
+                 "sglang:generation_tokens_total", "sglang:spec_verify_calls_total"):
         assert f"\n{name}{{" in "\n" + text
+    assert "spec_verify_steps_total" not in text and "spec_accepted_tokens_total" not in text
 
 
 def test_metrics_404_without_flag(start_sim):
@@ -157,7 +184,7 @@ def test_metrics_404_without_flag(start_sim):
     p.wait_ready()
     assert httpx.get(p.url + "/metrics").status_code == 404
     # no speculation: no avg_spec_accept_length, no spec_verify_ct
-    info = httpx.get(p.url + "/get_server_info").json()
+    info = httpx.get(p.url + "/server_info").json()
     assert "avg_spec_accept_length" not in info["internal_states"][0]
     assert info["max_running_requests"] != 48
     mi = httpx.post(p.url + "/generate", json={"text": "a", "sampling_params": {
@@ -170,5 +197,74 @@ def test_decode_log_line(shared_sim):
         "text": "long run", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}},
         timeout=30)
     log = shared_sim.log()
-    assert "Decode batch. #running-req: 1, #token: " in log
+    assert "Decode batch, #running-req: 1, #token: " in log
     assert "accept len: " in log and "gen throughput (token/s): " in log and "#queue-req: 0" in log
+
+
+def _counters(url: str) -> dict:
+    from specc.run.acceptance import prometheus_values
+    return prometheus_values(httpx.get(url + "/metrics").text)
+
+
+def test_counters_move_when_a_request_finishes(shared_sim):
+    """0.5.23 metrics_collector: generation tokens and verify calls are counted at finish."""
+    before = _counters(shared_sim.url)
+    with httpx.stream("POST", shared_sim.url + "/generate", json={
+            "text": "count me", "stream": True,
+            "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}) as r:
+        lines = r.iter_lines()
+        first = next(ln for ln in lines if ln.startswith("data: "))
+        assert json.loads(first[6:])["meta_info"]["completion_tokens"] >= 1
+        mid = _counters(shared_sim.url)            # tokens streamed, request not finished
+        assert mid.get("sglang:generation_tokens_total") == before.get(
+            "sglang:generation_tokens_total")
+        last = [ln for ln in lines if ln.startswith("data: {")][-1]
+    meta = json.loads(last[6:])["meta_info"]
+    after = _counters(shared_sim.url)
+    assert after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"] == 300
+    verify = after["sglang:spec_verify_calls_total"] - before.get(
+        "sglang:spec_verify_calls_total", 0)
+    assert verify == meta["spec_verify_ct"]
+
+
+def test_avg_accept_length_folds_every_40_decode_iterations(start_sim):
+    """internal_states[0].avg_spec_accept_length appears only once 40 decode iterations
+    ran (warm-up: 7), and the gauge is that window's figure."""
+    from .conftest import SPEC_ARGS
+    p = start_sim(*SPEC_ARGS, "--enable-metrics")
+    p.wait_ready()
+    st = httpx.get(p.url + "/server_info").json()["internal_states"][0]
+    assert "avg_spec_accept_length" not in st
+    assert _counters(p.url)["sglang:spec_accept_length"] == 0.0
+    httpx.post(p.url + "/generate", json={"text": "go", "sampling_params": {
+        "max_new_tokens": 200, "ignore_eos": True}}, timeout=30)
+    st = httpx.get(p.url + "/server_info").json()["internal_states"][0]
+    avg = st["avg_spec_accept_length"]
+    decode_lines = [ln for ln in p.log().splitlines() if "Decode batch, " in ln]
+    assert decode_lines                         # at least one 40-iteration window logged
+    windows = [float(ln.split("accept len: ")[1].split(",")[0]) for ln in decode_lines]
+    assert abs(_counters(p.url)["sglang:spec_accept_length"] - windows[-1]) < 0.006
+    assert 1.0 <= avg <= 4.0
+
+
+def test_get_endpoints_deprecated_with_a_log_line_per_call(shared_sim):
+    before = shared_sim.log().count("Endpoint '/get_server_info' is deprecated")
+    for _ in range(2):
+        assert httpx.get(shared_sim.url + "/get_server_info").status_code == 200
+    assert httpx.get(shared_sim.url + "/server_info").status_code == 200
+    httpx.get(shared_sim.url + "/get_model_info")
+    log = shared_sim.log()
+    assert log.count("Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                     "version. Please use '/server_info' instead.") == before + 2
+    assert "Endpoint '/get_model_info' is deprecated" in log
+
+
+def test_health_generate_runs_a_generation(shared_sim, tmp_path):
+    """0.5.23: the check submits a 1-token request and polls once a second; the
+    health request itself shows as a prefill batch, and counts in no counter."""
+    before = _counters(shared_sim.url)
+    n = shared_sim.log().count("Prefill batch, ")
+    assert httpx.get(shared_sim.url + "/health_generate", timeout=30).status_code == 200
+    assert shared_sim.log().count("Prefill batch, ") == n + 1
+    assert _counters(shared_sim.url).get("sglang:num_requests_total") == before.get(
+        "sglang:num_requests_total")

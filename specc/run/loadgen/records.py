@@ -1,0 +1,46 @@
+"""What one request produced (RequestRecord) and what one benchmark point did (LoadResult)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    ok: bool = False
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0          # as reported by the engine (usage / meta_info), else chunks
+    requested_output_tokens: int = 0
+    ttft: float = 0.0               # s, send -> first non-empty content chunk
+    # s, per-token ITL as bench_serving computes it: each chunk's gap spread over its tokens
+    itls: list[float] = field(default_factory=list)
+    chunk_gaps: list[float] = field(default_factory=list)  # s, between content chunks
+    e2e_latency: float = 0.0        # s, send -> end of stream
+    start: float = 0.0              # epoch s, just before the request is written
+    first_token_t: float = 0.0      # epoch s
+    end: float = 0.0                # epoch s
+    chunk_times: list[float] = field(default_factory=list)  # epoch s of content chunks
+    chunk_count: int = 0            # non-empty content chunks
+    # new tokens each content chunk brought, when the server counts them per chunk
+    # (/generate's meta_info, OpenAI usage with continuous_usage_stats); else empty
+    chunk_tokens: list[int] = field(default_factory=list)
+    rid: str | None = None          # response id (OpenAI "id", SGLang meta_info.id)
+    status: int = 0                 # HTTP status, 0 if none
+    index: int = -1                 # position in the prompt list (-1 for warm-up)
+
+    @property
+    def tpot(self) -> float | None:
+        if self.ok and self.output_tokens > 1:
+            return (self.e2e_latency - self.ttft) / (self.output_tokens - 1)
+        return None
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]
+    duration_s: float
+    metrics: dict[str, float]
+    warmup_records: list[RequestRecord]
+    max_in_flight: int = 0
+    server_gone: bool = False       # connection refused: new requests were not sent

@@ -1,0 +1,142 @@
+"""run_load: warm-up, then one benchmark point at a concurrency cap and/or a Poisson rate."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import math
+import random
+import time
+from typing import Callable
+from urllib.parse import urlsplit
+
+from specc.run.datasets import Prompt
+from specc.run.loadgen.client import FastClient, ServerGone
+from specc.run.loadgen.httpx_client import HttpxClient
+from specc.run.loadgen.metrics import summarize
+from specc.run.loadgen.records import LoadResult, RequestRecord
+from specc.run.loadgen.sse import API_PATHS, request_body
+
+log = logging.getLogger(__name__)
+
+WARMUP_MAX_TOKENS = 8
+
+
+async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
+                   model: str, concurrency: int | None, request_rate: float = float("inf"),
+                   warmup: int = 1, seed: int = 0, timeout_s: float = 600.0,
+                   on_request_done: Callable[[RequestRecord], None] | None = None,
+                   transport: str = "auto", kernel_timestamps: bool = True,
+                   disable_gc: bool = True) -> LoadResult:
+    """Run one benchmark point; per-request failures become ``ok=False`` records.
+
+    If the server refuses connections (it is gone), no further requests are
+    sent: the unsent ones are recorded as failed with ``error="not sent: ..."``
+    and ``LoadResult.server_gone`` is set.
+    """
+    if api not in API_PATHS:
+        raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+    if not request_rate > 0:
+        raise ValueError(f"request_rate must be > 0, got {request_rate}")
+    if transport == "auto":
+        transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
+    if transport == "fast":
+        client = FastClient(base_url, timeout_s, kernel_timestamps)
+    elif transport == "httpx":
+        client = HttpxClient(base_url, timeout_s, concurrency or max(len(prompts), 1))
+    else:
+        raise ValueError(f"unknown transport {transport!r}")
+
+    state = {"in_flight": 0, "max": 0, "gone": None}
+
+    async def one(rec: RequestRecord, payload: bytes) -> RequestRecord:
+        if state["gone"]:
+            rec.error = f"not sent: {state['gone']}"
+            return rec
+        state["in_flight"] += 1
+        if state["in_flight"] > state["max"]:
+            state["max"] = state["in_flight"]
+        try:
+            await client.request(rec, api, payload)
+        except ServerGone as e:
+            state["gone"] = str(e)
+            rec.error = str(e)
+            rec.end = time.time()
+        except Exception as e:  # never raise for one request
+            log.exception("load generator: request failed unexpectedly")
+            rec.error = f"client error: {type(e).__name__}: {e}"
+        finally:
+            state["in_flight"] -= 1
+        if on_request_done is not None:
+            try:
+                on_request_done(rec)
+            except Exception:
+                log.exception("load generator: on_request_done callback failed")
+        return rec
+
+    gc_was = gc.isenabled()
+    warm: list[RequestRecord] = []
+    records: list[RequestRecord] = []
+    t0 = t1 = time.time()
+    try:
+        # -- warm-up: sequential, short, excluded from the metrics
+        for i in range(warmup if prompts else 0):
+            p = prompts[i % len(prompts)]
+            n = min(p.output_tokens, WARMUP_MAX_TOKENS)
+            rec = RequestRecord(input_tokens=p.input_tokens, requested_output_tokens=n)
+            try:
+                await client.request(rec, api, request_body(api, model, p.text, n))
+            except ServerGone as e:
+                state["gone"] = str(e)
+                rec.error = str(e)
+            warm.append(rec)
+            if state["gone"]:
+                break
+
+        # -- measured run
+        if disable_gc and gc_was:
+            gc.collect()
+            gc.disable()
+        sem = asyncio.Semaphore(concurrency) if concurrency else None
+        payloads = [request_body(api, model, p.text, p.output_tokens) for p in prompts]
+        records = [RequestRecord(input_tokens=p.input_tokens,
+                                 requested_output_tokens=p.output_tokens, index=i)
+                   for i, p in enumerate(prompts)]
+
+        async def gated(rec: RequestRecord, payload: bytes) -> RequestRecord:
+            if sem is None:
+                return await one(rec, payload)
+            async with sem:
+                return await one(rec, payload)
+
+        rng = random.Random(seed)
+        tasks = []
+        t0 = time.time()
+        next_t = t0
+        loop = asyncio.get_running_loop()
+        for rec, payload in zip(records, payloads):
+            if state["gone"]:
+                rec.error = f"not sent: {state['gone']}"
+                continue
+            tasks.append(loop.create_task(gated(rec, payload)))
+            if math.isfinite(request_rate):
+                next_t += rng.expovariate(request_rate)
+                delay = next_t - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        if tasks:
+            await asyncio.gather(*tasks)
+        t1 = time.time()
+    finally:
+        if disable_gc and gc_was:
+            gc.enable()
+        await client.aclose()
+    duration = t1 - t0
+    return LoadResult(records=records, duration_s=duration,
+                      metrics=summarize(records, duration, concurrency=concurrency,
+                                        max_in_flight=state["max"]),
+                      warmup_records=warm, max_in_flight=state["max"],
+                      server_gone=bool(state["gone"]))

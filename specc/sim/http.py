@@ -1,0 +1,393 @@
+"""HTTP routes, shaped like SGLang 0.5.23's (srt/entrypoints/http_server.py,
+srt/entrypoints/openai/serving_chat.py, serving_completions.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from . import versions
+from .args import Sim
+from .log import log
+from .scheduler import Req, Scheduler
+from .stream import SimStream
+from .truth import started_epoch
+
+#: SGLANG_HEALTH_CHECK_TIMEOUT (srt/entrypoints/http_server.py), seconds
+HEALTH_CHECK_TIMEOUT_ENV = "SGLANG_HEALTH_CHECK_TIMEOUT"
+#: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (srt/environ.py, default true): /health too generates
+HEALTH_GENERATION_ENV = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
+
+
+def _env_true(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+class App:
+    STARTING, READY = "starting", "ready"
+
+    def __init__(self, sim: Sim, sched: Scheduler):
+        self.sim = sim
+        self.sched = sched
+        self.status = self.STARTING
+        self.ready_mono: float | None = None
+        self.flap = 0
+        self.port = sim.args.port
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/health_generate", self.health, methods=["GET"]),
+            Route("/ping", self.ping, methods=["GET"]),
+            Route("/get_model_info", self.get_model_info, methods=["GET"]),
+            Route("/model_info", self.model_info, methods=["GET"]),
+            Route("/get_server_info", self.get_server_info, methods=["GET"]),
+            Route("/server_info", self.server_info, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/flush_cache", self.flush_cache, methods=["GET", "POST"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/generate", self.generate, methods=["POST", "PUT"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+        ]
+        self.app = Starlette(routes=routes)
+
+    # -- readiness ------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        """0.5.23 ``health_generate`` (both paths): 503 while starting; else a
+        1-token generation, polled once a second: 200 as soon as the scheduler
+        produced any output since the check began (so >= 1 s), 503 after
+        $SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without any.  ``/health`` answers at
+        once only with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false."""
+        f = self.sim.fault
+        if self.status != self.READY:
+            return Response(status_code=503)
+        if f is not None:
+            if f.name == "health_503_forever":
+                return Response(status_code=503)
+            if f.name == "health_flap":
+                self.flap += 1
+                if self.flap % 2 == 0:
+                    return Response(status_code=503)
+            if f.name == "health_after":
+                wait = f.arg if f.arg is not None else 30.0
+                if time.monotonic() - (self.ready_mono or 0) < wait:
+                    return Response(status_code=503)
+        generates = self.sim.behaviour["health_generates"]
+        if request.url.path == "/health":
+            generates = generates and _env_true(HEALTH_GENERATION_ENV, True)
+        if not generates:
+            return Response(status_code=200)
+        timeout = float(os.environ.get(HEALTH_CHECK_TIMEOUT_ENV, "20"))
+        tic_wall, tic = time.time(), time.monotonic()
+        r = self.sched.submit("health", 1, 1, True, False, health=True)
+        try:
+            while time.monotonic() < tic + timeout:
+                await asyncio.sleep(1)
+                if self.sched.last_output_mono > tic:
+                    return Response(status_code=200)
+        finally:
+            r.aborted = True
+        last = self.sched.last_output_mono
+        log(versions.render(self.sim.version, "health_failed", timeout=int(timeout),
+                            tic=time.strftime("%H:%M:%S", time.localtime(tic_wall)),
+                            last=time.strftime("%H:%M:%S", time.localtime(
+                                time.time() - (time.monotonic() - last)))))
+        return Response(status_code=503)
+
+    async def ping(self, request: Request) -> Response:
+        return PlainTextResponse("pong")
+
+    # -- info -----------------------------------------------------------------------
+    def _model_info(self) -> dict:
+        return {"model_path": self.sim.args.model_path, "served_model_name": self.sim.served_name,
+                "tokenizer_path": self.sim.args.tokenizer_path or self.sim.args.model_path,
+                "is_generation": True, "preferred_sampling_params": None,
+                "weight_version": "default", "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": self.sim.target.get("model_type"),
+                "architectures": self.sim.target.get("architectures")}
+
+    async def model_info(self, request: Request) -> Response:
+        return JSONResponse(self._model_info())
+
+    def _deprecated(self, old: str, new: str) -> None:
+        log(versions.render(self.sim.version, "deprecated_endpoint", old=old, new=new))
+
+    async def get_model_info(self, request: Request) -> Response:
+        self._deprecated("/get_model_info", "/model_info")
+        return await self.model_info(request)
+
+    async def get_server_info(self, request: Request) -> Response:
+        self._deprecated("/get_server_info", "/server_info")
+        return await self.server_info(request)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": self.sim.served_name, "object": "model", "created": int(started_epoch()),
+            "owned_by": "sglang", "root": self.sim.served_name, "parent": None,
+            "max_model_len": self.sim.context_length}]})
+
+    def internal_state(self) -> dict:
+        s = self.sched
+        st = {"last_gen_throughput": s.last_gen_throughput, "memory_usage": {
+            "weight": round(self.sim.weight_gb_per_gpu, 2), "kvcache": round(self.sim.kv_gb, 2),
+            "token_capacity": self.sim.max_total_tokens, "graph": 1.73},
+            "effective_max_running_requests_per_dp": self.sim.max_running}
+        avg = s.avg_accept() if self.sim.spec is not None else None
+        if avg is not None:   # folded every decode-log interval (internal_state.py)
+            st["avg_spec_accept_length"] = avg
+        return st
+
+    async def server_info(self, request: Request) -> Response:
+        info = {k: v for k, v in vars(self.sim.args).items() if not k.startswith("sim_")}
+        info["port"] = self.port
+        info["speculative_algorithm"] = self.sim.algorithm
+        info["context_length"] = self.sim.args.context_length
+        info["internal_states"] = [self.internal_state()]
+        info["mem_fraction_static"] = self.sim.mem_fraction
+        info["version"] = self.sim.version
+        info["status"] = "Up" if self.status == self.READY else "Starting"
+        info["sim"] = {"emulates": f"sglang {self.sim.version}", "acceptance": self.sim.args.sim_acceptance, "seed": self.sim.args.sim_seed,
+                       "fault": str(self.sim.fault) if self.sim.fault else None,
+                       "target_facts_source": self.sim.target_src,
+                       "draft_facts_source": self.sim.draft_src,
+                       "max_total_num_tokens": self.sim.max_total_tokens}
+        return JSONResponse(info)
+
+    async def flush_cache(self, request: Request) -> Response:
+        return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
+                                 "(When there are running or waiting requests, the operation "
+                                 "will not be performed.)\n")
+
+    async def metrics(self, request: Request) -> Response:
+        if not self.sim.args.enable_metrics:
+            return PlainTextResponse("Not Found", status_code=404)
+        s, name = self.sched, self.sim.served_name
+        # Labels as 0.5.23 sets them (srt/observability/metrics_collector.py):
+        # the scheduler's carry its ranks, the tokenizer's is_streaming.
+        sched = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+        tok = f'model_name="{name}",engine_type="unified"'
+        rows = [
+            ("sglang:num_running_reqs", "gauge", "The number of running requests.",
+             [(sched, len(s.running))]),
+            ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.",
+             [(sched, len(s.waiting))]),
+            ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).",
+             [(sched, s.last_gen_throughput)]),
+            ("sglang:token_usage", "gauge", "The token usage.",
+             [(sched, round(s._token_count() / max(1, self.sim.max_total_tokens), 2))]),
+            ("sglang:spec_accept_length", "gauge",
+             "Mean acceptance length of speculative decoding (accepted drafts + bonus token "
+             "per forward).", [(sched, s.gauge_accept_length)]),
+            ("sglang:spec_accept_rate", "gauge",
+             "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).",
+             [(sched, s.gauge_accept_rate)]),
+            ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+             [(f'{tok},is_streaming="{str(k).lower()}"', v[0]) for k, v in s.finished.items()]),
+            ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.",
+             [(f'{tok},is_streaming="{str(k).lower()}"', v[1]) for k, v in s.finished.items()]),
+            ("sglang:num_requests_total", "counter", "Number of requests processed.",
+             [(f'{tok},is_streaming="{str(k).lower()}"', v[2]) for k, v in s.finished.items()]),
+        ]
+        if s.verify_calls_total:   # the labelled child exists once incremented
+            rows.append(("sglang:spec_verify_calls_total", "counter",
+                         "Number of speculative decoding verification calls.",
+                         [(tok, s.verify_calls_total)]))
+        out = []
+        for metric, kind, help_, samples in rows:
+            out.append(f"# HELP {metric} {help_}\n# TYPE {metric} {kind}\n")
+            out.extend(f"{metric}{{{labels}}} {float(value)}\n" for labels, value in samples)
+        return Response("".join(out), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # -- generation -------------------------------------------------------------------
+    async def _json(self, request: Request) -> dict | Response:
+        try:
+            body = await request.json()
+        except Exception:
+            return _error(400, "Invalid JSON body")
+        if not isinstance(body, dict):
+            return _error(400, "Request body must be a JSON object")
+        return body
+
+    def _check_len(self, prompt_tokens: int) -> Response | None:
+        if prompt_tokens >= self.sim.context_length:
+            return _error(400, f"The input ({prompt_tokens} tokens) is longer than the model's "
+                               f"context length ({self.sim.context_length} tokens).")
+        return None
+
+    def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool) -> Req:
+        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream)
+
+    def _meta(self, r: Req, final: bool) -> dict:
+        m = {"id": r.rid, "finish_reason": r.finish_reason if final else None,
+             "prompt_tokens": r.prompt_tokens, "completion_tokens": len(r.tokens),
+             "cached_tokens": 0, "e2e_latency": time.time() - r.created}
+        spec = self.sim.spec
+        proposed = r.verify_ct * (spec.num_draft_tokens - 1) if spec is not None else 0
+        if r.verify_ct > 0 and proposed > 0:
+            # srt/managers/tokenizer_manager.py _calculate_spec_decoding_metrics:
+            # completion tokens (incl. the prefill's first token) / verify calls
+            m["spec_accept_rate"] = r.correct_drafts / proposed
+            m["spec_accept_length"] = len(r.tokens) / r.verify_ct
+            m["spec_num_correct_drafts"] = r.correct_drafts
+            m["spec_num_proposed_drafts"] = proposed
+            m["spec_verify_ct"] = r.verify_ct
+        return m
+
+    async def generate(self, request: Request) -> Response:
+        body = await self._json(request)
+        if isinstance(body, Response):
+            return body
+        sp = body.get("sampling_params") or {}
+        if "text" in body and body["text"] is not None:
+            text = body["text"]
+            if isinstance(text, list):
+                return _error(400, "batch requests are not supported by the simulator")
+            key, ptoks = str(text), len(str(text).split())
+        elif "input_ids" in body:
+            ids = body["input_ids"]
+            if ids and isinstance(ids[0], list):
+                return _error(400, "batch requests are not supported by the simulator")
+            key, ptoks = json.dumps(ids), len(ids)
+        else:
+            return _error(400, "Either text or input_ids should be provided.")
+        if (e := self._check_len(ptoks)) is not None:
+            return e
+        max_new = int(sp.get("max_new_tokens") or 128)
+        stream = bool(body.get("stream"))
+        ignore_eos = bool(sp.get("ignore_eos", False))
+        if not stream:
+            r = self._submit(key, ptoks, max_new, ignore_eos, False)
+            await r.done
+            return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
+
+        def chunk(r: Req, final: bool) -> bytes:
+            return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
+                                            "meta_info": self._meta(r, final)}).encode() + b"\n\n"
+        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True),
+                         lambda r: chunk)
+
+    async def completions(self, request: Request) -> Response:
+        body = await self._json(request)
+        if isinstance(body, Response):
+            return body
+        prompt = body.get("prompt")
+        if isinstance(prompt, list):
+            if prompt and isinstance(prompt[0], int):
+                key, ptoks = json.dumps(prompt), len(prompt)
+            elif len(prompt) == 1:
+                key, ptoks = str(prompt[0]), len(str(prompt[0]).split())
+            else:
+                return _error(400, "batch prompts are not supported by the simulator")
+        elif isinstance(prompt, str):
+            key, ptoks = prompt, len(prompt.split())
+        else:
+            return _error(400, "prompt is required")
+        return await self._openai(body, key, ptoks, chat=False)
+
+    async def chat(self, request: Request) -> Response:
+        body = await self._json(request)
+        if isinstance(body, Response):
+            return body
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return _error(400, "messages is required")
+        parts = []
+        for m in msgs:
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, list):
+                c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+            parts.append(str(c or ""))
+        key = "\n".join(parts)
+        return await self._openai(body, key, len(key.split()), chat=True)
+
+    async def _openai(self, body: dict, key: str, ptoks: int, chat: bool) -> Response:
+        if (e := self._check_len(ptoks)) is not None:
+            return e
+        max_new = body.get("max_completion_tokens") or body.get("max_tokens") or (
+            128 if chat else 16)
+        stream = bool(body.get("stream"))
+        ignore_eos = bool(body.get("ignore_eos", False))
+        model = body.get("model") or self.sim.served_name
+        created = int(time.time())
+        obj = "chat.completion" if chat else "text_completion"
+
+        def usage(r: Req) -> dict:
+            return {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + len(r.tokens),
+                    "completion_tokens": len(r.tokens), "prompt_tokens_details": None}
+
+        def reason(r: Req) -> str | None:
+            return None if r.finish_reason is None else r.finish_reason["type"]
+
+        def cid(r: Req) -> str:
+            return ("chatcmpl-" if chat else "cmpl-") + r.rid
+
+        if not stream:
+            r = self._submit(key, ptoks, int(max_new), ignore_eos, False)
+            await r.done
+            text = "".join(r.tokens)
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text,
+                                                  "reasoning_content": None, "tool_calls": None},
+                          "logprobs": None, "finish_reason": reason(r), "matched_stop": None}
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None,
+                          "finish_reason": reason(r), "matched_stop": None}
+            out = {"id": cid(r), "object": obj, "created": created, "model": model,
+                   "choices": [choice], "usage": usage(r)}
+            return JSONResponse(out)
+
+        # openai/utils.py should_include_usage: continuous_usage_stats puts the running
+        # usage (completion_tokens so far) on every content chunk
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        obj_chunk = "chat.completion.chunk" if chat else "text_completion"
+
+        def make_chunk(r: Req):
+            state = {"sent": 0}
+            rid = cid(r)
+
+            def chunk(r: Req, final: bool) -> bytes:
+                delta = "".join(r.tokens[state["sent"]:])
+                first = state["sent"] == 0
+                state["sent"] = len(r.tokens)
+                role = b""
+                if chat:
+                    d = {"role": None, "content": delta, "reasoning_content": None}
+                    choice = {"index": 0, "delta": d, "logprobs": None,
+                              "finish_reason": reason(r) if final else None, "matched_stop": None}
+                    if first:   # serving_chat.py: a role-only chunk opens the stream
+                        role = b"data: " + json.dumps({
+                            "id": rid, "object": obj_chunk, "created": created, "model": model,
+                            "choices": [{"index": 0, "delta": {
+                                "role": "assistant", "content": "", "reasoning_content": None},
+                                "logprobs": None, "finish_reason": None, "matched_stop": None}],
+                            "usage": None}).encode() + b"\n\n"
+                else:
+                    choice = {"index": 0, "text": delta, "logprobs": None,
+                              "finish_reason": reason(r) if final else None, "matched_stop": None}
+                data = {"id": rid, "object": obj_chunk, "created": created, "model": model,
+                        "choices": [choice], "usage": usage(r) if continuous else None}
+                out = role + b"data: " + json.dumps(data).encode() + b"\n\n"
+                if final and include_usage:
+                    out += b"data: " + json.dumps({"id": rid, "object": obj_chunk,
+                                                   "created": created, "model": model,
+                                                   "choices": [], "usage": usage(r)}).encode() + b"\n\n"
+                return out
+            return chunk
+        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True),
+                         make_chunk)
+
+
+def _error(code: int, msg: str) -> Response:
+    return JSONResponse({"object": "error", "message": msg, "type": "BadRequestError",
+                         "param": None, "code": code}, status_code=code)
+

@@ -1,0 +1,359 @@
+"""The scheduler: continuous batching in real time, acceptance, and SGLang's counters.
+
+One asyncio task advances simulated steps against absolute wall-clock
+deadlines (see ``Scheduler.run``).  Counters follow 0.5.23:
+
+* scheduler side (srt/managers/scheduler_components/metrics_reporter.py): each
+  verify adds the batch size to a window's forward count and the accepted
+  tokens (incl. the bonus token) to its accept count; every
+  ``--decode-log-interval`` (40) decode iterations the window is logged
+  (``accept len``), exported as the gauges ``sglang:spec_accept_length`` /
+  ``sglang:spec_accept_rate`` and only then folded into the totals behind
+  ``internal_states[0].avg_spec_accept_length``
+  (srt/managers/scheduler_components/internal_state.py);
+* tokenizer side (srt/observability/metrics_collector.py
+  ``observe_one_finished_request``): ``sglang:prompt_tokens_total``,
+  ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` and
+  ``sglang:spec_verify_calls_total`` grow when a request FINISHES (health
+  checks are not counted: ``log_metrics=False``).
+
+Tokens.  There is no tokenizer: a prompt's token count is its number of
+whitespace-separated words (chat: all message contents joined; ``input_ids``:
+their count); an emitted token is one short word `` tokN``, drawn from a
+random generator seeded by (``--sim-seed``, prompt), so the same prompt gives
+the same text and the same acceptance sequence, whatever else is running.
+Without ``ignore_eos`` a request may stop early at a seeded EOS (geometric,
+mean 256 tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import math
+import random
+import time
+
+from specc.perf import model as perf
+
+from . import truth, versions
+from .args import Sim
+from .log import log
+
+EOS_MEAN_TOKENS = 256.0
+#: The scheduler sleeps on the event loop until this long before a step's
+#: deadline, then spins: epoll rounds timeouts up to whole milliseconds.
+SPIN_LEAD_S = 0.0015
+
+
+class Req:
+    __slots__ = ("rid", "prompt_tokens", "max_new", "ignore_eos", "eos_at", "acc_rng", "text_rng",
+                 "tokens", "verify_ct", "finished", "finish_reason", "event", "pending", "due",
+                 "aborted", "warmup", "health", "stream", "created", "first_sent", "sent", "done",
+                 "correct_drafts", "writer", "build", "prebuilt", "cut", "truncated")
+
+    def __init__(self, rid: str, prompt_key: str, prompt_tokens: int, max_new: int,
+                 ignore_eos: bool, seed: int, stream: bool, warmup: bool = False,
+                 health: bool = False):
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.max_new = max(1, int(max_new))
+        self.ignore_eos = ignore_eos
+        self.acc_rng = random.Random(f"{seed}|acc|{prompt_key}")
+        self.text_rng = random.Random(f"{seed}|text|{prompt_key}")
+        # EOS position: geometric with mean EOS_MEAN_TOKENS (drawn even with ignore_eos,
+        # so the text stream is the same either way).
+        u = self.text_rng.random()
+        self.eos_at = 1 + int(-EOS_MEAN_TOKENS * math.log(1.0 - u))
+        self.tokens: list[str] = []
+        self.verify_ct = 0
+        self.correct_drafts = 0
+        self.finished = False
+        self.finish_reason: dict | None = None
+        self.event = asyncio.Event()
+        self.pending = 0
+        self.due = 0.0
+        self.aborted = False
+        self.warmup = warmup
+        self.health = health
+        self.stream = stream
+        self.created = time.time()
+        self.first_sent = False
+        self.sent = 0
+        self.done = asyncio.get_running_loop().create_future()
+        self.writer = None       # fast path: writes a pre-framed chunk to the transport
+        self.build = None        # (req, final) -> SSE bytes
+        self.prebuilt = b""
+        self.cut: int | None = None
+        self.truncated = False
+
+    def limit(self) -> int:
+        return self.max_new if self.ignore_eos else min(self.max_new, self.eos_at)
+
+    def add_tokens(self, n: int) -> int:
+        n = min(n, self.limit() - len(self.tokens))
+        rng = self.text_rng
+        self.tokens.extend(f" tok{rng.randrange(32000)}" for _ in range(n))
+        if len(self.tokens) >= self.limit():
+            self.finished = True
+            if len(self.tokens) >= self.max_new:
+                self.finish_reason = {"type": "length", "length": self.max_new}
+            else:
+                self.finish_reason = {"type": "stop", "matched": 2}
+        return n
+
+
+class Scheduler:
+    def __init__(self, sim: Sim):
+        self.sim = sim
+        self.waiting: collections.deque[Req] = collections.deque()
+        self.running: list[Req] = []
+        self.wake = asyncio.Event()
+        self.counter = 0
+        self.interval = max(1, sim.args.decode_log_interval)
+        # scheduler side: the current window and the folded totals (metrics_reporter)
+        self.win_accept = 0       # accepted tokens incl. bonus, summed over requests
+        self.win_correct = 0      # accepted drafts (no bonus)
+        self.win_forward = 0      # verify calls x batch size
+        self.total_accept = 0
+        self.total_forward = 0
+        self.gauge_accept_length = 0.0
+        self.gauge_accept_rate = 0.0
+        # tokenizer side: counted when a request finishes, per is_streaming label
+        self.finished = {False: [0, 0, 0], True: [0, 0, 0]}  # prompt, generation, requests
+        self.verify_calls_total = 0
+        self.decode_steps = 0
+        self.last_gen_throughput = 0.0
+        self.last_output_mono = 0.0   # the detokenizer's last_receive_tstamp (health checks)
+        self._tp_window: collections.deque = collections.deque(maxlen=self.interval)
+        self._last_prefill_mono = time.monotonic()
+        self.first_gen_mono: float | None = None
+        self.real_gen_tokens = 0
+        self.late_max = 0.0
+
+    # -- admission --------------------------------------------------------------
+    def new_rid(self) -> str:
+        self.counter += 1
+        return hashlib.md5(f"{self.sim.args.sim_seed}:{self.counter}".encode()).hexdigest()
+
+    def submit(self, prompt_key: str, prompt_tokens: int, max_new: int, ignore_eos: bool,
+               stream: bool, warmup: bool = False, health: bool = False) -> Req:
+        r = Req(self.new_rid(), prompt_key, prompt_tokens, max_new, ignore_eos,
+                self.sim.args.sim_seed, stream, warmup, health)
+        self.waiting.append(r)
+        if not warmup and not health:
+            truth.TRUTH.add({"event": "request", "t": time.time(), "rid": r.rid,
+                       "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new})
+        self.wake.set()
+        return r
+
+    # -- stats --------------------------------------------------------------------
+    def avg_accept(self) -> float | None:
+        """internal_states[0].avg_spec_accept_length: the folded totals only."""
+        return self.total_accept / self.total_forward if self.total_forward else None
+
+    def _fold_window(self) -> tuple[float, float]:
+        """Every decode-log interval: the window's figures, then into the totals."""
+        spec = self.sim.spec
+        if spec is None or not self.win_forward:
+            return 0.0, 0.0
+        length = self.win_accept / self.win_forward
+        drafted = self.win_forward * max(0, spec.num_draft_tokens - 1)
+        rate = self.win_correct / drafted if drafted else 0.0
+        self.total_accept += self.win_accept
+        self.total_forward += self.win_forward
+        self.win_accept = self.win_correct = self.win_forward = 0
+        self.gauge_accept_length, self.gauge_accept_rate = length, rate
+        return length, rate
+
+    def _finish(self, r: Req) -> None:
+        """observe_one_finished_request: counters move when a request finishes."""
+        if r.health:
+            return
+        row = self.finished[r.stream]
+        row[0] += r.prompt_tokens
+        row[1] += len(r.tokens)
+        row[2] += 1
+        self.verify_calls_total += r.verify_ct
+
+    # -- the loop -----------------------------------------------------------------
+    async def _sleep_until(self, loop, due: float) -> None:
+        # epoll rounds its timeout up to whole milliseconds: sleep to ~1.2 ms
+        # before the deadline, then spin (yielding nothing) for the remainder.
+        delay = due - loop.time() - SPIN_LEAD_S
+        if delay > 0:
+            await asyncio.sleep(delay)
+        while time.monotonic() < due:
+            pass
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        sim, spec = self.sim, self.sim.spec
+        depth, a_eff = (perf.effective_depth_and_accept(
+            spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens) if spec else (0, 0.0))
+        prev_due: float | None = None
+        while True:
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                await self.wake.wait()
+                prev_due = None
+            now = loop.time()
+            base = now if prev_due is None or now - prev_due > 0.05 else prev_due
+            admit: list[Req] = []
+            if self.waiting and len(self.running) < sim.max_running:
+                while self.waiting and len(self.running) + len(admit) < sim.max_running:
+                    r = self.waiting.popleft()
+                    if not r.aborted:
+                        admit.append(r)
+            if admit:
+                ntok = sum(r.prompt_tokens for r in admit)
+                dur = sim.cost.prefill_s(ntok)
+                if sim.draft_cost is not None:
+                    dur += sim.draft_cost.prefill_s(ntok)
+                self._log_prefill(admit, ntok)
+            elif self.running:
+                context = self._token_count() / len(self.running)  # mean KV length
+                dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost,
+                                         context)
+            else:
+                prev_due = None
+                continue
+            due = base + dur
+            outs: list[tuple[Req, int]] = []
+            if admit:
+                for r in admit:
+                    outs.append((r, self._advance(r, 1)))
+                    if not r.finished:
+                        self.running.append(r)
+            else:
+                emitted = 0
+                for r in self.running:
+                    if r.aborted:
+                        continue
+                    n = 1
+                    if spec is not None:
+                        n = perf.sample_accept(r.acc_rng, a_eff, depth)
+                        self.win_accept += n
+                        self.win_correct += n - 1
+                        self.win_forward += 1
+                        r.verify_ct += 1
+                        r.correct_drafts += n - 1
+                    n = self._advance(r, n)
+                    emitted += n
+                    outs.append((r, n))
+                self.decode_steps += 1
+                self._tp_window.append((due, emitted))
+                if self.decode_steps % self.interval == 0:
+                    self._log_decode()
+            await self._sleep_until(loop, due)
+            prev_due = due
+            self.late_max = max(self.late_max, loop.time() - due)
+            for r, n in outs:
+                self._deliver(r, n, due)
+            truth.TRUTH.maybe_flush(time.monotonic())
+            self.running = [r for r in self.running if not r.finished and not r.aborted]
+            if self._mid_run_fault_due("die_mid_run"):
+                log(versions.render(sim.version, "sigquit"))
+                truth.hard_exit(1)
+            if self._mid_run_fault_due("hang_mid_run"):
+                # The scheduler wedges: no tokens, no log lines, yet /health still answers
+                # (users report exactly this with real SGLang).
+                truth.TRUTH.maybe_flush(time.monotonic())
+                await asyncio.Future()
+
+    def _advance(self, r: Req, n: int) -> int:
+        """Decide the step's outcome for r (before its deadline) and pre-build its chunk."""
+        n = r.add_tokens(n)
+        if not r.warmup and not r.health:
+            self.real_gen_tokens += n
+            if self.first_gen_mono is None:
+                self.first_gen_mono = time.monotonic()
+        if r.writer is not None and not r.aborted:
+            if r.cut is not None and len(r.tokens) >= r.cut and not r.finished:
+                r.truncated = True
+            else:
+                data = r.build(r, r.finished)
+                if r.finished:
+                    data += b"data: [DONE]\n\n"
+                r.prebuilt = b"%x\r\n%s\r\n" % (len(data), data)
+        return n
+
+    def _deliver(self, r: Req, n: int, due: float) -> None:
+        """At the step's deadline: hand the tokens to the client."""
+        r.due = due
+        if r.writer is not None:
+            if r.truncated or r.aborted:
+                r.event.set()
+            elif n:
+                r.writer(r.prebuilt)
+                truth.TRUTH.token(time.monotonic(), due, r.rid, n, not r.first_sent)
+                r.first_sent = True
+                if r.finished:
+                    r.event.set()
+        elif r.stream:
+            r.pending += n
+            r.event.set()
+        elif not r.warmup and not r.health and n:
+            truth.TRUTH.token(time.monotonic(), due, r.rid, n, len(r.tokens) == n)
+        if n:
+            self.last_output_mono = time.monotonic()
+        if r.finished and not r.done.done():
+            self._finish(r)
+            r.done.set_result(None)
+
+    def _mid_run_fault_due(self, name: str) -> bool:
+        """A mid-run fault fires after N generated tokens, or ~1 s of generation."""
+        f = self.sim.fault
+        if f is None or f.name != name or self.first_gen_mono is None:
+            return False
+        if f.arg is not None:
+            return self.real_gen_tokens >= f.arg
+        return time.monotonic() - self.first_gen_mono >= 1.0
+
+    def _token_count(self) -> int:
+        return sum(r.prompt_tokens + len(r.tokens) for r in self.running)
+
+    def _rank0(self) -> int | None:
+        return 0 if self.sim.tp > 1 else None
+
+    def _graph(self, bs: int) -> bool:
+        a = self.sim.args
+        top = a.cuda_graph_max_bs_decode or min(self.sim.max_running, 256 if self.sim.tp < 4
+                                                else 512)
+        return not a.disable_cuda_graph and bs <= top
+
+    def _log_prefill(self, admit: list[Req], ntok: int) -> None:
+        now = time.monotonic()
+        gap, self._last_prefill_mono = now - self._last_prefill_mono, now
+        usage = self._token_count() / max(1, self.sim.max_total_tokens)
+        v = self.sim.version
+        log(versions.render(v, "prefill_batch", iter="", seqs=len(admit), tokens=ntok, cached=0,
+                            usage_parts=versions.render(v, "prefill_usage", usage=usage) + ", ",
+                            running=len(self.running), queued=len(self.waiting), pending=0,
+                            graph_part=self._graph_part(False),
+                            throughput=ntok / gap if gap > 0 else 0.0), self._rank0())
+
+    def _graph_part(self, graph: bool) -> str:
+        v = self.sim.version
+        return versions.render(v, "graph_part", label=versions.render(v, "graph_label"),
+                               graph=graph)
+
+    def _log_decode(self) -> None:
+        w = self._tp_window
+        span = w[-1][0] - w[0][0] if len(w) > 1 else 0.0
+        self.last_gen_throughput = (sum(e for _, e in list(w)[1:]) / span) if span > 0 else 0.0
+        tok = self._token_count()
+        spec = ""
+        if self.sim.spec is not None:
+            length, rate = self._fold_window()
+            spec = versions.render(self.sim.version, "decode_spec", accept_len=length,
+                                   accept_rate=rate)
+        v = self.sim.version
+        usage = versions.render(v, "decode_usage", tokens=tok,
+                                usage=tok / max(1, self.sim.max_total_tokens)) + ", "
+        log(versions.render(v, "decode_batch", iter="", running=len(self.running),
+                            usage_parts=usage, spec=spec,
+                            graph_part=self._graph_part(self._graph(len(self.running))),
+                            throughput=self.last_gen_throughput, queued=len(self.waiting)),
+            self._rank0())

@@ -1,0 +1,103 @@
+"""Token emission: the SSE response the scheduler feeds (``data: ...`` chunks, ``[DONE]``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from starlette.responses import Response
+
+from . import truth
+
+
+class TruncatedStream(Exception):
+    pass
+
+
+class SimStream(Response):
+    """SSE response fed by the scheduler; ends with ``data: [DONE]``.
+
+    Hot path: when uvicorn's raw ``send`` is reachable (the ASGI wrapper puts it
+    in the scope), the scheduler pre-builds each step's chunk before the step's
+    deadline and writes it, already framed as an HTTP/1.1 chunk, straight to
+    the transport at the deadline; h11 still writes the headers and the final
+    zero-length chunk, so the framing stays consistent.  Otherwise (HTTP/1.0,
+    other servers) the chunks go through ASGI ``send`` from this task.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, app, submit, make_chunk):
+        self.a, self.submit, self.make_chunk = app, submit, make_chunk
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"),
+                            (b"cache-control", b"no-cache")]
+
+    async def __call__(self, scope, receive, send) -> None:
+        f = self.a.sim.fault
+        transport = None
+        raw = scope.get("specc.sim.raw_send")
+        if scope.get("http_version") == "1.1" and raw is not None:
+            transport = getattr(getattr(raw, "__self__", None), "transport", None)
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        r = self.submit()
+        r.build = self.make_chunk(r)
+        if f is not None and f.name == "truncate_stream":
+            r.cut = int(f.arg) if f.arg is not None else max(1, r.max_new // 2)
+        if transport is not None:
+            def write(data: bytes, _t=transport, _r=r) -> None:
+                if _t.is_closing():
+                    _r.aborted = True
+                else:
+                    _t.write(data)
+            r.writer = write
+
+        async def watch() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    r.aborted = True
+                    r.event.set()
+                    return
+        watcher = asyncio.ensure_future(watch())
+        try:
+            while True:
+                await r.event.wait()
+                r.event.clear()
+                if r.aborted:
+                    return
+                if r.truncated:
+                    raise TruncatedStream()
+                if r.writer is not None:
+                    if r.finished:
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        return
+                    continue
+                n, r.pending = r.pending, 0
+                if n == 0 and not r.finished:
+                    continue
+                if r.cut is not None and len(r.tokens) >= r.cut and not r.finished:
+                    r.aborted = True
+                    raise TruncatedStream()
+                data = r.build(r, r.finished)
+                truth.TRUTH.token(time.monotonic(), r.due, r.rid, n, not r.first_sent)
+                r.first_sent = True
+                if r.finished:
+                    await send({"type": "http.response.body", "body": data + b"data: [DONE]\n\n",
+                                "more_body": False})
+                    return
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+        finally:
+            r.aborted = r.aborted or not r.finished
+            watcher.cancel()
+
+
+def raw_send_wrapper(app):
+    """ASGI wrapper: expose uvicorn's own ``send`` to SimStream (see its doc)."""
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http":
+            scope["specc.sim.raw_send"] = send
+        await app(scope, receive, send)
+    return asgi
+
