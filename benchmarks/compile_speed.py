@@ -1,7 +1,7 @@
 """How fast specc compiles, and in how much memory, as the matrix grows.
 
     .venv/bin/python benchmarks/compile_speed.py [--runs 3] [--points 10000,100000,1000000]
-    .venv/bin/python benchmarks/compile_speed.py --profile 100000   # cProfile, in-process
+    .venv/bin/python benchmarks/compile_speed.py --profile 100000 [--shape servers]   # cProfile (SORT=tottime)
 
 Each figure is the whole `python -m specc` process (Hydra, compile, plan.json,
 plan.sh, review.md written, review printed), a fresh process per run: wall and
