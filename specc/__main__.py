@@ -15,6 +15,7 @@ from specc import exits
 from specc.config import compose
 from specc.compile.pipeline import compile_config
 from specc.compile.emit import write_outputs
+from specc.run import rundir
 
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
@@ -22,6 +23,10 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     result = compile_config(config)
     config = result.config   # secrets replaced by references: nothing below may echo one
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
+    busy = rundir.busy(run_dir)
+    if busy:   # an executor runs from this plan.json: never rewrite it under it
+        print(f"error RUN_DIR_BUSY: {busy}", file=sys.stderr)
+        return exits.BUSY
     text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
     if not result.ok:
         for d in result.diagnostics:

@@ -1,4 +1,5 @@
 """Exit codes, defined once (CONTRACT.md): 0 ok, 2 invalid input, 3 a server or point
-failed, 130 interrupted."""
+failed (or the run dir stopped taking writes mid-run), 4 the run dir is in use by another
+executor (nothing done; wait or stop it), 130 interrupted."""
 
-OK, INVALID, FAILED, INTERRUPTED = 0, 2, 3, 130
+OK, INVALID, FAILED, BUSY, INTERRUPTED = 0, 2, 3, 4, 130

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,10 +37,23 @@ def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *,
 
 def append_durable(path: Path | str, line: str) -> None:
     """Append one line with a single write(2) and fsync it: lost only if the machine dies
-    before the call returns."""
+    before the call returns. A write that fails or falls short (the disk filled up
+    mid-line) is cut back off and raised, so the file never ends in half of this line."""
+    raw = line.encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line.encode("utf-8"))
-        os.fsync(fd)
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, raw)
+            if written != len(raw):
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (wrote {written} "
+                              f"of {len(raw)} bytes)", str(path))
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise
     finally:
         os.close(fd)

@@ -23,7 +23,9 @@ STATUSES = ("ok", "failed")
 _FIELDS = ("benchmark", "server", "status", "reason", "metrics", "params")
 # what makes a baseline point the matched one: the same workload at the same concurrency
 MATCH_PARAMS = ("concurrency", "api", "dataset", "dataset_path", "input_len", "output_len",
-                "range_ratio", "num_prompts", "request_rate", "seed")
+                "range_ratio", "num_prompts", "request_rate", "seed",
+                # the same prompts, sampling and lengths (issue 10)
+                "categories", "hf_dataset", "hf_subset", "hf_split", "temperature", "ignore_eos")
 
 
 class RowError(ValueError):
@@ -147,6 +149,14 @@ def with_speedup(row: dict, baseline_row: dict | None) -> dict:
     return row
 
 
+def _is_row(line: str) -> bool:
+    try:
+        ResultRow.from_json(json.loads(line))
+    except (ValueError, RowError):
+        return False
+    return True
+
+
 class ResultLog:
     """The executor's view of results.jsonl: rows as written (dicts), appended durably."""
 
@@ -154,6 +164,7 @@ class ResultLog:
         self.path = Path(path)
         self.rows: dict[str, dict] = {}
         self.warnings: list[str] = []
+        self.not_rows: list[str] = []   # lines that are not rows: kept as written on rewrite
         self._load()
 
     def _load(self) -> None:
@@ -164,11 +175,16 @@ class ResultLog:
         if data and not data.endswith(b"\n"):
             # a line cut by a killed writer: drop it, it is the point that was in flight
             data = data[: data.rfind(b"\n") + 1]
-            with open(self.path, "r+b") as f:
-                f.truncate(len(data))
+            try:
+                with open(self.path, "r+b") as f:
+                    f.truncate(len(data))
+            except OSError:
+                pass   # a read-only run dir: ignored in memory all the same
             cut = [f"{self.path.name}: dropped a truncated last line (the point in flight when "
                    "the writer stopped; it runs again)"]
-        rows, warnings = parse_rows(data.decode("utf-8", "replace"), self.path.name)
+        text = data.decode("utf-8", "replace")
+        rows, warnings = parse_rows(text, self.path.name)
+        self.not_rows = [ln for ln in text.splitlines() if ln.strip() and not _is_row(ln)]
         self.warnings = warnings + cut
         self.rows = {k: r.to_json() for k, r in rows.items()}
         for w in self.warnings:
@@ -189,9 +205,11 @@ class ResultLog:
         return len(failed)
 
     def rewrite(self) -> None:
-        """Write the rows known now, atomically (temp file, fsync, rename)."""
-        atomic_write(self.path, "".join(json.dumps(r, ensure_ascii=False, allow_nan=False,
-                                                   default=str) + "\n" for r in self.rows.values()))
+        """Write the rows known now, atomically (temp file, fsync, rename); lines that are
+        not rows (another tool's, a newer specc's) stay, as written."""
+        atomic_write(self.path, "".join(ln + "\n" for ln in self.not_rows) + "".join(
+            json.dumps(r, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+            for r in self.rows.values()))
 
     def get(self, benchmark_id: str) -> dict | None:
         return self.rows.get(benchmark_id)

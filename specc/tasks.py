@@ -1,7 +1,8 @@
 """specc's executor tasks (`specc --help`, or `inv --list` in a checkout). Each runs exactly
 what a plan.json says.
 
-Exit codes: 0 ok, 2 invalid input or plan, 3 a server or point failed.
+Exit codes: 0 ok, 2 invalid input, plan or run dir, 3 a server or point failed, 4 the run
+dir is in use by another executor.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ def _run_dir(run: str) -> Path:
     return d
 
 
+def _plan_points(plan_file: Path) -> int:
+    """How many points plan.json holds; Exit(2) with one line when it is not a plan."""
+    try:
+        data = json.loads(plan_file.read_text())
+        return len(data["benchmarks"])
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    except (KeyError, TypeError):
+        why = "not a plan (no list of benchmarks)"
+    raise Exit(f"error PLAN_UNREADABLE at {plan_file}: {why}", code=2)
+
+
 @task(help={"experiment": "experiment name (specc/conf/experiment/NAME.yaml)",
             "engine": "sglang (default), vllm or sim",
             "overrides": "more Hydra overrides, space-separated, e.g. 'hardware.tp=4'"})
@@ -39,13 +52,14 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
 def run(c, plan, retry_failed=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
     from specc.run.executor import execute_plan
-    from specc.plan import Plan
+    from specc.plan import Plan, PlanError
 
     path = Path(plan)
     try:
         p = Plan.load(path)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
+    except (OSError, PlanError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2)
     code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
     if code:
         raise Exit(code=code)
@@ -57,10 +71,15 @@ def status(c, run):
     from tabulate import tabulate
 
     from specc.run.lifecycle import is_leftover
+    from specc.run.state import StateError, read_state
     from specc.results import ResultLog
 
     d = _run_dir(run)
-    state = json.loads((d / "state.json").read_text()) if (d / "state.json").exists() else {}
+    try:
+        state = read_state(d / "state.json")
+    except StateError as e:
+        raise Exit(f"error STATE_UNREADABLE: {e} (`specc down` or `specc run` moves it aside)",
+                   code=2)
     rows = []
     for sid, s in state.get("servers", {}).items():
         alive = is_leftover(s)
@@ -73,7 +92,7 @@ def status(c, run):
                                   "reason"], tablefmt="simple") if rows else "no servers started yet")
     plan_file = d / "plan.json"
     if plan_file.exists():
-        total = len(json.loads(plan_file.read_text())["benchmarks"])
+        total = _plan_points(plan_file)
         res = ResultLog(d / "results.jsonl").rows
         ok = sum(r["status"] == "ok" for r in res.values())
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
@@ -94,23 +113,61 @@ def logs(c, run, server="", lines=40, follow=False):
         c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
 
 
+@task(help={"plan": "path to a plan.json",
+            "python": "the engine's Python (default: the one each launch command runs under)"})
+def doctor(c, plan, python=""):
+    """Preflight: check the installed engine release and its parser against a plan.
+
+    On the node that will run the servers: the installed engine must be the release the
+    plan targets, and its own argument parser must accept every launch command.
+    Launches nothing; exit 2 with one line per problem."""
+    from specc.plan import Plan
+    from specc.run.doctor import check_plan
+
+    try:
+        p = Plan.load(Path(plan))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
+    problems = check_plan(p, python=python or None)
+    if problems:
+        raise Exit("\n".join(d.line() for d in problems), code=2)
+    version = (p.engine_info or {}).get("version", "")
+    print(f"ok: {p.engine} {version}: its own parser accepts all {len(p.servers)} launch "
+          "command(s)" + ("" if p.engine != "sim" else " (the simulator's parser)"))
+
+
 @task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})
 def down(c, run, grace=10.0):
     """Stop every server this run started (from state.json) and verify they are gone."""
-    from specc.run.lifecycle import group_alive, is_leftover, stop_leftovers, wait_port_free
-    from specc.run.state import RunState
+    from specc import exits
+    from specc.run import rundir
+    from specc.run.lifecycle import is_leftover, stop_leftovers, wait_port_free
+    from specc.run.state import RunState, StateError, corrupt_line
 
     d = _run_dir(run)
-    state = RunState(d / "state.json")
-    stopped = stop_leftovers(state, grace_s=float(grace))
-    for line in stopped:
-        print(f"stopped {line}")
+    try:
+        with rundir.locked(d, need_write=False):
+            try:
+                state = RunState(d / "state.json")
+            except StateError as e:
+                raise Exit(corrupt_line(d / "state.json", e), code=2)
+            outcomes = stop_leftovers(state, grace_s=float(grace))
+    except rundir.RunDirBusy as e:
+        raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY)
+    except rundir.RunDirUnwritable as e:
+        raise Exit(f"error RUN_DIR_UNWRITABLE: {e}", code=2)
+    for _, line in outcomes:
+        print(line)
+    stopped = [line for kind, line in outcomes if kind == "stopped"]
     problems = []
-    for sid, s in state.servers.items():
-        if s.get("pgid") and group_alive(s["pgid"]) and is_leftover(s):
-            problems.append(f"{sid}: process group {s['pgid']} still alive")
-        elif s.get("port") and stopped and not wait_port_free(s.get("host", "localhost"), s["port"], 2):
+    for sid, s in state.servers.items():   # verified from the processes, not from state.json
+        if is_leftover(s):
+            problems.append(f"{sid}: process group {s.get('pgid') or s.get('pid')} still alive")
+        elif (s.get("port") and any(line.startswith(f"stopped {sid} ") for line in stopped)
+              and not wait_port_free(s.get("host", "localhost"), s["port"], 2)):
             problems.append(f"{sid}: port {s['port']} still in use")
+    if state.write_error:
+        print(f"warning: {state.write_error}: state.json does not record this", file=sys.stderr)
     if problems:
         raise Exit("\n".join(problems), code=3)
     print("nothing running" if not stopped else f"{len(stopped)} server(s) stopped; verified gone")
@@ -119,11 +176,16 @@ def down(c, run, grace=10.0):
 @task(help={"run": "run dir (a multirun sweep dir combines its jobs)"})
 def report(c, run):
     """Write report.md/.csv/.json and plots from results.jsonl, and print the tables."""
-    from specc.report import combine_reports, render_terminal, write_report
+    from specc.report import ReportError, combine_reports, render_terminal, write_report
 
     d = _run_dir(run)
     if (d / "plan.json").exists():
-        print(render_terminal(write_report(d)))
+        try:
+            report = write_report(d)
+        except (ReportError, OSError) as e:
+            why = f"{e.strerror} ({e.filename})" if isinstance(e, OSError) and e.strerror else e
+            raise Exit(f"error REPORT: {why}", code=2)
+        print(render_terminal(report))
         print(f"report: {d / 'report.md'}")
         return
     jobs = sorted(p.parent for p in d.glob("*/plan.json"))
@@ -137,7 +199,7 @@ def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures the README quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
-               "executor": "benchmarks/executor_timing.py"}
+               "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py"}
     if not any(Path(script).exists() for script in scripts.values()):
         raise Exit("error: no benchmarks/ here: the benchmarks ship with the source, run this "
                    "in a checkout", code=2)

@@ -90,7 +90,7 @@ def test_plan_json_round_trips(sweep_plan):
 @pytest.mark.parametrize("overrides", [
     ["+experiment=eagle3_sweep"], ["+experiment=eagle3_sweep", "engine=sim"],
     ["+experiment=llama3_eagle3_pack"], ["+experiment=llama3_eagle3_pack", "engine=vllm"],
-    ["+experiment=llama3_eagle3_pack", "benchmark.driver=bench_serving"],
+    ["+experiment=llama3_eagle3_pack", "benchmark.driver=bench_serving", "benchmark.dataset=random"],
 ])
 def test_plan_sh_is_bash_n_clean(compose, tmp_path, overrides):
     result = compile_config(compose(overrides))
@@ -268,8 +268,10 @@ def test_plan_json_is_one_line_per_server_and_point(big_plan, tmp_path):
         assert [json.loads(e.rstrip(",").removesuffix("]")) for e in entries] == value[key]
     other = len(lines) - len(plan.servers) - len(plan.benchmarks)
     assert other == len(value)   # one line per top-level key (the lists open on theirs)
-    # compact: the indented file was ~675 bytes per point, mostly repeated indentation
-    assert len(text.encode()) / len(plan.benchmarks) < 500
+    # compact JSON plus one newline per line: no indentation (the indented file was half
+    # whitespace: 80 MB of it at 10^5 points)
+    compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert len(text) == len(compact) + text.count("\n")
 
 
 def test_plan_files_are_written_without_holding_them_in_memory(big_plan, tmp_path):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from specc.compile.pipeline import compile_config
+from specc.engines import get_engine
 
 
 def _servers(overrides):
@@ -38,15 +41,133 @@ def test_vllm_acceptance_is_one_plus_accepted_per_draft():
     assert spec.acceptance.cumulative is None
 
 
-def test_vllm_flushes_the_prefix_cache_only_in_dev_mode_and_says_so_otherwise():
+def test_vllm_flushes_the_prefix_cache_in_dev_mode_which_specc_sets():
+    """/reset_prefix_cache exists only with VLLM_SERVER_DEV_MODE=1 (else 404 and a warm
+    cache): specc sets it for every server some point of which flushes, and says so."""
     (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none"])
+    assert (server.cache_flush.method, server.cache_flush.path) == ("POST", "/reset_prefix_cache")
+    assert server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none", "benchmark.flush_cache=false"])
+    assert "VLLM_SERVER_DEV_MODE" not in server.env
+    # the config turning dev mode off: no flush, and why
+    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none",
+                          "+engine.env.VLLM_SERVER_DEV_MODE=0"])
     assert server.cache_flush.path is None
     assert "VLLM_SERVER_DEV_MODE=1" in server.cache_flush.unavailable
-    (server,) = _servers([*LLAMA, "engine=vllm", "speculation=none",
-                          "+engine.env.VLLM_SERVER_DEV_MODE=1"])
-    assert (server.cache_flush.method, server.cache_flush.path) == ("POST", "/reset_prefix_cache")
+    assert server.env["VLLM_SERVER_DEV_MODE"] == "0"
 
 
 def test_a_baseline_has_no_acceptance_to_read():
     base = next(s for s in _servers(["+experiment=eagle3_sweep", "engine=sglang"]) if s.baseline)
     assert base.acceptance is None
+
+
+# --- facts keyed by engine release ---------------------------------------------------
+
+def test_versions_sort_as_releases_do():
+    from specc.engines.base import for_version, parse_version
+
+    assert parse_version("0.5.9") < parse_version("0.5.13") < parse_version("0.5.15")
+    assert parse_version("0.5.15") < parse_version("0.5.15.post1") < parse_version("0.5.16")
+    assert parse_version("0.33") == parse_version("0.33.0")
+    table = [("0.5.14", "new"), ("0.5.0", "old")]
+    assert [for_version(v, table) for v in ("0.5.23", "0.5.14", "0.5.13", "0.4.0")] == \
+        ["new", "new", "old", "old"]
+    with pytest.raises(ValueError):
+        parse_version("latest")
+
+
+def test_adapters_default_to_the_pinned_release():
+    assert get_engine("sglang").version == "0.5.23"
+    assert get_engine("sim").version == "0.5.23"
+    assert get_engine("vllm").version == "0.33.0"
+    assert get_engine("vllm", "0.16.0").version_note() is None
+    assert "newer than 0.5.23" in get_engine("sglang", "0.5.24").version_note()
+
+
+def test_sglang_cuda_graph_flag_per_release():
+    # 0.5.23's parser rejects --cuda-graph-max-bs as ambiguous (-decode / -prefill)
+    assert get_engine("sglang").cuda_graph_max_bs_flag == "--cuda-graph-max-bs-decode"
+    assert get_engine("sglang", "0.5.13").cuda_graph_max_bs_flag == "--cuda-graph-max-bs"
+
+
+def _markers(engine):
+    return {m.name: m for m in engine.phase_markers()}
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.9"])
+def test_every_phase_pattern_matches_the_lines_its_release_prints(version):
+    import re
+
+    for m in get_engine("sglang", version).phase_markers():
+        assert m.samples, m.name
+        begin, end = m.samples[0], m.samples[-1]
+        assert any(re.search(p, begin) for p in m.begin), (version, m.name, begin)
+        assert any(re.search(p, end) for p in m.end), (version, m.name, end)
+    for m in get_engine("vllm").phase_markers():
+        assert any(re.search(p, m.samples[0]) for p in m.begin), m.name
+
+
+def test_sglang_0_5_23_phase_order_and_markers():
+    names = [m.name for m in get_engine("sglang").phase_markers()]
+    # both models' weights are one phase: the draft's "Load weight begin" follows the
+    # target's and cannot be told from a later TP rank's target line
+    assert names == ["load_weights", "kv_cache", "capture_cuda_graph",
+                     "capture_draft_cuda_graph", "capture_draft_extend_cuda_graph", "warmup"]
+    import re
+
+    m = _markers(get_engine("sglang"))
+    for name, line in [
+            ("capture_cuda_graph", "Capture target verify CUDA graph begin. backend=full"),
+            ("capture_cuda_graph", "Capture target decode CUDA graph begin. backend=full"),
+            ("capture_draft_cuda_graph", "Capture draft decode CUDA graph begin. backend=full"),
+            ("capture_draft_extend_cuda_graph", "Capture draft extend CUDA graph begin. x")]:
+        assert any(re.search(p, line) for p in m[name].begin), (name, line)
+    # the early-2026 strings are another release's, not 0.5.23's...
+    assert not any(re.search(p, "Capture draft cuda graph begin. This can take")
+                   for p in m["capture_draft_cuda_graph"].begin)
+    # ...and that release's order had the draft's weights after the target's graphs
+    old = [m.name for m in get_engine("sglang", "0.5.9").phase_markers()]
+    assert old.index("load_draft_weights") > old.index("capture_cuda_graph")
+    old_m = _markers(get_engine("sglang", "0.5.9"))
+    assert any(re.search(p, "Capture draft extend cuda graph begin.")
+               for p in old_m["capture_draft_extend_cuda_graph"].begin)
+
+
+def test_readiness_phases_are_lists_of_patterns_in_the_plan(compose):
+    from specc.compile.lower import _spec_for
+
+    cfg = compose(["model_pair.context_length=2048", "speculation.num_steps=1",
+                   "speculation.topk=1", "speculation.num_draft_tokens=2"])
+    spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
+                                          "readiness")})
+    r = get_engine("sglang").readiness(spec)
+    names = [p.name for p in r.phases]
+    assert "capture_draft_cuda_graph" not in names   # num_steps 1: no draft decode graph
+    assert names[:3] == ["launch", "load_weights", "kv_cache"]
+    assert all(p.begin for p in r.phases[1:])
+
+
+def test_vllm_cache_flush_sets_dev_mode_in_the_server_env(compose):
+    from specc.compile.lower import _spec_for
+
+    cfg = compose(["engine=vllm", "model_pair.context_length=2048"])
+    spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
+                                          "readiness")})
+    env, _ = get_engine("vllm").env(spec, [0], flush_cache=True)
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    env, _ = get_engine("vllm").env(spec, [0], flush_cache=False)
+    assert "VLLM_SERVER_DEV_MODE" not in env
+    env, _ = get_engine("sglang").env(spec, [0], flush_cache=True)
+    assert "VLLM_SERVER_DEV_MODE" not in env
+
+
+def test_sglang_acceptance_recipe_follows_the_release():
+    """Run-scoped: delta generation tokens / delta verify calls (0.5.13 on); before that
+    release only the cumulative average exists, labelled as such."""
+    spec = next(s for s in _servers(["+experiment=eagle3_sweep"]) if not s.baseline).acceptance
+    assert (spec.run.numerator, spec.run.denominator) == (
+        "sglang:generation_tokens_total", "sglang:spec_verify_calls_total")
+    old = next(s for s in _servers(["+experiment=eagle3_sweep", "engine.version=0.5.9"])
+               if not s.baseline).acceptance
+    assert old.run is None and old.cumulative.scope == "cumulative"

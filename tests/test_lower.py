@@ -41,7 +41,7 @@ def test_matrix_is_the_product_minus_dropped(compose):
     for steps, topk, ndt in itertools.product(sweep["speculation.num_steps"],
                                               sweep["speculation.topk"],
                                               sweep["speculation.num_draft_tokens"]):
-        if (topk == 1 and ndt != steps + 1) or ndt > steps * topk + 1:
+        if (topk == 1 and ndt != steps + 1) or ndt > topk + (steps - 1) * topk ** 2 + 1:
             expected.add((steps, topk, ndt))
     got = {(d.point["speculation.num_steps"], d.point["speculation.topk"],
             d.point["speculation.num_draft_tokens"]) for d in plan.dropped}
@@ -261,8 +261,67 @@ def test_benchmark_ids_hash_the_server_and_the_client_point(compose):
 
     plan = _compile(compose, PACK).plan
     for b in plan.benchmarks:
-        point = {k: v for k, v in b.params.items() if k != "model"}
+        # the client point: what the engine adds (model, request ids, counters) is not part of it
+        point = {k: v for k, v in b.params.items()
+                 if k not in ("model", "request_id_field", "accept_positions")}
         assert b.id == f"{b.server}-c{point['concurrency']}-{_hash([b.server, _canonical(point)])}"
+
+
+def test_vllm_settings_that_launch_one_server_are_measured_once(compose):
+    """vLLM has no tree: in the pack, 7 labelled EAGLE-3 settings are 4 distinct servers."""
+    result = _compile(compose, PACK + ["engine=vllm"])
+    assert result.ok, result.diagnostics
+    plan = result.plan
+    commands = [(tuple(s.argv[:s.argv.index("--host")]) + tuple(s.argv[s.argv.index("--port") + 2:]),
+                 tuple(sorted((k, v) for k, v in s.env.items() if k != "CUDA_VISIBLE_DEVICES")))
+                for s in plan.servers]
+    assert len(commands) == len(set(commands)) == 5          # baseline + 4 distinct chains
+    merged = [d for d in plan.dropped if d.code == "ENGINE_SAME_SERVER"]
+    assert len(merged) == 3 and all("measured once" in d.reason for d in merged)
+    assert any(d.code == "ENGINE_SAME_SERVER" and d.severity == "warning"
+               for d in result.diagnostics)
+    # SGLang runs all seven: nothing merged there
+    assert not [d for d in _compile(compose, PACK).plan.dropped if d.code == "ENGINE_SAME_SERVER"]
+
+
+def test_vllm_flush_cache_sets_dev_mode_and_says_so(compose):
+    result = _compile(compose, PACK + ["engine=vllm"])
+    assert all(s.env.get("VLLM_SERVER_DEV_MODE") == "1" for s in result.plan.servers)
+    assert any(d.code == "ENGINE_FLUSH_ENV" for d in result.diagnostics)
+    plan = _compile(compose, PACK + ["engine=vllm", "benchmark.flush_cache=false"]).plan
+    assert not any("VLLM_SERVER_DEV_MODE" in s.env for s in plan.servers)
+
+
+def test_the_headline_pair_compiles_on_vllm_0_33(compose):
+    result = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"])
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    result = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests", "engine.version=0.16.0"])
+    assert not result.ok
+    assert any(d.code == "ENGINE_TARGET_UNSUPPORTED" for d in result.diagnostics)
+
+
+def test_plan_records_the_engine_version(compose):
+    plan = _compile(compose, SWEEP).plan
+    assert plan.engine_info["version"] == plan.engine_info["pinned_version"] == "0.5.23"
+    assert "--cuda-graph-max-bs-decode" in _compile(
+        compose, SWEEP + ["engine.cuda_graph_max_bs=64"]).plan.servers[0].argv
+    old = _compile(compose, SWEEP + ["engine.version=0.5.9", "engine.cuda_graph_max_bs=64"]).plan
+    assert old.engine_info["version"] == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
+    names = [p.name for p in old.servers[1].readiness.phases]
+    assert names.index("load_draft_weights") > names.index("capture_cuda_graph")
+    vllm = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"]).plan
+    assert vllm.engine_info["version"] == "0.33.0"
+
+
+def test_an_unverified_engine_version_is_a_warning_and_a_bad_one_an_error(compose):
+    result = _compile(compose, SWEEP + ["engine.version=0.5.30"])
+    assert result.ok
+    (d,) = [d for d in result.diagnostics if d.code == "ENGINE_VERSION_UNVERIFIED"]
+    assert d.path == "engine.version" and "0.5.23" in d.hint
+    result = _compile(compose, SWEEP + ["engine.version=latest"])
+    assert not result.ok
+    (d,) = [d for d in result.diagnostics if d.path == "engine.version"]
+    assert "0.5.23" in d.hint
 
 
 def test_wall_time_estimate_uses_the_hardware_gpu_calibration(compose):

@@ -24,7 +24,7 @@ def _spec(cfg):
 
 def server_diags(compose, overrides, rule=None):
     cfg = compose(overrides)
-    engine = get_engine(cfg["engine"]["name"])
+    engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
     spec = _spec(cfg)
     if rule is None:
         return rules.check_server(spec, engine)
@@ -33,7 +33,7 @@ def server_diags(compose, overrides, rule=None):
 
 def point_diags(compose, overrides, rule, **bench):
     cfg = compose(overrides)
-    engine = get_engine(cfg["engine"]["name"])
+    engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
     return list(rule(_spec(cfg), engine, {**cfg["benchmark"], **bench}))
 
 
@@ -46,7 +46,8 @@ def test_every_rule_is_covered_here():
                "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
                "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
-               "lengths_fit_context", "point_size", "dataset_file"}
+               "lengths_fit_context", "point_size", "dataset_file", "engine_version",
+               "cache_flush", "engine_tree_knobs", "sample_size"}
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES} == covered
 
 
@@ -104,11 +105,19 @@ def test_draft_context_override_is_a_warning_and_sets_the_env(compose):
     assert all("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN" not in s.env for s in plain.plan.servers)
 
 
-def test_draft_context_is_capped_with_a_warning_on_vllm(compose):
+def test_vllm_raises_a_short_drafts_positions_with_a_warning(compose):
+    # vLLM 0.33 raises the draft's max_position_embeddings to the target's (no rope scaling)
     (d,) = server_diags(compose, ["engine=vllm"], rules.draft_context)
-    assert (d.code, d.severity) == ("CONTEXT_DRAFT_CAPPED", "warning")
+    assert (d.code, d.severity) == ("CONTEXT_DRAFT_RAISED", "warning")
+    assert "raises the draft's max_position_embeddings from 2048" in d.message
     assert "model_pair.context_length=2048" in d.hint
     assert server_diags(compose, ["engine=vllm"] + LLAMA, rules.draft_context) == []
+
+
+def test_vllm_lowers_the_targets_length_for_a_yarn_draft(compose):
+    ov = ["engine=vllm", "+model_pair.draft.facts.rope_scaling={type: yarn, factor: 4}"]
+    (d,) = server_diags(compose, ov, rules.draft_context)
+    assert d.code == "CONTEXT_TARGET_LOWERED" and "lowers the served max_model_len" in d.message
 
 
 def test_served_context(compose):
@@ -145,22 +154,45 @@ def test_topk1_draft_tokens(compose):
     assert server_diags(compose, ov + ["engine=vllm"], rules.topk1_draft_tokens) == []
 
 
+def _triple(steps, topk, ndt):
+    return [f"speculation.num_steps={steps}", f"speculation.topk={topk}",
+            f"speculation.num_draft_tokens={ndt}"]
+
+
 def test_draft_tokens_limit(compose):
-    ov = LLAMA + ["speculation.num_steps=2", "speculation.topk=2", "speculation.num_draft_tokens=6"]
-    (d,) = server_diags(compose, ov, rules.draft_tokens_limit)
-    assert d.code == "SPEC_DRAFT_TOKENS_LIMIT" and "<= 5" in d.hint
-    ok = LLAMA + ["speculation.num_steps=2", "speculation.topk=2", "speculation.num_draft_tokens=5"]
-    assert server_diags(compose, ok, rules.draft_tokens_limit) == []
+    # SGLang's tree: topk + (num_steps - 1) * topk^2 + 1 = 2 + 4 + 1 = 7
+    (d,) = server_diags(compose, LLAMA + _triple(2, 2, 8), rules.draft_tokens_limit)
+    assert d.code == "SPEC_DRAFT_TOKENS_LIMIT" and "<= 7" in d.hint
+    for valid in ((2, 2, 6), (2, 2, 7), (3, 4, 16), (1, 4, 5)):   # (2, 2, 6) was dropped before
+        assert server_diags(compose, LLAMA + _triple(*valid), rules.draft_tokens_limit) == [], valid
+    (d,) = server_diags(compose, LLAMA + _triple(1, 4, 6), rules.draft_tokens_limit)
+    assert "<= 5" in d.hint
+    # vLLM has no tree: no bound, but the ignored knobs are said
+    assert server_diags(compose, LLAMA + ["engine=vllm"] + _triple(2, 2, 8),
+                        rules.draft_tokens_limit) == []
+
+
+def test_engine_tree_knobs(compose):
+    (d,) = server_diags(compose, LLAMA + ["engine=vllm"] + _triple(3, 4, 8), rules.engine_tree_knobs)
+    assert (d.code, d.severity) == ("ENGINE_NO_TREE", "warning")
+    assert "num_speculative_tokens=3" in d.message
+    assert server_diags(compose, LLAMA + ["engine=vllm"] + _triple(3, 1, 4),
+                        rules.engine_tree_knobs) == []
+    assert server_diags(compose, LLAMA + _triple(3, 4, 8), rules.engine_tree_knobs) == []
 
 
 def test_draft_architecture(compose):
     (d,) = server_diags(compose, LLAMA + ["speculation=eagle"], rules.draft_architecture)
     assert d.code == "SPEC_DRAFT_ARCH" and "speculation=eagle3" in d.hint
     assert server_diags(compose, LLAMA, rules.draft_architecture) == []
-    # vLLM's EAGLE-3 target allow-list refuses a DeepSeek-V3 target
-    (d,) = server_diags(compose, KIMI + ["engine=vllm"], rules.draft_architecture)
-    assert d.code == "ENGINE_TARGET_UNSUPPORTED"
-    assert server_diags(compose, LLAMA + ["engine=vllm"], rules.draft_architecture) == []
+    # vLLM 0.33 has no EAGLE-3 target allow-list: the headline pair is accepted
+    assert server_diags(compose, KIMI + ["engine=vllm"], rules.draft_architecture) == []
+    # releases before 0.17.0 refused a DeepSeek-V3 target
+    (d,) = server_diags(compose, KIMI + ["engine=vllm", "engine.version=0.16.0"],
+                        rules.draft_architecture)
+    assert d.code == "ENGINE_TARGET_UNSUPPORTED" and "vllm 0.16.0" in d.message
+    assert server_diags(compose, LLAMA + ["engine=vllm", "engine.version=0.16.0"],
+                        rules.draft_architecture) == []
 
 
 def test_draft_shapes(compose):
@@ -234,8 +266,17 @@ def test_running_requests(compose):
     assert point_diags(compose, LLAMA, rules.running_requests, concurrency=48) == []
     assert point_diags(compose, LLAMA + ["engine.max_running_requests=64"], rules.running_requests,
                        concurrency=64) == []
-    (d,) = point_diags(compose, LLAMA + ["engine=vllm"], rules.running_requests, concurrency=300)
-    assert d.path == "engine.max_num_seqs" and "256" in d.message
+    # vLLM's --max-num-seqs default: 1024 on H100/H200-class GPUs, 256 elsewhere
+    assert point_diags(compose, LLAMA + ["engine=vllm"], rules.running_requests, concurrency=300) == []
+    (d,) = point_diags(compose, LLAMA + ["engine=vllm"], rules.running_requests, concurrency=1100)
+    assert d.path == "engine.max_num_seqs" and "1024" in d.message
+    (d,) = point_diags(compose, LLAMA + ["engine=vllm", "hardware=h100x8"], rules.running_requests,
+                       concurrency=1100)
+    assert "1024" in d.message
+    (d,) = point_diags(compose, LLAMA + ["engine=vllm", "hardware.gpu=A100",
+                                         "hardware.gpu_memory_gb=80"], rules.running_requests,
+                       concurrency=300)
+    assert "256" in d.message
     (d,) = point_diags(compose, LLAMA + ["engine.cuda_graph_max_bs=8"], rules.running_requests,
                        concurrency=16)
     assert d.code == "CUDA_GRAPH_BS"
@@ -355,9 +396,9 @@ def test_point_size(compose):
      131072),
     # a plain factor multiplies
     ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4}}, 16384),
-    # yarn without original_max_position_embeddings: transformers 5.19 (pinned by sglang
-    # 0.5.23) fills it in, so SGLang ignores the factor
+    # 0.5.23 (transformers 5) fills in original_max_position_embeddings for yarn: no factor
     ({"max_position_embeddings": 4096, "rope_scaling": {"type": "yarn", "factor": 2}}, 4096),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "longrope", "factor": 2}}, 4096),
     # first present key wins
     ({"seq_length": 8192, "max_position_embeddings": 32768}, 8192),
     ({"max_sequence_length": 1000, "seq_length": 8192}, 1000),
@@ -368,3 +409,16 @@ def test_point_size(compose):
 ])
 def test_derived_context_length(config, expected):
     assert derived_context_length(config) == expected
+
+
+def test_yarn_without_original_length_derives_per_sglang_release(compose):
+    yarn = {"max_position_embeddings": 4096, "rope_scaling": {"type": "yarn", "factor": 2}}
+    assert derived_context_length(yarn, "0.5.23") == 4096
+    assert derived_context_length(yarn, "0.5.9") == 8192      # transformers 4: factor applied
+    # the rules follow engine.version: a 4096-token yarn draft vs a 8192-token target
+    ov = LLAMA + ["model_pair.context_length=8192", "model_pair.draft.facts.max_position_embeddings=4096",
+                  "+model_pair.draft.facts.rope_scaling={type: yarn, factor: 2}",
+                  "model_pair.target.facts.max_position_embeddings=8192"]
+    (d,) = server_diags(compose, ov, rules.draft_context)
+    assert d.code == "CONTEXT_DRAFT_SHORTER" and "4096" in d.message
+    assert server_diags(compose, ov + ["engine.version=0.5.9"], rules.draft_context) == []

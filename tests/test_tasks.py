@@ -11,7 +11,8 @@ from executor_helpers import SimGuard, compile_plan, results, run_inv, sim_proce
 TASKS = {"plan": "Compile an experiment", "run": "Run a reviewed plan.json",
          "status": "Show each server's state", "logs": "Print the last lines",
          "down": "Stop every server", "report": "Write report.md", "bench": "Rerunnable performance",
-         "calibrate": "Measure the performance model's constants"}
+         "calibrate": "Measure the performance model's constants",
+         "doctor": "Preflight: check the installed engine release"}
 
 
 @pytest.fixture(scope="module")

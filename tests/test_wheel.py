@@ -71,6 +71,7 @@ def test_the_wheel_holds_the_config_and_the_tasks(installed):
             for p in (REPO / "specc" / "conf").rglob("*.yaml")}
     assert conf and conf <= names, sorted(conf - names)
     assert "specc/tasks.py" in names
+    assert "specc/data/prompts.jsonl" in names   # the default prompt set
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(installed["wheel"]).read(entry_points).decode()
     assert "specc = specc.__main__:main" in text

@@ -66,14 +66,14 @@ class ServerTimes:
     """Each server's estimated busy time over one matrix's client points: its start-up,
     then every point one after another.
 
-    The model runs once per distinct point shape (prompts, concurrency, lengths), and the
+    The model runs once per distinct point shape (prompts, concurrency, lengths, repeats), and the
     points' total once per distinct set of model inputs: servers that differ only in what
     the model ignores (a running-request cap, a memory fraction) share it."""
 
     def __init__(self, engine: Engine, benches):
         self.engine = engine
-        self.shapes = Counter((b["num_prompts"], b["concurrency"], b["input_len"], b["output_len"])
-                              for b in benches)
+        self.shapes = Counter((b["num_prompts"], b["concurrency"], b["input_len"], b["output_len"],
+                               b.get("repeats", 1)) for b in benches)
         self._points_s: dict[str, float] = {}
 
     def seconds(self, spec: ServerSpec, start_s: float) -> float:
@@ -81,10 +81,11 @@ class ServerTimes:
         key = canonical(inputs)
         if key not in self._points_s:
             wave_s = _wave_estimator(*inputs)
+            # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
             self._points_s[key] = sum(
-                count * (math.ceil(n / conc) * wave_s(min(n, conc), input_len, output_len)
-                         + POINT_OVERHEAD_S)
-                for (n, conc, input_len, output_len), count in self.shapes.items())
+                count * repeats * (math.ceil(n / conc) * wave_s(min(n, conc), input_len, output_len)
+                                   + POINT_OVERHEAD_S)
+                for (n, conc, input_len, output_len, repeats), count in self.shapes.items())
         return round(start_s + self._points_s[key], 1)
 
 

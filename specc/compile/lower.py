@@ -58,7 +58,7 @@ def _params(spec: ServerSpec, axis_values: dict) -> dict:
 
 def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     """Config (schema-valid) -> (plan or None, diagnostics)."""
-    engine = get_engine(cfg["engine"]["name"])
+    engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
     matrix, diags = expand(cfg, engine)
     if matrix is None:
         return None, diags
@@ -87,7 +87,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         spec: ServerSpec = entry.spec
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
         sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(entry.key)}"
-        env, secrets = engine.env(spec, list(slot.gpus))
+        env, secrets = engine.env(spec, list(slot.gpus), flush_cache=any(
+            b.get("flush_cache") for b in matrix.client_points))
         readiness = engine.readiness(spec)
         readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
         for bench in matrix.client_points:
@@ -104,7 +105,10 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         sid_json = json.dumps(sid)
         model = engine.served_model(spec)
         if model not in point_params:
-            point_params[model] = [{**b, "model": model} for b in matrix.client_points]
+            point_params[model] = [{**b, "model": model,
+                                    "request_id_field": engine.request_id_field,
+                                    "accept_positions": engine.accept_positions}
+                                   for b in matrix.client_points]
         speculative = spec.speculative
         for i, (bench, ckey_json, params) in enumerate(zip(matrix.client_points, client_keys,
                                                             point_params[model])):
@@ -135,9 +139,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
         benchmarks=tuple(benchmarks), diagnostics=tuple(d.to_json() for d in diags),
         dropped=matrix.dropped,
-        engine_info={"version_read": engine.version_read, "health_path": engine.health_path,
-                     "uses_gpus": engine.uses_gpus,
-                     "health_timeout_s": engine.health_timeout_s},
+        engine_info=engine.info(),
         facts={"target": first.target.to_json(),
                "draft": first.draft.to_json() if first.draft else None},
         estimates={"servers_s": estimates,

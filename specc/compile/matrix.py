@@ -21,7 +21,7 @@ from specc.compile import facts as facts_mod
 from specc.compile import rules
 from specc.compile.spec import ServerSpec
 from specc.config import schema
-from specc.diagnostics import Diagnostic, error, has_errors, unique
+from specc.diagnostics import Diagnostic, error, has_errors, unique, warning
 from specc.engines import get_engine
 from specc.engines.base import Engine
 from specc.plan import Dropped
@@ -127,7 +127,8 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
 
 def spec_for(sections: dict) -> ServerSpec:
     mp = sections["model_pair"]
-    context = get_engine(sections["engine"]["name"]).derived_context_length
+    eng = sections["engine"]
+    context = get_engine(eng["name"], eng.get("version")).derived_context_length
     target = facts_mod.resolve(mp["target"], "model_pair.target", context)
     draft = facts_mod.resolve(mp["draft"], "model_pair.draft", context) if mp.get("draft") else None
     return ServerSpec(target=target, draft=draft, **sections)
@@ -147,8 +148,12 @@ def server_key(sections: dict) -> str:
 
 
 def _num_prompts(bench: dict) -> int:
-    """Explicit, else one full wave at the point's concurrency (at least 4)."""
-    return bench.get("num_prompts") or max(4, bench["concurrency"])
+    """Explicit, else enough for the stated precision: at least ``min_requests`` requests
+    and ``min_output_tokens`` tokens, and one full wave at the point's concurrency."""
+    if bench.get("num_prompts"):
+        return bench["num_prompts"]
+    by_tokens = -(-bench.get("min_output_tokens", 0) // bench["output_len"])
+    return max(bench.get("min_requests", 4), by_tokens, bench["concurrency"])
 
 
 def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
@@ -163,6 +168,21 @@ def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
         bench["num_prompts"] = _num_prompts(bench)
         points.append(bench)
     return tuple(points)
+
+
+def _same_server(engine: Engine, spec: ServerSpec, key: str, launched: dict, servers: dict):
+    """The earlier, differently configured server the engine would run identically (same
+    command and environment), else None; records this one's command."""
+    env, _ = engine.env(spec, [])
+    ident = canonical([engine.argv(spec, host="", port=0), env])
+    first = launched.setdefault(ident, key)
+    if first != key and first in servers:
+        return servers[first]
+    return None
+
+
+def _axes_text(axes: dict) -> str:
+    return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in axes.items()) or "the base config"
 
 
 def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
@@ -190,6 +210,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
     # distinct server configurations (speculative ones, then their baseline twins)
     servers: dict[str, ServerConfig] = {}
     dropped: list[Dropped] = []
+    launched: dict[str, str] = {}   # what the engine would run -> the first key that runs it
     for combo in itertools.product(*(v for _, v in server_axes)):
         sections = dict(base)
         axis_values: dict = {}
@@ -206,17 +227,33 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
         diags += found
         twin = baseline_of(sections)
         twin_key = server_key(twin)   # also the twin's own baseline key: baseline_of is idempotent
+        twins = []
         if cfg.get("baseline") and spec.speculative and twin_key not in servers:
             b_axes = {k: v for k, v in axis_values.items()
                       if not k.startswith(("speculation.", "model_pair.draft"))}
-            b_spec = spec_for(twin)
-            servers[twin_key] = ServerConfig(key=twin_key, sections=twin, spec=b_spec,
-                                             axes=b_axes, baseline_key=twin_key)
-            diags += rules.check_server(b_spec, engine)
-        key = server_key(sections)
-        if key not in servers:
-            servers[key] = ServerConfig(key=key, sections=sections, spec=spec, axes=axis_values,
-                                        baseline_key=twin_key)
+            twins.append((twin, spec_for(twin), b_axes, twin_key))
+        twins.append((sections, spec, axis_values, server_key(sections)))
+        for secs, sp, ax, key in twins:
+            same = _same_server(engine, sp, key, launched, servers)
+            if same is not None:   # an engine without trees: topk does not change its server
+                dropped.append(Dropped(
+                    point=ax, code="ENGINE_SAME_SERVER", points=n_client,
+                    reason=f"{engine.name} runs the same server as "
+                           f"{_axes_text(same.axes)} (the settings differ only in what "
+                           f"{engine.name} ignores); measured once, there"))
+                continue
+            if key not in servers:
+                servers[key] = ServerConfig(key=key, sections=secs, spec=sp, axes=ax,
+                                            baseline_key=twin_key)
+                if sp is not spec:
+                    diags += rules.check_server(sp, engine)
+    merged = [d for d in dropped if d.code == "ENGINE_SAME_SERVER"]
+    if merged:
+        diags.append(warning(
+            "ENGINE_SAME_SERVER", "sweep",
+            f"{len(merged)} server configuration(s) launch the same {engine.name} server as "
+            "another one; each server is measured once (see the dropped points)",
+            f"sweep only what {engine.name} distinguishes (see ENGINE_NO_TREE)"))
     if has_errors(diags):
         return None, unique(diags)
     if not servers:

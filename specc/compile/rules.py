@@ -67,7 +67,8 @@ def facts_valid(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
 
 
 def draft_context(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
-    """The draft is built with the target's context length: a shorter draft dies (SGLang) or is capped (vLLM)."""
+    """The draft is built with the target's context length: a shorter draft dies (SGLang);
+    vLLM raises the draft's positions, or lowers the target's length (the adapter says which)."""
     if not (spec.uses_draft_model and spec.draft):
         return
     draft_len = spec.draft.context_length
@@ -75,11 +76,9 @@ def draft_context(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     if draft_len is None or served is None or served <= draft_len:
         return
     src = spec.draft.sources.get("max_position_embeddings", "conf")
-    if engine.draft_context_policy == "cap":
-        yield warning("CONTEXT_DRAFT_CAPPED", "model_pair.context_length",
-                      f"{engine.name} silently caps the draft's context to {draft_len} while the "
-                      f"target serves {served}; acceptance past {draft_len} tokens may collapse",
-                      f"set model_pair.context_length={draft_len} to serve what the draft was trained on")
+    if engine.draft_context_policy != "error":
+        code, message, hint = engine.draft_context_rule(spec, draft_len, served)
+        yield warning(code, "model_pair.context_length", message, hint)
         return
     if spec.model_pair.get("draft_context_override"):
         yield warning("CONTEXT_DRAFT_OVERRIDE", "model_pair.draft_context_override",
@@ -145,13 +144,33 @@ def topk1_draft_tokens(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
 
 
 def draft_tokens_limit(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
-    """A tree of num_steps levels x topk holds at most num_steps * topk + 1 tokens."""
+    """A draft tree of num_steps levels x topk holds at most the engine's bound
+    (SGLang: topk + (num_steps - 1) * topk^2 + 1); an engine without trees has none."""
     steps, topk, ndt = spec.spec_triple
-    if steps and topk and ndt and ndt > steps * topk + 1:
+    if not (steps and topk and ndt):
+        return
+    bound = engine.max_draft_tokens(steps, topk)
+    if bound is not None and ndt > bound:
         yield error("SPEC_DRAFT_TOKENS_LIMIT", "speculation.num_draft_tokens",
-                    f"num_draft_tokens {ndt} > num_steps * topk + 1 = {steps * topk + 1}: "
-                    "the extra draft tokens cannot exist",
-                    f"use num_draft_tokens <= {steps * topk + 1}")
+                    f"num_draft_tokens {ndt} > topk + (num_steps - 1) * topk^2 + 1 = {bound}: "
+                    f"{engine.name}'s draft tree has only {bound - 1} candidates, so the server "
+                    "would fail capturing its graphs or serving the first request",
+                    f"use num_draft_tokens <= {bound}, or more num_steps / topk")
+
+
+def engine_tree_knobs(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """An engine without tree speculation ignores topk and the draft-token budget."""
+    steps, topk, ndt = spec.spec_triple
+    if engine.tree_speculation or not spec.speculative or spec.algorithm == "NGRAM":
+        return
+    if (topk and topk > 1) or (steps and ndt and ndt != steps + 1):
+        n = engine.num_speculative_tokens(spec)
+        yield warning("ENGINE_NO_TREE", "speculation.topk",
+                      f"{engine.name} has no tree speculation: topk={topk} and "
+                      f"num_draft_tokens={ndt} have no {engine.name} meaning; the server drafts "
+                      f"a chain of num_speculative_tokens={n}",
+                      f"set speculation.topk=1 and num_draft_tokens={n + 1} so the label says "
+                      "what runs, or use engine=sglang for tree settings")
 
 
 def draft_architecture(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -170,7 +189,7 @@ def draft_architecture(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
     arch = spec.target.architecture or ""
     if allowed and arch and not arch.startswith(allowed):
         yield error("ENGINE_TARGET_UNSUPPORTED", "model_pair.target.facts.architecture",
-                    f"{engine.name} ({engine.version_read}) refuses {alg} for target {arch}; "
+                    f"{engine.name} {engine.version} refuses {alg} for target {arch}; "
                     f"it allows {', '.join(allowed)}",
                     engine.target_unsupported_fix)
 
@@ -221,6 +240,15 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         yield error("TOPOLOGY_PP_SPEC", "hardware.pp",
                     f"{engine.name} refuses speculative decoding with pipeline parallelism",
                     "set hardware.pp=1")
+
+
+def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """The engine release the plan targets is one specc holds verified facts for."""
+    note = engine.version_note()
+    if note:
+        yield warning("ENGINE_VERSION_UNVERIFIED", "engine.version", note,
+                      f"use engine.version={engine.pinned_version}, or check the launch commands "
+                      f"on the node with `inv doctor --plan PATH`")
 
 
 def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -329,25 +357,114 @@ def point_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagno
 
 
 def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
-    """File datasets name a readable file (the path as the loader will read it: compile
-    resolved `~` and relative paths already)."""
+    """File datasets name a readable file of the format named (the path as the loader will
+    read it: compile resolved `~` and relative paths already); prompt sets are read at
+    compile time (format, requested categories, the hub), not found wanting mid-sweep."""
     import os
 
-    if bench["dataset"] == "random":
+    kind = bench["dataset"]
+    if kind in ("random", "jsonl", "sharegpt"):
+        if bench.get("categories"):
+            yield error("BENCH_DATASET_CATEGORY", "benchmark.categories",
+                        f"the {kind} dataset has no categories",
+                        "set benchmark.categories=null, or use a prompt set by category "
+                        "(benchmark.dataset=specc, the default)")
+        if kind == "random":
+            return
+        path = bench.get("dataset_path")
+        if not path:
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"dataset {kind} needs a file", "set benchmark.dataset_path")
+        elif not os.path.isfile(os.path.expanduser(path)):
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"no readable file at {path!r}", "fix the path")
         return
-    path = bench.get("dataset_path")
-    if not path:
-        yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
-                    f"dataset {bench['dataset']} needs a file", "set benchmark.dataset_path")
-    elif not os.path.isfile(path):
-        yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
-                    f"no readable file at {path!r}", "fix the path")
+    yield from _prompt_set(bench)
+
+
+def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
+    import os
+
+    from specc.run import promptsets
+    from specc.run.datasets import DatasetError
+
+    kind, path = bench["dataset"], bench.get("dataset_path")
+    if kind == "hf":
+        if not bench.get("hf_dataset"):
+            yield error("BENCH_DATASET_MISSING", "benchmark.hf_dataset",
+                        "dataset hf needs a Hugging Face dataset id",
+                        "set benchmark.hf_dataset, e.g. nvidia/SPEED-Bench")
+            return
+        path = bench["hf_dataset"]
+    elif kind != "specc" or path:
+        if not path:
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"dataset {kind} needs a file", "set benchmark.dataset_path")
+            return
+        if not os.path.isfile(os.path.expanduser(path)):
+            yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
+                        f"no readable file at {path!r}", "fix the path")
+            return
+    try:
+        promptsets.load(kind, path=path, output_len=bench["output_len"],
+                        categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
+                        hf_split=bench.get("hf_split", "test"))
+    except promptsets.CategoryError as e:
+        yield error("BENCH_DATASET_CATEGORY", "benchmark.categories", str(e),
+                    "name categories the set has, or set benchmark.categories=null")
+    except promptsets.HubError as e:
+        yield error("BENCH_DATASET_HUB", "benchmark.hf_dataset" if kind == "hf"
+                    else "benchmark.dataset_path", str(e),
+                    "use a local file: benchmark.dataset=speed_bench (or mt_bench, "
+                    "spec_bench, specc) benchmark.dataset_path=<file>")
+    except promptsets.DatasetFormatError as e:
+        yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", str(e),
+                    "set benchmark.dataset to the file's format (specc, mt_bench, spec_bench, "
+                    "speed_bench, jsonl, sharegpt) or convert the file")
+    except DatasetError as e:
+        yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", str(e),
+                    "fix the file or choose another dataset")
+
+
+def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """Adaptive stopping needs a positive target and room above the first batch; a prompt
+    set cannot go through bench_serving (it has no such dataset)."""
+    target = bench.get("target_ci")
+    if target is not None and target <= 0:
+        yield error("BENCH_TARGET_CI", "benchmark.target_ci",
+                    f"target_ci {target} is not a positive relative half-width",
+                    "set benchmark.target_ci=0.02 (+-2%), or null for a fixed sample")
+    elif target is not None and bench.get("max_requests", 0) < bench["num_prompts"]:
+        yield error("BENCH_MAX_REQUESTS", "benchmark.max_requests",
+                    f"max_requests {bench.get('max_requests')} is below the first batch of "
+                    f"{bench['num_prompts']} requests", f"set benchmark.max_requests >= "
+                    f"{bench['num_prompts']}")
+    if bench.get("driver") == "bench_serving" and bench["dataset"] not in (
+            "random", "jsonl", "sharegpt"):
+        yield error("BENCH_DRIVER_DATASET", "benchmark.driver",
+                    f"SGLang's bench_serving cannot send the {bench['dataset']} prompt set "
+                    f"(per-request categories, paired speedups)",
+                    "use benchmark.driver=builtin, or benchmark.dataset=random|jsonl|sharegpt")
+
+
+def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """Flushing the prefix cache between points may need the server started differently."""
+    if bench.get("flush_cache") and engine.flush_cache_env:
+        env = ", ".join(f"{k}={v}" for k, v in engine.flush_cache_env.items())
+        yield info("ENGINE_FLUSH_ENV", "benchmark.flush_cache",
+                   f"{engine.name}'s {engine.flush_cache_path} exists only with {env} (else 404 "
+                   "and the prefix cache stays warm): set in every server's env; it also enables "
+                   f"{engine.name}'s other development endpoints",
+                   "set benchmark.flush_cache=false to leave the env alone (later points then "
+                   "start from a warm prefix cache)")
 
 
 SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
-                spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, draft_architecture,
-                draft_shapes, topology, readiness_probe, readiness_deadline, memory_weights)
-POINT_RULES = (running_requests, memory_kv, lengths_fit_context, point_size, dataset_file)
+                spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
+                draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
+                readiness_deadline, memory_weights)
+POINT_RULES = (running_requests, memory_kv, lengths_fit_context, point_size, dataset_file,
+               cache_flush, sample_size)
 
 
 def check_server(spec: ServerSpec, engine: Engine) -> list[Diagnostic]:

@@ -75,11 +75,16 @@ _MODEL = _obj({
     "facts": _FACTS,
 }, required=("path",))
 
+#: An engine release: digits and dots, optionally a post/rc/dev suffix (quote it in YAML).
+VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+)*([.-]?(post|rc|dev|a|b)[0-9]*)?$"
+
 _ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}
 
 _ENGINE_COMMON = {
     "name": {"enum": ["sglang", "vllm", "sim"]},
+    # the engine release the plan targets (facts, flags and log markers follow it)
+    "version": {"type": "string", "pattern": VERSION_PATTERN},
     "python": _STR,
     "bind_host": _HOST,
     "base_port": {"type": "integer", "minimum": 1024, "maximum": 65000},
@@ -167,7 +172,8 @@ SCHEMA = _obj({
     "benchmark": _obj({
         "driver": {"enum": ["builtin", "bench_serving"]},
         "api": {"enum": ["chat", "completions", "generate"]},
-        "dataset": {"enum": ["random", "jsonl", "sharegpt"]},
+        "dataset": {"enum": ["specc", "mt_bench", "spec_bench", "speed_bench", "hf", "random",
+                             "jsonl", "sharegpt"]},
         "dataset_path": _nullable(_ARG_PATH),
         "input_len": _POS_INT,
         "output_len": _POS_INT,
@@ -179,6 +185,19 @@ SCHEMA = _obj({
         "flush_cache": _BOOL,
         "seed": _INT,
         "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+        # prompt sets by category and the statistics (issue 10)
+        "categories": _nullable({"type": "array", "items": _STR, "minItems": 1}),
+        "hf_dataset": _nullable({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*"
+                                 "(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"}),
+        "hf_subset": _nullable(_STR),
+        "hf_split": _STR,
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "ignore_eos": _BOOL,
+        "repeats": _POS_INT,
+        "min_requests": _POS_INT,
+        "min_output_tokens": {"type": "integer", "minimum": 0},
+        "target_ci": _nullable(_NUM),
+        "max_requests": _POS_INT,
     }),
 }, required=("experiment", "model_pair", "hardware", "engine", "speculation", "readiness",
              "benchmark"))
@@ -239,6 +258,8 @@ def _hint(err) -> str:
     if v == "format":
         return "give a host name (letters, digits, '-', '.') or an IP address"
     if v == "pattern":
+        if err.validator_value == VERSION_PATTERN:
+            return "give a release such as '0.5.23' (quoted, so YAML keeps it a string)"
         if err.validator_value == _ARG_PATH["pattern"]:
             return "a path starting with '-' is read as a flag by the program it is passed to: write ./-name or an absolute path"
         if "." not in str(err.validator_value):   # environment variable names

@@ -7,7 +7,9 @@ readiness plan, and states the engine's rules as data the semantic rules read
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specc.plan import Acceptance, CacheFlush, Phase, Probe, Readiness, literal
@@ -15,6 +17,65 @@ from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from specc.compile.spec import ServerSpec
+
+
+_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:[.-]?(post|rc|dev|a|b)(\d*))?\s*$", re.IGNORECASE)
+_PRE = {"dev": -3, "a": -2, "b": -1, "rc": -1, "": 0, "post": 1}
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'0.5.15.post1' -> a tuple that sorts as the releases do; ValueError if it is no version."""
+    m = _VERSION.match(str(text))
+    if not m:
+        raise ValueError(f"not a release version: {text!r}")
+    nums = tuple(int(x) for x in m.group(1).split("."))
+    nums += (0,) * max(0, 3 - len(nums))
+    return nums + (_PRE[(m.group(2) or "").lower()], int(m.group(3) or 0))
+
+
+def for_version(version: str, table):
+    """The value `table` holds for `version`.
+
+    `table` is [(first release the value holds for, value)], newest first; a
+    version older than every entry gets the oldest value.
+    """
+    v = parse_version(version)
+    for since, value in table:
+        if v >= parse_version(since):
+            return value
+    return table[-1][1]
+
+
+#: When a phase appears (see `PhaseMarker.when`).
+ALWAYS, DRAFT, MULTI_STEP = "always", "draft", "multi_step"
+
+
+@dataclass(frozen=True)
+class PhaseMarker:
+    """One startup phase as one engine release logs it: data, not code.
+
+    `begin` / `end`: regular expressions (Python `re.search`); any one of them
+    marks the phase's first / last line. `samples`: lines this release really
+    prints there (rebuilt from its source), which the patterns must match and
+    the simulator prints. `evidence`: (file in the engine's package, literal
+    text) pairs that must be in that release's source (checked by
+    tests/drift). `when`: ALWAYS, DRAFT (a draft model is loaded) or
+    MULTI_STEP (a draft model and num_steps > 1).
+    """
+
+    name: str
+    begin: tuple[str, ...]
+    end: tuple[str, ...] = ()
+    when: str = ALWAYS
+    samples: tuple[str, ...] = ()
+    evidence: tuple[tuple[str, str], ...] = ()
+
+    def applies(self, *, draft: bool, num_steps: int | None) -> bool:
+        if self.when == DRAFT:
+            return draft
+        if self.when == MULTI_STEP:
+            return draft and (num_steps or 0) > 1
+        return True
 
 
 def patterns(marker) -> tuple[str, ...]:
@@ -40,9 +101,17 @@ def flag_args(pairs) -> list[str]:
 
 
 class Engine(ABC):
-    """Base adapter. Subclasses set the facts and implement `argv`."""
+    """Base adapter. Subclasses set the facts and implement `argv`.
+
+    An adapter instance is bound to one engine release (`version`, default
+    the pinned one): facts that changed between releases are looked up for it.
+    """
 
     name = "engine"
+    #: The release every fact was last read from (the drift check verifies it).
+    pinned_version = ""
+    #: The oldest release specc holds facts for.
+    oldest_version = ""
     version_read = ""
     default_port = 30000
     health_path = "/health"
@@ -64,8 +133,16 @@ class Engine(ABC):
     #: While requests are in flight the engine logs progress at least this often;
     #: a log silent this long during a benchmark means a wedged server.
     serving_silence_s = 60.0
+    #: The request field the engine takes as the request's own id (None: the client sets none).
+    #: specc's ids carry the prompt's category (the simulator reads it; engines only echo it).
+    request_id_field: str | None = None
+    #: Where the engine counts accepted draft tokens per position (specc/run/positions.py):
+    #: {"path", "accepted" (a counter labelled by position), "label", "drafts"}; None: nowhere.
+    accept_positions: dict | None = None
     #: Endpoint that drops the prefix cache between points (POST; None: not supported).
     flush_cache_path: str | None = None
+    #: Server environment that endpoint needs (set when a point flushes the cache).
+    flush_cache_env: dict[str, str] = {}
     #: Speculative decoding with pipeline parallelism is refused at startup.
     refuses_pp_speculation = False
     #: The config key that caps running requests.
@@ -78,18 +155,50 @@ class Engine(ABC):
     algorithm_targets: dict[str, tuple[str, ...]] = {}
     #: The fix to suggest when `algorithm_targets` refuses the target.
     target_unsupported_fix = "use another engine or algorithm for this pair"
+    #: Tree speculation (topk, a draft-token budget); False: a chain of num_steps tokens.
+    tree_speculation = True
+
+    def __init__(self, version: str | None = None):
+        self.version = str(version) if version else self.pinned_version
+        parse_version(self.version)   # ValueError for a malformed one (the schema refuses it first)
+
+    def version_note(self) -> str | None:
+        """Why this version's facts are not verified (None: they are)."""
+        if self.version == self.pinned_version:
+            return None
+        v = parse_version(self.version)
+        if v > parse_version(self.pinned_version):
+            return (f"{self.name} {self.version} is newer than {self.pinned_version}, the release "
+                    f"specc's {self.name} facts were read from; they may have drifted")
+        if self.oldest_version and v < parse_version(self.oldest_version):
+            return (f"{self.name} {self.version} is older than {self.oldest_version}, the oldest "
+                    f"release specc holds {self.name} facts for")
+        return None
+
+    def info(self) -> dict:
+        """What the plan records about the engine (plan.json engine_info)."""
+        return {"version": self.version, "pinned_version": self.pinned_version,
+                "version_read": self.version_read, "health_path": self.health_path,
+                "uses_gpus": self.uses_gpus, "health_timeout_s": self.health_timeout_s}
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
     def argv(self, spec: ServerSpec, *, host: str, port: int) -> list[str]:
         """The server's launch command."""
 
-    def env(self, spec: ServerSpec, gpus: list[int]) -> tuple[dict, list[str]]:
+    def env(self, spec: ServerSpec, gpus: list[int], *,
+            flush_cache: bool = False) -> tuple[dict, list[str]]:
         """(env for the server, names of secrets referenced rather than written: in the
-        env and in extra_args, which compile has already turned into references)."""
+        env and in extra_args, which compile has already turned into references).
+
+        `flush_cache`: some benchmark point on this server drops the prefix cache.
+        """
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
         values, secrets = split_env(spec.engine.get("env") or {})
         env.update(values)
+        if flush_cache:
+            for name, value in self.flush_cache_env.items():
+                env.setdefault(name, value)
         _, in_args, _ = split_args(spec.engine.get("extra_args") or [])
         return env, secrets + [n for n in in_args if n not in secrets]
 
@@ -115,14 +224,53 @@ class Engine(ABC):
     def max_running_requests(self, spec: ServerSpec) -> tuple[int | None, str]:
         """(effective cap on running requests or None, where it comes from)."""
 
+    def default_max_running(self, spec: ServerSpec) -> int | None:
+        """Running-request cap when none is configured and no speculation default applies."""
+        return None
+
+    def draft_context_rule(self, spec: ServerSpec, draft_len: int,
+                           served: int) -> tuple[str, str, str]:
+        """(code, message, hint) of the warning for a draft shorter than the served
+        context, where the engine does not refuse it (draft_context_policy != "error")."""
+        return ("CONTEXT_DRAFT_CAPPED",
+                f"{self.name} silently caps the draft's context to {draft_len} while the "
+                f"target serves {served}; acceptance past {draft_len} tokens may collapse",
+                f"set model_pair.context_length={draft_len} to serve what the draft was trained on")
+
+    def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
+        """Most draft tokens a tree of num_steps x topk can verify (None: no tree)."""
+        return None
+
+    def source_evidence(self) -> list[tuple[str, str, str]]:
+        """(fact, file in the package, text) for every marker, metric and endpoint the
+        adapter relies on, as the pinned release says them; a text starting with "!"
+        must be absent. Checked against the real release by tests/drift."""
+        return []
+
     def startup_context_error(self, target_len: int, draft_len: int) -> str:
         """What the engine says when it refuses a draft shorter than the served context."""
         return f"context length {target_len} > draft's {draft_len}"
 
     # -- readiness ------------------------------------------------------------
+    def phase_markers(self) -> tuple[PhaseMarker, ...]:
+        """This release's startup phases, in log order (all of them; see `phases`)."""
+        return ()
+
+    def phase_estimates(self, spec: ServerSpec) -> dict[str, float]:
+        """Estimated seconds per phase name."""
+        return {}
+
     def phases(self, spec: ServerSpec) -> list[dict]:
-        """[{name, begin, end, estimate_s}] in log order; markers as `patterns` reads them."""
-        return []
+        """[{name, begin, end, estimate_s}] in log order, for this server.
+
+        `begin` / `end` are lists of regular expressions (any one matches).
+        """
+        est = self.phase_estimates(spec)
+        steps = spec.speculation.get("num_steps")
+        return [{"name": m.name, "begin": list(m.begin), "end": list(m.end),
+                 "estimate_s": est.get(m.name, 1.0)}
+                for m in self.phase_markers()
+                if m.applies(draft=spec.uses_draft_model, num_steps=steps)]
 
     def budget(self, spec: ServerSpec, estimate_s: float) -> float:
         r = spec.readiness
@@ -170,7 +318,9 @@ class Engine(ABC):
                            num_prompts: int, output_file: str) -> list[str]:
         """SGLang's own client, usable against any OpenAI-compatible server."""
         backend = self.bench_serving_backend
-        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}[bench["dataset"]]
+        # a prompt set has no bench_serving name: BENCH_DRIVER_DATASET refuses the plan
+        dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}.get(
+            bench["dataset"], bench["dataset"])
         rate = bench.get("request_rate")
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),

@@ -1,32 +1,139 @@
-"""Everything specc knows about SGLang, in one place.
+"""Everything specc knows about SGLang, in one place, keyed by SGLang release.
 
-Read from SGLang 0.5.x (early 2026) source: ``python/sglang/srt/server_args.py``,
-``srt/entrypoints/http_server.py``, ``srt/speculative/eagle_worker.py``,
-``srt/configs/model_config.py``, ``test/test_utils.py``, ``bench_serving.py``.
-When SGLang changes, this file (and only this file) changes.
+Pinned: SGLang 0.5.23, read from the released wheel's source
+(``srt/managers/scheduler.py``, ``srt/model_executor/model_runner_components/
+cuda_graph_setup.py``, ``srt/speculative/eagle_worker_v2.py``,
+``srt/speculative/eagle_utils.py``, ``srt/observability/metrics_collector.py``,
+``srt/entrypoints/http_server.py``, ``srt/configs/model_config.py``,
+``srt/utils/hf_transformers/common.py``). Facts that differ in older releases
+carry the first release they hold for (``for_version`` tables); the early-2026
+range (0.5.0 - 0.5.13) is the incident's. ``tests/drift`` checks every flag
+this file emits against 0.5.23's own parser and every marker, metric and
+endpoint below against 0.5.23's source. A new SGLang release changes this file.
 """
 
 from __future__ import annotations
 
-SGLANG_VERSION_READ = "0.5.x (early 2026)"
+import json as _json
+
+from specc.plan import Acceptance, CounterRatio, ServerField
+
+from .base import ALWAYS, DRAFT, MULTI_STEP, Engine, PhaseMarker, flag_args, for_version
+
+PINNED_VERSION = "0.5.23"
+OLDEST_VERSION = "0.5.0"
+SGLANG_VERSION_READ = f"{PINNED_VERSION} (wheel source); 0.5.0-0.5.13 from early-2026 logs"
 
 # --- readiness semantics ---------------------------------------------------
 HEALTH_PATH = "/health_generate"
 #: SGLANG_HEALTH_CHECK_TIMEOUT: /health runs a 1-token generation and waits this long.
 HEALTH_CHECK_TIMEOUT_S = 20.0
 READY_LINE = "The server is fired up and ready to roll!"
-#: (phase, begin marker, end marker) in the order SGLang logs them.  The draft's
-#: phases only appear with speculation; draft CUDA graphs only with num_steps > 1.
-PHASES: tuple[tuple[str, str, str], ...] = (
-    ("load_weights", "Load weight begin", "Load weight end"),
-    ("kv_cache", "KV Cache is allocated", "Memory pool end"),
-    ("capture_cuda_graph", "Capture cuda graph begin", "Capture cuda graph end"),
-    ("load_draft_weights", "Load weight begin", "Load weight end"),
-    ("capture_draft_cuda_graph", "Capture draft cuda graph begin", "Capture draft cuda graph end"),
-    ("capture_draft_extend_cuda_graph", "Capture draft extend cuda graph begin",
-     "Capture draft extend cuda graph end"),
-    ("warmup", "Uvicorn running on", READY_LINE),
+_S = "sglang/srt/"   # source paths below are inside the wheel
+
+#: 0.5.14 and later (pinned 0.5.23): the scheduler loads the target's weights,
+#: then the draft's (the draft/target context check fires here), allocates both
+#: KV pools, captures the target's graphs (decode without speculation, verify
+#: with it; a prefill graph first where enabled), then the draft's decode graph
+#: (num_steps > 1) and draft-extend graph; then uvicorn, warm-up, the ready line.
+#: The draft's "Load weight begin" directly follows the target's, and every TP rank
+#: prints its own: a later rank's target line cannot be told from the draft's, so
+#: both models' loading is one phase here (load_weights, estimated for both).
+PHASES_0_5_14: tuple[PhaseMarker, ...] = (
+    PhaseMarker("load_weights", (r"Load weight begin",), (r"Load weight end",), ALWAYS,
+                ("Load weight begin. avail mem=283.62 GB",
+                 "Load weight end. elapsed=228.09 s, type=DeepseekV3ForCausalLM, "
+                 "dtype=torch.bfloat16, avail mem=194.04 GB, mem usage=89.58 GB."),
+                ((_S + "model_executor/model_runner.py", "Load weight begin. avail mem="),
+                 (_S + "model_executor/model_runner.py", "Load weight end. "),
+                 (_S + "managers/scheduler.py", "self.init_tp_model_worker()\n"),
+                 (_S + "managers/scheduler.py", "self.maybe_init_draft_worker()\n\n"
+                  "        # Prepare KV cache pools for all workers"))),
+    PhaseMarker("kv_cache", (r"KV Cache is allocated",), (r"Memory pool end",), ALWAYS,
+                ("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 3262823, "
+                 "KV size: 186.77 GB",
+                 "Memory pool end. avail mem=4.02 GB"),
+                ((_S + "mem_cache/memory_pool.py", 'else "KV Cache"'),
+                 (_S + "mem_cache/memory_pool.py", "'is allocated'}. dtype: {self.dtype}"),
+                 (_S + "mem_cache/kv_cache_configurator.py", 'f"Memory pool end. "'))),
+    PhaseMarker("capture_cuda_graph",
+                (r"(?i)Capture target (prefill |decode |verify )?CUDA graph begin",),
+                (r"(?i)Capture target (decode |verify )?CUDA graph end",), ALWAYS,
+                ("Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=4, "
+                 "avail mem=3.72 GB",
+                 "Capture target verify CUDA graph end. bs=[1, 2, 4, 8], elapsed=1.24 s, "
+                 "mem usage=0.09 GB, avail mem=2.89 GB."),
+                ((_S + "model_executor/model_runner_components/cuda_graph_setup.py",
+                  'f"Capture {capture_name} {graph_backend[model_runner.device]} begin. "'),
+                 (_S + "model_executor/model_runner_components/cuda_graph_setup.py",
+                  'capture_name = f"{role} verify"'),
+                 (_S + "model_executor/model_runner_components/cuda_graph_setup.py",
+                  'capture_name = f"{role} decode"'),
+                 (_S + "model_executor/model_runner_components/cuda_graph_setup.py",
+                  '"cuda": "CUDA graph"'),
+                 (_S + "managers/scheduler.py", "self.tp_worker.init_cuda_graphs()\n"
+                  "        if self.draft_worker is not None:\n"
+                  "            self.draft_worker.init_cuda_graphs()"))),
+    PhaseMarker("capture_draft_cuda_graph",
+                (r"(?i)Capture draft (prefill |decode )CUDA graph begin",),
+                (r"(?i)Capture draft decode CUDA graph end",), MULTI_STEP,
+                ("Capture draft decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+                 "bs=[1, 2, 4, 8], avail mem=2.89 GB",
+                 "Capture draft decode CUDA graph end. elapsed=1.50 s, mem usage=0.41 GB, "
+                 "avail mem=2.48 GB."),
+                ((_S + "speculative/eagle_worker_v2.py", 'f"Capture draft decode CUDA graph begin. '),
+                 (_S + "speculative/eagle_worker_v2.py", "if self.speculative_num_steps > 1"))),
+    PhaseMarker("capture_draft_extend_cuda_graph",
+                (r"(?i)Capture draft extend CUDA graph begin",),
+                (r"(?i)Capture draft extend CUDA graph end",), DRAFT,
+                ("Capture draft extend CUDA graph begin. backend=full, num_tokens_per_req=4, "
+                 "bs=[1, 2, 4, 8], avail mem=2.48 GB",
+                 "Capture draft extend CUDA graph end. elapsed=1.18 s, mem usage=0.49 GB, "
+                 "avail mem=1.99 GB."),
+                ((_S + "speculative/eagle_worker_v2.py", 'f"Capture draft extend CUDA graph begin. '),
+                 (_S + "speculative/eagle_worker_v2.py", '"Capture draft extend CUDA graph end. "'))),
+    PhaseMarker("warmup", (r"Uvicorn running on",), (READY_LINE,), ALWAYS,
+                ("INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
+                 READY_LINE),
+                (("uvicorn/server.py", "Uvicorn running on"),
+                 (_S + "entrypoints/http_server.py", READY_LINE))),
 )
+
+#: 0.5.0 - 0.5.13 (the incident's early-2026 log): the target's weights, KV
+#: cache and graphs come first, then the draft's weights and graphs; graph lines
+#: are lower-case ("Capture cuda graph begin", "Capture draft cuda graph begin").
+PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
+    PHASES_0_5_14[0],
+    PhaseMarker("kv_cache", (r"KV Cache is allocated",), (r"Memory pool end",), ALWAYS,
+                ("KV Cache is allocated. #tokens: 3262823, KV size: 186.77 GB",
+                 "Memory pool end. avail mem=4.02 GB")),
+    PhaseMarker("capture_cuda_graph", (r"(?i)Capture cuda graph begin",),
+                (r"(?i)Capture cuda graph end",), ALWAYS,
+                ("Capture cuda graph begin. This can take up to several minutes. avail mem=3.72 GB",
+                 "Capture cuda graph end. Time elapsed: 1.24 s. mem usage=0.09 GB. "
+                 "avail mem=2.89 GB.")),
+    PhaseMarker("load_draft_weights", (r"Load weight begin",), (r"Load weight end",), DRAFT,
+                ("Load weight begin. avail mem=194.04 GB",
+                 "Load weight end. elapsed=11.02 s, type=LlamaForCausalLMEagle3, "
+                 "dtype=torch.bfloat16, avail mem=193.22 GB, mem usage=0.82 GB.")),
+    PhaseMarker("capture_draft_cuda_graph", (r"(?i)Capture draft cuda graph begin",),
+                (r"(?i)Capture draft cuda graph end",), MULTI_STEP,
+                ("Capture draft cuda graph begin. This can take up to several minutes. "
+                 "avail mem=2.89 GB",
+                 "Capture draft cuda graph end. Time elapsed: 1.50 s. mem usage=0.41 GB. "
+                 "avail mem=2.48 GB.")),
+    PhaseMarker("capture_draft_extend_cuda_graph", (r"(?i)Capture draft extend cuda graph begin",),
+                (r"(?i)Capture draft extend cuda graph end",), DRAFT,
+                ("Capture draft extend cuda graph begin. This can take up to several minutes. "
+                 "avail mem=2.48 GB",
+                 "Capture draft extend cuda graph end. Time elapsed: 1.18 s. mem usage=0.49 GB. "
+                 "avail mem=7.43 GB.")),
+    PhaseMarker("warmup", (r"Uvicorn running on",), (READY_LINE,), ALWAYS,
+                PHASES_0_5_14[-1].samples),
+)
+PHASES_BY_VERSION = [("0.5.14", PHASES_0_5_14), (OLDEST_VERSION, PHASES_EARLY_2026)]
+
+#: Lines that end startup with a failure. Engine-specific ones carry where they are printed.
 FATAL_PATTERNS: tuple[str, ...] = (
     "Scheduler hit an exception",
     "Received sigquit from a child process",
@@ -36,23 +143,87 @@ FATAL_PATTERNS: tuple[str, ...] = (
     "ValueError: ",
     "RuntimeError: ",
 )
+FATAL_EVIDENCE = (
+    ("fatal_patterns: Scheduler hit an exception", _S + "managers/scheduler.py",
+     'f"Scheduler hit an exception: {traceback}"'),
+    ("fatal_patterns: Received sigquit from a child process", _S + "entrypoints/engine.py",
+     "Received sigquit from a child process. It usually means the child failed."),
+)
+
+# --- flags -----------------------------------------------------------------
+#: engine.cuda_graph_max_bs -> this flag. 0.5.14 added --cuda-graph-max-bs-decode and
+#: kept --cuda-graph-max-bs as a deprecated alias; 0.5.20+ dropped the alias, so the
+#: old name is an ambiguous prefix (-decode / -prefill) that argparse rejects.
+CUDA_GRAPH_MAX_BS_FLAG = [("0.5.14", "--cuda-graph-max-bs-decode"),
+                          (OLDEST_VERSION, "--cuda-graph-max-bs")]
+
+# --- acceptance ------------------------------------------------------------
+#: Counters (srt/observability/metrics_collector.py), both counted when a request
+#: finishes: run-scoped accept length = delta generation tokens / delta verify calls.
+GENERATION_TOKENS_METRIC = "sglang:generation_tokens_total"
+SPEC_VERIFY_CALLS_METRIC = "sglang:spec_verify_calls_total"
+#: The verify-call counter exists from 0.5.13 on; before, only the cumulative average.
+SPEC_VERIFY_COUNTER = [("0.5.13", SPEC_VERIFY_CALLS_METRIC), (OLDEST_VERSION, None)]
+#: /server_info (0.5.23; /get_server_info is deprecated there and warns per call).
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+METRICS_PATH = "/metrics"
+FLUSH_CACHE_PATH = "/flush_cache"
+#: Endpoints specc's load generator and bench_serving call.
+API_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate", "/v1/models")
+ENDPOINT_EVIDENCE = tuple(
+    (f"endpoint {path}", _S + "entrypoints/http_server.py", text) for path, text in (
+        (HEALTH_PATH, '@app.get("/health_generate")'),
+        (FLUSH_CACHE_PATH, '@app.api_route("/flush_cache"'),
+        ("/server_info", '@app.get("/server_info")'),
+        ("/get_server_info", '@app.get("/get_server_info")'),
+        ("/v1/chat/completions", '@app.post("/v1/chat/completions"'),
+        ("/v1/completions", '@app.post("/v1/completions"'),
+        ("/generate", '"/generate"'),
+        ("/v1/models", '"/v1/models"'),
+    )) + ((f"endpoint {METRICS_PATH}", _S + "utils/common.py", 'Mount("/metrics"'),)
+METRIC_EVIDENCE = tuple(
+    (f"metric {name}", _S + "observability/metrics_collector.py", f'name="{name}"')
+    for name in (GENERATION_TOKENS_METRIC, SPEC_VERIFY_CALLS_METRIC))
+#: Other facts this file states, with where 0.5.23 says them.
+OTHER_EVIDENCE = (
+    ("health check timeout 20 s", _S + "entrypoints/http_server.py",
+     'os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20)'),
+    ("running requests reset to 48 with speculation", _S + "arg_groups/speculative_hook.py",
+     "Max running requests is reset to 48 for speculative decoding."),
+    ("topk=1 resets num_draft_tokens to num_steps + 1", _S + "arg_groups/speculative_hook.py",
+     "speculative_num_draft_tokens=cfg.speculative_num_steps + 1"),
+    ("draft-token bound topk + (num_steps-1)*topk^2 + 1", _S + "speculative/eagle_utils.py",
+     "top_scores = torch.topk(score_list, num_draft_token - 1, dim=-1)"),
+    ("default (num_steps, topk, num_draft_tokens) for Llama", _S + "arg_groups/speculative_hook.py",
+     'if model_arch in ["LlamaForCausalLM"]:\n        return (5, 4, 8)'),
+    ("context keys", _S + "utils/hf_transformers/common.py",
+     'CONTEXT_LENGTH_KEYS = [\n    "max_sequence_length",\n    "seq_length",\n    "max_seq_len",\n'
+     '    "model_max_length",\n    "max_position_embeddings",\n]'),
+    ("rope factor ignored with original_max_position_embeddings", _S + "utils/hf_transformers/common.py",
+     'if "original_max_position_embeddings" in rope_scaling:\n            rope_scaling_factor = 1'),
+    ("draft/target context error", _S + "configs/model_config.py",
+     "is greater than the derived context_length ({derived_context_len}). "),
+    ("override env " + "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", _S + "environ.py",
+     "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = EnvBool(False)"),
+)
 
 
-def startup_phases(*, speculative: bool, num_steps: int | None) -> list[str]:
-    """The phases a server goes through, in log order."""
-    names = ["load_weights", "kv_cache", "capture_cuda_graph"]
-    if speculative:
-        names.append("load_draft_weights")
-        if (num_steps or 0) > 1:
-            names.append("capture_draft_cuda_graph")
-        names.append("capture_draft_extend_cuda_graph")
-    names.append("warmup")
-    return names
+def phase_markers(version: str = PINNED_VERSION) -> tuple[PhaseMarker, ...]:
+    """Every startup phase `version` can log, in its log order."""
+    return for_version(version, PHASES_BY_VERSION)
+
+
+def startup_phases(*, speculative: bool, num_steps: int | None,
+                   version: str = PINNED_VERSION) -> list[str]:
+    """The phases a server goes through, in `version`'s log order."""
+    return [m.name for m in phase_markers(version)
+            if m.applies(draft=speculative, num_steps=num_steps)]
 
 
 def estimate_phase_seconds(*, weight_gb_per_gpu: float, draft_weight_gb_per_gpu: float,
                            speculative: bool, num_steps: int | None) -> dict[str, float]:
-    """Typical wall time of each startup phase on H200-class hardware.
+    """Typical wall time of each startup step on H200-class hardware, by step name
+    (the draft's weight loading on its own, whatever a release's phase markers group).
 
     Calibrated on the scenario's Kimi-K2.5 TP8 log: ~69 GB of INT4 weights per
     GPU loaded in 228 s from local NVMe (~0.3 GB/s per rank, ranks share the
@@ -60,18 +231,26 @@ def estimate_phase_seconds(*, weight_gb_per_gpu: float, draft_weight_gb_per_gpu:
     Used both for the compiler's readiness budgets and the simulator's timing,
     so the two can never disagree.
     """
-    est = {
-        "load_weights": 5.0 + weight_gb_per_gpu / 0.3,
-        "kv_cache": 2.0,
-        "capture_cuda_graph": 1.5,
-        "warmup": 3.0,
-    }
+    est = {"load_weights": 5.0 + weight_gb_per_gpu / 0.3, "kv_cache": 2.0,
+           "capture_cuda_graph": 1.5, "warmup": 3.0}
     if speculative:
         est["load_draft_weights"] = 2.0 + draft_weight_gb_per_gpu / 0.3
         if (num_steps or 0) > 1:
             est["capture_draft_cuda_graph"] = 1.5
         est["capture_draft_extend_cuda_graph"] = 1.2
-    return {p: est[p] for p in startup_phases(speculative=speculative, num_steps=num_steps)}
+    return est
+
+
+def max_draft_tokens(num_steps: int, topk: int) -> int:
+    """The most draft tokens an EAGLE tree of num_steps levels x topk can verify.
+
+    The draft scores topk candidates at step 1 and topk x topk at each later
+    step; ``organize_draft_results`` takes the best num_draft_tokens - 1 of
+    them with ``torch.topk`` (srt/speculative/eagle_utils.py), so more fails
+    ("selected index k out of range") when the graphs are captured or the
+    first request is served.
+    """
+    return topk + (num_steps - 1) * topk * topk + 1
 
 
 # --- model facts as SGLang derives them (srt/configs/model_config.py) -----
@@ -81,27 +260,26 @@ FALLBACK_CONTEXT_LEN = 2048
 ALLOW_LONGER_CONTEXT_ENV = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
 
-#: transformers 5.19 (pinned by sglang 0.5.23) fills in
-#: ``original_max_position_embeddings = max_position_embeddings`` for these rope
-#: types when a config lacks it (modeling_rope_utils.standardize_rope_params),
-#: so SGLang then ignores their factor.
-ROPE_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+#: Rope types whose factor SGLang's get_context_length ignores: 0.5.10 moved to
+#: transformers 5, whose config standardisation (modeling_rope_utils.
+#: standardize_rope_params; 5.19 under 0.5.23) fills in rope_type (from "type") and
+#: original_max_position_embeddings (= max_position_embeddings) for llama3, yarn and
+#: longrope, so a yarn config without that key is no longer multiplied.
+FACTOR_IGNORED_ROPE_TYPES = [("0.5.10", ("llama3", "yarn", "longrope")),
+                             (OLDEST_VERSION, ("llama3",))]
+ROPE_TYPES_WITH_ORIGINAL = FACTOR_IGNORED_ROPE_TYPES[0][1]
 
 
-def derived_context_length(hf_config: dict) -> int:
-    """SGLang's ``get_context_length`` (0.5.23 srt/utils/hf_transformers/common.py):
-    first present key, times the rope factor.
-
-    The factor is ignored when ``original_max_position_embeddings`` is present
-    or the rope type is ``llama3``; under the transformers 0.5.23 pins, a yarn,
-    llama3 or longrope config always has it (ROPE_TYPES_WITH_ORIGINAL), so a
-    yarn config without it derives ``max_position_embeddings`` unscaled.
-    """
+def derived_context_length(hf_config: dict, version: str = PINNED_VERSION) -> int:
+    """SGLang's ``get_context_length`` (0.5.23 srt/utils/hf_transformers/common.py) as
+    `version` sees a config.json: the first present key, times the rope factor unless
+    the factor is ignored (an ``original_max_position_embeddings`` key, or a rope type
+    in FACTOR_IGNORED_ROPE_TYPES for that release)."""
     rope = hf_config.get("rope_scaling") or hf_config.get("rope_parameters") or {}
     factor = 1.0
     rope_type = rope.get("rope_type", rope.get("type")) if rope else None
     if (rope and "original_max_position_embeddings" not in rope
-            and rope_type not in ROPE_TYPES_WITH_ORIGINAL):
+            and rope_type not in for_version(version, FACTOR_IGNORED_ROPE_TYPES)):
         factor = float(rope.get("factor", 1.0) or 1.0)
     for key in CONTEXT_KEYS:
         value = hf_config.get(key)
@@ -128,20 +306,8 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
     return (3, 1, 4)
 
 
-# --- acceptance (srt/metrics/collector.py, srt/entrypoints/http_server.py) --------
-GENERATION_TOKENS_COUNTER = "sglang:generation_tokens_total"
-VERIFY_CALLS_COUNTER = "sglang:spec_verify_calls_total"
-#: `/get_server_info` is deprecated (a warning per call) but older releases have only it.
-SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
-
 #: With speculation and no --max-running-requests, SGLang caps running requests here.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
-
-
-def max_draft_tokens(num_steps: int, topk: int) -> int:
-    """The most tokens an EAGLE tree can hold: topk at the first level, topk**2
-    candidates at each later one, plus the root (0.5.23 srt/speculative/spec_utils.py)."""
-    return topk + (num_steps - 1) * topk ** 2 + 1
 
 
 def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
@@ -173,18 +339,16 @@ def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
 
 
 # --- the adapter -------------------------------------------------------------
-import json as _json  # noqa: E402
-
-from specc.plan import Acceptance, CounterRatio, ServerField  # noqa: E402
-
-from .base import Engine, flag_args  # noqa: E402
-
 
 class SGLang(Engine):
     """`python -m sglang.launch_server`."""
 
     name = "sglang"
     module = "sglang.launch_server"
+    #: The distribution whose version and parser `inv doctor` and tests/drift read.
+    package = "sglang"
+    pinned_version = PINNED_VERSION
+    oldest_version = OLDEST_VERSION
     version_read = SGLANG_VERSION_READ
     default_port = 30000
     health_path = HEALTH_PATH
@@ -200,7 +364,8 @@ class SGLang(Engine):
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
     #: batch" line per prefill: 60 s of silence with requests in flight is a wedge.
     serving_silence_s = 60.0
-    flush_cache_path = "/flush_cache"
+    request_id_field = "rid"          # GenerateReqInput.rid, and the OpenAI requests' rid
+    flush_cache_path = FLUSH_CACHE_PATH
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
 
@@ -218,7 +383,7 @@ class SGLang(Engine):
             ("--context-length", mp.get("context_length")),
             ("--mem-fraction-static", eng.get("mem_fraction_static")),
             ("--max-running-requests", eng.get("max_running_requests")),
-            ("--cuda-graph-max-bs", eng.get("cuda_graph_max_bs")),
+            (self.cuda_graph_max_bs_flag, eng.get("cuda_graph_max_bs")),
             ("--attention-backend", eng.get("attention_backend")),
             ("--dtype", eng.get("dtype")),
             ("--kv-cache-dtype", eng.get("kv_cache_dtype")),
@@ -236,14 +401,21 @@ class SGLang(Engine):
             ])
         return args + [str(a) for a in eng.get("extra_args") or []]
 
-    def env(self, spec, gpus):
-        env, secrets = super().env(spec, gpus)
+    @property
+    def cuda_graph_max_bs_flag(self) -> str:
+        return for_version(self.version, CUDA_GRAPH_MAX_BS_FLAG)
+
+    def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
+        return max_draft_tokens(num_steps, topk)
+
+    def env(self, spec, gpus, *, flush_cache=False):
+        env, secrets = super().env(spec, gpus, flush_cache=flush_cache)
         if spec.uses_draft_model and spec.model_pair.get("draft_context_override"):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
 
     def derived_context_length(self, model_config):
-        return derived_context_length(model_config)
+        return derived_context_length(model_config, self.version)
 
     def startup_context_error(self, target_len, draft_len):
         """The first sentence of SGLang's startup ValueError."""
@@ -273,27 +445,43 @@ class SGLang(Engine):
             return self.spec_default_max_running, "SGLang's default with speculation"
         return None, "SGLang auto (from KV cache size)"
 
-    def phases(self, spec):
-        marks = {name: (begin, end) for name, begin, end in PHASES}
+    def phase_markers(self):
+        return phase_markers(self.version)
+
+    def phase_estimates(self, spec):
         est = estimate_phase_seconds(
             weight_gb_per_gpu=spec.weight_gb_per_gpu("target"),
             draft_weight_gb_per_gpu=spec.weight_gb_per_gpu("draft"),
             speculative=spec.uses_draft_model, num_steps=spec.speculation.get("num_steps"))
-        return [{"name": name, "begin": marks[name][0], "end": marks[name][1], "estimate_s": sec}
-                for name, sec in est.items()]
+        if not any(m.name == "load_draft_weights" for m in self.phase_markers()):
+            est["load_weights"] += est.pop("load_draft_weights", 0.0)
+        return est
+
+    @property
+    def spec_verify_metric(self) -> str | None:
+        return for_version(self.version, SPEC_VERIFY_COUNTER)
 
     def acceptance(self, spec):
-        """Run-scoped: generated tokens per verify call over the point (both counters are
-        exact; the cumulative average is folded in only every 40 decode iterations).
-        Fallback: DP rank 0's cumulative average since start, warm-up included."""
+        """Run-scoped: generated tokens per verify call over the point, from two reads of
+        the counters (both counted when a request finishes, so the two deltas cover the
+        same requests; the verify-call counter exists from 0.5.13). Fallback: DP rank 0's
+        cumulative average since start, warm-up included, folded in only every 40 decode
+        iterations, so no difference of it is run-scoped."""
         if not spec.speculative:
             return None
         run = None
-        if spec.engine.get("enable_metrics"):
-            run = CounterRatio(path="/metrics", numerator=GENERATION_TOKENS_COUNTER,
-                               denominator=VERIFY_CALLS_COUNTER)
+        if spec.engine.get("enable_metrics") and self.spec_verify_metric:
+            run = CounterRatio(path=METRICS_PATH, numerator=GENERATION_TOKENS_METRIC,
+                               denominator=self.spec_verify_metric)
         return Acceptance(run=run, cumulative=ServerField(
             paths=SERVER_INFO_PATHS, field="internal_states.0.avg_spec_accept_length"))
+
+    def source_evidence(self) -> list[tuple[str, str, str]]:
+        """(fact, file in the package, text) for every marker, metric and endpoint this
+        adapter relies on, as the pinned release's source says them (tests/drift)."""
+        out = [(f"phase {m.name}", path, text) for m in phase_markers(PINNED_VERSION)
+               for path, text in m.evidence]
+        return out + list(FATAL_EVIDENCE + METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import flag_args
+from .base import flag_args, parse_version
 from .sglang import SGLang
 
 
@@ -27,6 +27,7 @@ class Sim(SGLang):
         args += flag_args([
             # SGLang 0.5.23's run-scoped acceptance needs the /metrics counters
             ("--enable-metrics", not spec.engine.get("enable_metrics")),
+            ("--sim-version", None if self.sim_version() == "0.5.23" else self.sim_version()),
             ("--sim-time-scale", sim.get("time_scale", 0.01)),
             ("--sim-seed", sim.get("seed", 0)),
             ("--sim-acceptance", sim.get("acceptance")),
@@ -40,34 +41,14 @@ class Sim(SGLang):
     def assumed_acceptance(self, spec):
         return (spec.engine.get("sim") or {}).get("acceptance")
 
-    #: The simulator emulates SGLang 0.5.23 (specc/sim/versions.py): its phase
-    #: markers and order (target weights, draft weights, KV cache, the target's
-    #: graph -- "target verify" with speculation, "target decode" without --,
-    #: the draft's graphs).  The draft's "Load weight begin" cannot be told from
-    #: the target's other TP ranks' lines, so draft loading counts as load_weights.
-    MARKERS_0_5_23 = {
-        "load_weights": ("Load weight begin", "Load weight end"),
-        "kv_cache": ("KV Cache is allocated", "Memory pool end"),
-        "capture_draft_cuda_graph": ("Capture draft decode CUDA graph begin",
-                                     "Capture draft decode CUDA graph end"),
-        "capture_draft_extend_cuda_graph": ("Capture draft extend CUDA graph begin",
-                                            "Capture draft extend CUDA graph end"),
-    }
-    ORDER_0_5_23 = ("load_weights", "kv_cache", "capture_cuda_graph", "capture_draft_cuda_graph",
-                    "capture_draft_extend_cuda_graph", "warmup")
+    #: The simulator emulates an SGLang release (specc/sim/versions.py): engine.version
+    #: picks the one whose strings and order the adapter's phase markers describe.
+    def sim_version(self) -> str:
+        return "0.5.23" if parse_version(self.version) >= parse_version("0.5.14") else "early-2026"
 
     def phases(self, spec):
         scale = self.time_scale(spec)
-        est = {p["name"]: p for p in super().phases(spec)}
-        graph = "target verify" if spec.speculative else "target decode"
-        marks = dict(self.MARKERS_0_5_23, warmup=(est["warmup"]["begin"], est["warmup"]["end"]),
-                     capture_cuda_graph=(f"Capture {graph} CUDA graph begin",
-                                         f"Capture {graph} CUDA graph end"))
-        seconds = {name: p["estimate_s"] for name, p in est.items()}
-        seconds["load_weights"] += seconds.pop("load_draft_weights", 0.0)
-        return [{"name": name, "begin": marks[name][0], "end": marks[name][1],
-                 "estimate_s": seconds[name] * scale}
-                for name in self.ORDER_0_5_23 if name in seconds]
+        return [{**p, "estimate_s": p["estimate_s"] * scale} for p in super().phases(spec)]
 
     def budget(self, spec, estimate_s):
         scale = self.time_scale(spec)

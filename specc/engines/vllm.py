@@ -1,8 +1,13 @@
-"""Everything specc knows about vLLM, in one place.
+"""Everything specc knows about vLLM, in one place, keyed by vLLM release.
 
-Read from vLLM 0.1x (early 2026): ``vllm/config/speculative.py``,
-``vllm/engine/arg_utils.py``, ``vllm/entrypoints/openai/api_server.py``,
-``vllm/benchmarks/sweep/``. Log markers are (unverified) against a live log.
+Pinned: vLLM 0.33.0, read from the released wheel's source
+(``vllm/config/speculative.py``, ``vllm/config/vllm.py``,
+``vllm/engine/arg_utils.py``, ``vllm/v1/spec_decode/metrics.py``,
+``vllm/entrypoints/``). Facts that differ in older releases carry the first
+release they hold for; the early-2026 range (before 0.17.0) had an EAGLE-3
+target allow-list. ``tests/drift`` checks every flag this file emits against
+0.33.0's own ``vllm serve`` parser and the markers, metrics and endpoints
+below against its source. A new vLLM release changes this file.
 """
 
 from __future__ import annotations
@@ -11,58 +16,185 @@ import json
 
 from specc.plan import Acceptance, CacheFlush, CounterRatio
 
-from .base import Engine, flag_args
+from .base import ALWAYS, Engine, PhaseMarker, flag_args, for_version
 
-VLLM_VERSION_READ = "0.1x (early 2026)"
+PINNED_VERSION = "0.33.0"
+OLDEST_VERSION = "0.10.0"
+VLLM_VERSION_READ = f"{PINNED_VERSION} (wheel source); before 0.17.0 from early-2026 releases"
+_V = "vllm/"   # source paths below are inside the wheel
 
 #: --speculative-config "method" per specc algorithm.
 METHODS = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NGRAM": "ngram", "NEXTN": "mtp",
            "STANDALONE": "draft_model"}
-#: Target model types vLLM accepted for EAGLE-3 in early-2026 releases.
-EAGLE3_TARGETS = ("Llama", "Qwen", "MiniCPM", "GptOss", "HunYuan", "AfMoe")
+#: Before 0.17.0, EAGLE-3 targets had to be one of these model types (config/speculative.py
+#: `eagle3_target_supported`: llama, qwen, minicpm, gpt_oss, hunyuan_vl, hunyuan_v1_dense,
+#: afmoe), matched here on the architecture name. 0.17.0 dropped the list: a target
+#: implementing SupportsEagle3 (DeepSeek-V2/V3, Kimi-K2.5 among them) is accepted.
+EAGLE3_TARGETS_BY_VERSION = [
+    ("0.17.0", None),
+    (OLDEST_VERSION, ("Llama", "Qwen", "MiniCPM", "GptOss", "HunYuan", "AfMoe")),
+]
 
+READY_LINE = "Application startup complete."
+#: 0.33.0 (V2 model runner): "Loading model from scratch..." (V1: "Starting to load
+#: model"), "Model loading took", "Available KV cache memory", "<pools> KV cache size:
+#: N tokens", the "Capturing CUDA graphs" progress bar (a rank-0 bar: it reaches the
+#: log only when it closes), "Graph capturing finished", "Starting vLLM server on",
+#: then uvicorn's startup line. Releases 0.17-0.32 are assumed to log as 0.33 does.
+PHASES_0_17: tuple[PhaseMarker, ...] = (
+    PhaseMarker("load_weights", (r"Loading model from scratch", r"Starting to load model"),
+                (r"Model loading took",), ALWAYS,
+                ("Loading model from scratch...",
+                 "Model loading took 15.02 GiB memory and 30.118210 seconds"),
+                ((_V + "v1/worker/gpu/model_runner.py", "Loading model from scratch..."),
+                 (_V + "v1/worker/gpu_model_runner.py", '"Starting to load model %s..."'),
+                 (_V + "v1/worker/gpu/model_runner.py",
+                  '"Model loading took %s GiB memory and %.6f seconds"'))),
+    PhaseMarker("kv_cache", (r"Available KV cache memory",), (r"KV cache size: [\d,]+ tokens",),
+                ALWAYS,
+                ("Available KV cache memory: 101.34 GiB",
+                 "GPU KV cache size: 829,856 tokens, Maximum concurrency for 8,192 tokens per "
+                 "request: 101.30x"),
+                ((_V + "v1/worker/gpu_worker.py", '"Available KV cache memory: %s GiB"'),
+                 (_V + "v1/core/kv_cache_utils.py", '"%s KV cache size: %s tokens, "'))),
+    PhaseMarker("capture_cuda_graph", (r"Capturing CUDA graphs",),
+                (r"Graph capturing finished",), ALWAYS,
+                ("Capturing CUDA graphs (decode, FULL): 100%|##########| 67/67",
+                 "Graph capturing finished in 12 secs, took 0.55 GiB"),
+                ((_V + "v1/worker/gpu/cudagraph_utils.py", 'progress_bar_desc: str = "Capturing CUDA graphs"'),
+                 (_V + "v1/worker/gpu/model_runner.py",
+                  '"Graph capturing finished in %.0f secs, took %.2f GiB"'))),
+    PhaseMarker("api_server", (r"Starting vLLM server on", r"Starting vLLM API server"),
+                (r"Application startup complete\.",), ALWAYS,
+                ("Starting vLLM server on http://127.0.0.1:8000", READY_LINE),
+                ((_V + "entrypoints/launchers/api_server/entry.py",
+                  '"Starting vLLM server on %s"'),
+                 ("uvicorn/lifespan/on.py", "Application startup complete."))),
+)
+#: Before 0.17.0 (early 2026; read from logs and docs, not source).
+PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
+    PhaseMarker("load_weights", (r"Starting to load model",), (r"Model loading took",)),
+    PhaseMarker("kv_cache", (r"Available KV cache memory",), (r"GPU KV cache size",)),
+    PhaseMarker("capture_cuda_graph", (r"Capturing CUDA graph",), (r"Graph capturing finished",)),
+    PhaseMarker("api_server", (r"Starting vLLM API server",), (r"Application startup complete\.",)),
+)
+PHASES_BY_VERSION = [("0.17.0", PHASES_0_17), (OLDEST_VERSION, PHASES_EARLY_2026)]
+FATAL_PATTERNS = ("Traceback (most recent call last)", "EngineCore failed",
+                  "Engine core initialization failed", "CUDA out of memory",
+                  "torch.OutOfMemoryError", "ValueError: ", "RuntimeError: ")
 
-#: Spec-decode counters (prometheus_client exposes a Counter X as X_total).
-ACCEPTED_COUNTER = "vllm:spec_decode_num_accepted_tokens_total"
-DRAFTS_COUNTER = "vllm:spec_decode_num_drafts_total"
-#: /reset_prefix_cache is served only with this set (vllm/entrypoints/openai/api_server.py).
+#: Spec-decode counters (v1/spec_decode/metrics.py); prometheus_client exposes a
+#: Counter named X as X_total. Accept length = 1 + delta accepted / delta drafts.
+METRIC_PREFIX = "vllm:spec_decode_"
+COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens")
+PER_POSITION_COUNTER = "num_accepted_tokens_per_pos"
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+#: Exists only with VLLM_SERVER_DEV_MODE=1 (else 404), and prefix caching is on by default.
+FLUSH_CACHE_PATH = "/reset_prefix_cache"
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+
+def default_max_num_seqs(gpu: str, gpu_memory_gb: float) -> int:
+    """--max-num-seqs when not given (engine/arg_utils.py get_batch_defaults, API
+    server): 1024 on GPUs of >= 70 GiB that are not A100s (H100, H200, B200), else 256."""
+    gib = gpu_memory_gb * 1e9 / 2**30
+    return 1024 if gib >= 70 and "a100" not in gpu.lower() else 256
+
+
+#: Rope types for which vLLM only sizes the rotary cache from max_position_embeddings
+#: (config/speculative.py _CACHE_ONLY_ROPE_TYPES): such a draft's positions are raised
+#: to the target's max_model_len; any other (yarn, dynamic, longrope, deepseek) and the
+#: V2 model runner lowers the target's max_model_len to the draft's instead.
+CACHE_ONLY_ROPE_TYPES = ("default", "linear", "llama3", "ntk", "proportional")
+
+SOURCE_EVIDENCE = (
+    # a leading "!": the text must NOT be there
+    ("no EAGLE-3 target allow-list", _V + "config/speculative.py", "!eagle3_target_supported"),
+    ("draft positions raised to the target's", _V + "config/speculative.py",
+     "draft_hf_config.max_position_embeddings = target_max_model_len"),
+    ("cache-only rope types", _V + "config/speculative.py",
+     '{"default", "linear", "llama3", "ntk", "proportional"}'),
+    ("yarn drafts lower the target's max_model_len (V2 runner)", _V + "config/vllm.py",
+     "self.model_config.max_model_len = draft_max_model_len"),
+    ("max_num_seqs 1024 on H100/H200", _V + "engine/arg_utils.py",
+     "# For GPUs like H100 and H200, use larger offline defaults."),
+    ("max_num_seqs 70 GiB threshold", _V + "engine/arg_utils.py",
+     "device_memory >= 70 * GiB_bytes"),
+    ("/reset_prefix_cache needs VLLM_SERVER_DEV_MODE", _V + "entrypoints/launchers/api_server/routers.py",
+     "if envs.VLLM_SERVER_DEV_MODE:\n        from vllm.entrypoints.serve import register_vllm_dev_api_routers"),
+    (f"endpoint {FLUSH_CACHE_PATH}", _V + "entrypoints/serve/dev/cache/api_router.py",
+     '@router.post("/reset_prefix_cache")'),
+    (f"endpoint {HEALTH_PATH}", _V + "entrypoints/serve/instrumentator/health.py",
+     '@router.get("/health"'),
+    (f"endpoint {METRICS_PATH}", _V + "entrypoints/serve/instrumentator/metrics.py",
+     'Mount("/metrics"'),
+    ("endpoint /v1/chat/completions", _V + "entrypoints/openai/chat_completion/api_router.py",
+     '"/v1/chat/completions"'),
+    ("endpoint /v1/completions", _V + "entrypoints/openai/completion/api_router.py",
+     '"/v1/completions"'),
+    ("endpoint /v1/models", _V + "entrypoints/openai/models/api_router.py",
+     '@router.get("/v1/models")'),
+    ("fatal_patterns: EngineCore failed", _V + "v1/engine/core.py", '"EngineCore failed to start."'),
+    ("fatal_patterns: Engine core initialization failed", _V + "v1/engine/utils.py",
+     '"Engine core initialization failed. "'),
+) + tuple((f"metric {METRIC_PREFIX}{c}_total", _V + "v1/spec_decode/metrics.py",
+           f'"{METRIC_PREFIX.rstrip("_")}_{c}"')
+          for c in COUNTERS + (PER_POSITION_COUNTER,))
+
+
+ACCEPTED_COUNTER = f"{METRIC_PREFIX}num_accepted_tokens_total"
+DRAFTS_COUNTER = f"{METRIC_PREFIX}num_drafts_total"
 
 
 class VLLM(Engine):
     """`vllm serve <model> --speculative-config '<json>'`."""
 
     name = "vllm"
+    package = "vllm"
+    pinned_version = PINNED_VERSION
+    oldest_version = OLDEST_VERSION
     version_read = VLLM_VERSION_READ
     default_port = 8000
-    health_path = "/health"
+    health_path = HEALTH_PATH
     #: vLLM's /health answers at once (200 unless the engine is dead).
     health_timeout_s = 5.0
-    ready_line = "Application startup complete."
-    fatal_patterns = ("Traceback (most recent call last)", "EngineCore failed",
-                      "CUDA out of memory", "torch.OutOfMemoryError", "ValueError: ",
-                      "RuntimeError: ")
-    draft_context_policy = "cap"
+    ready_line = READY_LINE
+    fatal_patterns = FATAL_PATTERNS
+    draft_context_policy = "vllm"
     rewrites_topk1_draft_tokens = False
+    tree_speculation = False
     max_running_path = "engine.max_num_seqs"
     bench_serving_backend = "vllm"
     spec_default_max_running = None
     launch_budget_s = 300.0
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
-    flush_cache_path = "/reset_prefix_cache"
-    algorithm_targets = {"EAGLE3": EAGLE3_TARGETS}
-    target_unsupported_fix = "use engine=sglang for this pair"
+    accept_positions = {"path": "/metrics", "label": "position",
+                        "accepted": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                        "drafts": "vllm:spec_decode_num_drafts_total"}
+    flush_cache_path = FLUSH_CACHE_PATH
+    flush_cache_env = {DEV_MODE_ENV: "1"}
+    target_unsupported_fix = "use vllm >= 0.17.0 (engine.version), or engine=sglang for this pair"
+
+    @property
+    def algorithm_targets(self) -> dict:
+        allowed = for_version(self.version, EAGLE3_TARGETS_BY_VERSION)
+        return {"EAGLE3": allowed} if allowed else {}
+
+    def num_speculative_tokens(self, spec) -> int:
+        """vLLM drafts a chain of this many tokens; SGLang's tree knobs have no equivalent."""
+        sp = spec.speculation
+        return sp.get("num_steps") or (sp.get("num_draft_tokens") or 2) - 1
 
     def speculative_config(self, spec) -> dict | None:
         if not spec.speculative:
             return None
-        sp, mp = spec.speculation, spec.model_pair
+        mp = spec.model_pair
         cfg = {"method": METHODS[spec.algorithm]}
         if spec.uses_draft_model and mp.get("draft"):
             cfg["model"] = mp["draft"]["path"]
-        # vLLM drafts a chain of num_speculative_tokens; SGLang's tree knobs have no equivalent.
-        cfg["num_speculative_tokens"] = sp.get("num_steps") or (sp.get("num_draft_tokens") or 2) - 1
+        cfg["num_speculative_tokens"] = self.num_speculative_tokens(spec)
         if mp.get("context_length"):
             cfg["max_model_len"] = mp["context_length"]
         return cfg
@@ -97,34 +229,58 @@ class VLLM(Engine):
         value = spec.engine.get("max_num_seqs")
         if value is not None:
             return int(value), "engine.max_num_seqs"
-        return 256, "vLLM default --max-num-seqs (256 on GPUs)"
+        hw = spec.hardware
+        n = default_max_num_seqs(hw.get("gpu", ""), hw["gpu_memory_gb"])
+        return n, f"vLLM default --max-num-seqs ({n} on {hw.get('gpu') or 'this GPU'})"
 
-    def phases(self, spec):
+    def draft_context_rule(self, spec, draft_len: int, served: int) -> tuple[str, str, str]:
+        """(code, message, hint) for a draft shorter than the served context, as 0.33 does it."""
+        if spec.algorithm == "STANDALONE":
+            return ("CONTEXT_DRAFT_CAPPED",
+                    f"vLLM caps the draft model's max_model_len to {draft_len} while the target "
+                    f"serves {served}; longer sequences are not speculated",
+                    f"set model_pair.context_length={draft_len} to serve what the draft knows")
+        rope = (spec.draft.get("rope_scaling") or {}) if spec.draft else {}
+        rope_type = rope.get("rope_type", rope.get("type", "default")) if rope else "default"
+        if rope_type in CACHE_ONLY_ROPE_TYPES:
+            return ("CONTEXT_DRAFT_RAISED",
+                    f"vLLM raises the draft's max_position_embeddings from {draft_len} to the "
+                    f"target's {served} (the draft shares the target's positions); it was trained "
+                    f"on {draft_len}: acceptance past {draft_len} tokens may collapse",
+                    f"set model_pair.context_length={draft_len} to serve what the draft was "
+                    "trained on")
+        return ("CONTEXT_TARGET_LOWERED",
+                f"the draft's rope ({rope_type}) cannot be stretched: vLLM (V2 model runner) "
+                f"lowers the served max_model_len from {served} to the draft's {draft_len}",
+                f"set model_pair.context_length={draft_len} so the plan says what is served")
+
+    def phase_markers(self):
+        return for_version(self.version, PHASES_BY_VERSION)
+
+    def phase_estimates(self, spec):
         w = spec.weight_gb_per_gpu("target") + spec.weight_gb_per_gpu("draft")
-        return [
-            {"name": "load_weights", "begin": "Starting to load model", "end": "Model loading took",
-             "estimate_s": 5.0 + w / 0.3},
-            {"name": "kv_cache", "begin": "Available KV cache memory", "end": "GPU KV cache size",
-             "estimate_s": 10.0},
-            {"name": "capture_cuda_graph", "begin": "Capturing CUDA graph",
-             "end": "Graph capturing finished", "estimate_s": 30.0},
-            {"name": "api_server", "begin": "Starting vLLM API server", "end": self.ready_line,
-             "estimate_s": 5.0},
-        ]
+        return {"load_weights": 5.0 + w / 0.3, "kv_cache": 10.0, "capture_cuda_graph": 30.0,
+                "api_server": 5.0}
 
     def acceptance(self, spec):
         """1 + accepted tokens per draft over the point (counter differences)."""
         if not spec.speculative:
             return None
-        return Acceptance(run=CounterRatio(path="/metrics", numerator=ACCEPTED_COUNTER,
-                                           denominator=DRAFTS_COUNTER, offset=1.0))
+        return Acceptance(run=CounterRatio(
+            path=METRICS_PATH, numerator=ACCEPTED_COUNTER, denominator=DRAFTS_COUNTER,
+            offset=1.0))
 
     def cache_flush(self, spec):
-        """/reset_prefix_cache exists only in dev mode; otherwise it 404s and the prefix
-        cache (on by default) stays warm from one point to the next."""
-        env = spec.engine.get("env") or {}
-        if str(env.get(DEV_MODE_ENV, "")).lower() in ("1", "true"):
+        """/reset_prefix_cache exists only in dev mode (else 404, and the prefix cache, on
+        by default, stays warm): specc sets VLLM_SERVER_DEV_MODE=1 in the env of every
+        server some point of which flushes (`env(..., flush_cache=True)`), unless the
+        config sets it otherwise."""
+        given = (spec.engine.get("env") or {}).get(DEV_MODE_ENV)
+        if given is None or str(given).lower() in ("1", "true"):
             return CacheFlush(method="POST", path=self.flush_cache_path)
         return CacheFlush(unavailable=f"vLLM serves {self.flush_cache_path} only with "
-                                      f"{DEV_MODE_ENV}=1 (set engine.env.{DEV_MODE_ENV}=1 to "
-                                      "flush the prefix cache between points)")
+                                      f"{DEV_MODE_ENV}=1 (engine.env sets {DEV_MODE_ENV}={given})")
+
+    def source_evidence(self) -> list[tuple[str, str, str]]:
+        out = [(f"phase {m.name}", path, text) for m in PHASES_0_17 for path, text in m.evidence]
+        return out + list(SOURCE_EVIDENCE)

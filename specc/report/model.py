@@ -99,6 +99,13 @@ class PointRow:
     speedup_computed: bool = False  # True when computed here, not read from the result line
     job: str | None = None  # set by combine_reports: the job's run dir, relative to the sweep dir
     experiment: str | None = None  # likewise
+    # the statistics (report/intervals.py): figure -> specc.stats.Interval, the paired
+    # speedup's interval, per-category figures, and what they rest on
+    intervals: dict = field(default_factory=dict)
+    speedup_iv: Any = None
+    categories: dict = field(default_factory=dict)
+    basis: dict = field(default_factory=dict)
+    accept_per_position: list | None = None   # vLLM's per-position acceptance rates
 
     @property
     def job_text(self) -> str:
@@ -155,6 +162,9 @@ class PointRow:
             if k == "speedup":
                 continue
             out[k if k not in out else f"metric.{k}"] = v
+        from specc.report.intervals import flat_fields
+
+        out.update(flat_fields(self))
         return out
 
 
@@ -170,17 +180,25 @@ def _sort_num(v: Any) -> Any:
 def _workload_text(workload: tuple) -> str:
     d = dict(workload)
     parts = []
+    kind = d.get("dataset")
     if d.get("dataset") is not None:
         parts.append(str(d.pop("dataset")))
     else:
         d.pop("dataset", None)
     il, ol = d.pop("input_len", None), d.pop("output_len", None)
-    if il is not None or ol is not None:
+    if kind not in (None, "random", "jsonl", "sharegpt"):
+        il = None    # a prompt set sends its own text: input_len does not apply
+        parts.append(f"out {ol if ol is not None else '?'} tokens")
+    elif il is not None or ol is not None:
         parts.append(f"in {il if il is not None else '?'} / out {ol if ol is not None else '?'} tokens")
+    for k, default in (("repeats", 1), ("ignore_eos", True)):
+        if d.get(k) == default:
+            d.pop(k)
     rate = d.pop("request_rate", None)
     if rate is not None:
         parts.append(f"rate {rate}/s")
-    quiet = {"model", "flush_cache", "seed", "timeout_s", "warmup_requests", "driver"}
+    quiet = {"model", "flush_cache", "seed", "timeout_s", "warmup_requests", "driver",
+             "request_id_field", "hf_split", "min_requests", "min_output_tokens", "max_requests"}
     if d.get("range_ratio") == 1.0:
         quiet.add("range_ratio")
     parts += [f"{k}={v}" for k, v in d.items() if v is not None and k not in quiet]

@@ -18,7 +18,9 @@ def make_plots(report: Report, plot_dir: Path) -> dict[str, Path]:
         report.plot_notes.append(f"plots skipped: matplotlib unavailable ({type(e).__name__}: {e})")
         return report.plots
     for name, fn in (("throughput_vs_concurrency", _plot_throughput),
-                     ("speedup_heatmap", _plot_heatmap)):
+                     ("speedup_heatmap", _plot_heatmap),
+                     ("speedup_by_category", _plot_categories),
+                     ("acceptance_by_position", _plot_positions)):
         try:
             fig = fn(report, Figure)
             if fig is None:
@@ -56,8 +58,14 @@ def _plot_throughput(report: Report, Figure):
         if multi_workload:
             name = f"{name} ({_workload_text(key[1])})"
         style = dict(color="black", linestyle="--", linewidth=2) if not key[2] else {}
-        ax.plot([_num(r.concurrency) for r in pts], [r.output_tps for r in pts],
-                marker="o", label=name, **style)
+        # error bars: each point's 95% interval (report/intervals.py), none when unknown
+        ivs = [r.intervals.get("output_throughput") for r in pts]
+        yerr = [[max(0.0, r.output_tps - iv.lo) if iv is not None and iv.lo is not None else 0.0
+                 for r, iv in zip(pts, ivs)],
+                [max(0.0, iv.hi - r.output_tps) if iv is not None and iv.hi is not None else 0.0
+                 for r, iv in zip(pts, ivs)]]
+        ax.errorbar([_num(r.concurrency) for r in pts], [r.output_tps for r in pts], yerr=yerr,
+                    marker="o", label=name, capsize=3, **style)
     ax.set_xscale("log", base=2)
     concs = sorted({_num(r.concurrency) for r in ok})
     from matplotlib.ticker import NullLocator
@@ -87,7 +95,7 @@ def _plot_heatmap(report: Report, Figure):
         panel = cells.setdefault(key, {})
         cur = panel.get((steps, topk))
         if cur is None or sp > cur[0]:
-            panel[(steps, topk)] = (sp, r.server_params.get("num_draft_tokens"))
+            panel[(steps, topk)] = (sp, r.server_params.get("num_draft_tokens"), r.speedup_iv)
     if not cells:
         report.plot_notes.append("speedup_heatmap: no speculative points with a speedup")
         return None
@@ -126,8 +134,73 @@ def _plot_heatmap(report: Report, Figure):
                 v = panel.get((s, k))
                 if v is not None:
                     txt = f"{v[0]:.2f}x" + (f"\nd{v[1]}" if v[1] is not None else "")
+                    if v[2] is not None and v[2].lo is not None:   # the 95% interval
+                        txt += f"\n[{v[2].lo:.2f}, {v[2].hi:.2f}]"
                     ax.text(xi, yi, txt, ha="center", va="center", fontsize="small")
     fig.suptitle(f"{report.experiment}: speedup vs baseline (best over num_draft_tokens)", fontsize="medium")
     if im is not None:
         fig.colorbar(im, ax=fig.axes, shrink=0.8, label="speedup")
+    return fig
+
+
+def _plot_categories(report: Report, Figure):
+    """Per category, the best speculative setting's paired speedup with its 95% interval,
+    one panel per concurrency (workload)."""
+    from specc.report.intervals import tied
+
+    panels = []
+    for g in report.groups():
+        best, _ = tied(g)
+        if best is None or not best.categories:
+            continue
+        cats = [(c, f["speedup"]) for c, f in best.categories.items() if f.get("speedup")]
+        if cats and [c for c, _ in cats] != ["-"]:
+            panels.append((g, best, cats))
+    if not panels:
+        report.plot_notes.append("speedup_by_category: no per-category speedups (prompt sets "
+                                 "with categories and matched baselines give them)")
+        return None
+    n = len(panels)
+    width = max(5.0, 3.6 * n + 1.0)
+    fig = Figure(figsize=(width, 4.2))
+    fig.subplots_adjust(left=0.8 / width, right=1 - 0.3 / width, bottom=0.3, top=0.85,
+                        wspace=0.3)
+    for i, (g, best, cats) in enumerate(panels):
+        ax = fig.add_subplot(1, n, i + 1)
+        xs = range(len(cats))
+        vals = [iv.value for _, iv in cats]
+        lo = [max(0.0, iv.value - iv.lo) if iv.lo is not None else 0.0 for _, iv in cats]
+        hi = [max(0.0, iv.hi - iv.value) if iv.hi is not None else 0.0 for _, iv in cats]
+        ax.bar(xs, vals, yerr=[lo, hi], capsize=3, color="tab:blue", alpha=0.8)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([c for c, _ in cats], rotation=45, ha="right", fontsize="small")
+        if i == 0:
+            ax.set_ylabel("speedup (95% interval)")
+        ax.set_title(f"c={_conc_text(g.concurrency)}: {best.label}", fontsize="small")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"{report.experiment}: speedup by prompt category (best setting)",
+                 fontsize="medium")
+    return fig
+
+
+def _plot_positions(report: Report, Figure):
+    """Acceptance rate per draft position (where the engine counts it: vLLM), one line per
+    speculative point."""
+    pts = [r for r in report.rows if r.status == "ok" and r.accept_per_position]
+    if not pts:
+        return None   # SGLang and the simulator count acceptance per request, not position
+    fig = Figure(figsize=(7, 4.5))
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.9)
+    ax = fig.add_subplot(1, 1, 1)
+    for r in pts:
+        ys = r.accept_per_position
+        ax.plot(range(1, len(ys) + 1), ys, marker="o",
+                label=f"{r.label} @ c={_conc_text(r.concurrency)}")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small", loc="best")
+    ax.set_title(f"{report.experiment}: acceptance by draft position", fontsize="medium")
     return fig

@@ -63,6 +63,9 @@ def build_report(run_dir: Path | str) -> Report:
             baseline_benchmark=b.get("baseline"),
         ))
     _fill_speedups(rows, results)
+    from specc.report.intervals import attach
+
+    attach(rows, results, run_dir)
 
     extra = sorted(set(results) - planned)
     if extra:

@@ -10,12 +10,14 @@ from typing import Any
 
 from tabulate import tabulate
 
+from specc.report import intervals as iv
 from specc.report.model import (DASH, Best, Group, PointRow, Report, _conc_text, _workload_text,
                                 fmt_pair, fmt_speedup, fmt_tps)
 
 # Metric columns in the order the CSV lists them; others follow, sorted.
 _METRIC_ORDER = [
-    "completed", "duration", "request_throughput", "output_throughput", "total_throughput",
+    "completed", "duration", "request_throughput", "output_throughput", "output_throughput_lo",
+    "output_throughput_hi", "total_throughput",
     "per_stream_output_throughput", "accept_length", "accept_length_scope",
 ] + [f"{stat}_{m}_ms" for m in ("ttft", "itl", "chunk_gap", "tpot", "e2e_latency")
      for stat in ("mean", "median", "p90", "p99")]
@@ -31,6 +33,17 @@ NOTES = [
     "tokens-per-chunk (about the accept length) times the ITL on a speculative server.",
     "**speedup**: output throughput divided by the matched baseline's output throughput "
     "(same model, hardware, dataset and concurrency); " + DASH + " when either is unknown.",
+    "**[lo, hi]**: the 95% interval. Throughput: bootstrap over the point's requests (over "
+    "repeats when a point ran more than once), the measured number of requests in flight "
+    "held fixed. Speedup: paired bootstrap over matched prompts (request i of the "
+    "speculative point and of its baseline sent the same prompt), so what the prompts do "
+    "to both sides cancels. `n.s.`: the interval covers 1.00x, no significant difference.",
+    "**tied**: speculative settings whose speedup interval overlaps the best one's: the "
+    "data do not tell them apart.",
+    "**by category**: speedup per category is the paired ratio of tokens per second of "
+    "request (categories share batches, so a category has no throughput of its own); "
+    "accept length = output tokens / verify passes, where the engine reports them per "
+    "request (SGLang's `/generate`).",
     "**accept length**: mean tokens accepted per target forward pass. "
     "`(run)` = measured over this point only; `(cum.)` = cumulative since server start, "
     "warm-up included (SGLang's `avg_spec_accept_length`), so not strictly per point; "
@@ -53,12 +66,14 @@ def _point_cells(r: PointRow) -> list[str]:
     if r.status != "ok":
         out, per, ttft, itl, gap, acc, sp = (DASH,) * 7
     else:
-        out, per = fmt_tps(r.output_tps), fmt_tps(r.per_stream_tps)
+        thr = r.intervals.get("output_throughput")
+        out = iv.fmt_iv(thr) if thr is not None else fmt_tps(r.output_tps)
+        per = fmt_tps(r.per_stream_tps)
         ttft = fmt_pair(m.get("median_ttft_ms"), m.get("p99_ttft_ms"))
         itl = fmt_pair(m.get("median_itl_ms"), m.get("p99_itl_ms"))
         gap = fmt_pair(m.get("median_chunk_gap_ms"), m.get("p99_chunk_gap_ms"))
         acc = DASH if r.is_baseline else r.accept_text
-        sp = "1.00x" if r.is_baseline else fmt_speedup(r.speedup)
+        sp = "1.00x" if r.is_baseline else iv.speedup_text(r)
     return [r.label, out, per, ttft, itl, gap, acc, sp, _status_text(r)]
 
 
@@ -74,7 +89,8 @@ def _group_table(g: Group, fmt: str, with_job: bool = False) -> str:
 
 
 _BEST_HEAD = ["concurrency", "best speculative setting", "speedup", "output tok/s",
-              "per-stream tok/s", "accept length", "baseline tok/s", "baseline per-stream"]
+              "per-stream tok/s", "accept length", "baseline tok/s", "baseline per-stream",
+              "tied (intervals overlap)"]
 
 
 def _best_table(bests: list[Best], fmt: str, with_workload: bool, with_job: bool = False) -> str:
@@ -86,16 +102,20 @@ def _best_table(bests: list[Best], fmt: str, with_workload: bool, with_job: bool
         base_out = fmt_tps(b.baseline.output_tps) if b.baseline else DASH
         base_per = fmt_tps(b.baseline.per_stream_tps) if b.baseline else DASH
         if b.row is None:
-            rows.append([c, "(no successful speculative point)", DASH, DASH, DASH, DASH, base_out, base_per])
+            rows.append([c, "(no successful speculative point)", DASH, DASH, DASH, DASH, base_out,
+                         base_per, DASH])
             continue
         label = b.row.label
         if with_job and b.row.job:
             label = f"{label} [{b.row.job_text}]"
         if b.by != "speedup":
             label += " (by output tok/s: speedup unknown)"
-        rows.append([c, label, fmt_speedup(b.row.speedup), fmt_tps(b.row.output_tps),
-                     fmt_tps(b.row.per_stream_tps), b.row.accept_text, base_out, base_per])
-    return _table(rows, _BEST_HEAD, ("left", "left") + ("right",) * 6, fmt)
+        best, ties = iv.tied(b.group)
+        tie_text = ", ".join(t.label for t in ties if t is not b.row) if best is not None else ""
+        rows.append([c, label, iv.speedup_text(b.row), fmt_tps(b.row.output_tps),
+                     fmt_tps(b.row.per_stream_tps), b.row.accept_text, base_out, base_per,
+                     tie_text or "none"])
+    return _table(rows, _BEST_HEAD, ("left", "left") + ("right",) * 6 + ("left",), fmt)
 
 
 def _status_line(rows: list[PointRow]) -> str:
@@ -144,7 +164,14 @@ def render_markdown(report: Report) -> str:
     if not rows:
         out += ["The plan has no benchmark points.", ""]
     for g in groups:
-        out += [f"## {g.title(with_workload=True)}", "", _group_table(g, "pipe"), ""]
+        out += [f"## {g.title(with_workload=True)}", "", _group_table(g, "pipe"), "",
+                iv.rests_on(g), ""]
+        cat = iv.category_table(g)
+        if cat is not None:
+            head, crow = cat
+            out += [f"### By category (concurrency {_conc_text(g.concurrency)})", "",
+                    _table(crow, head, ("left", "right") + ("right",) * (len(head) - 2), "pipe"),
+                    ""]
 
     bests = report.best()
     if bests:
@@ -199,7 +226,7 @@ def render_terminal(report: Report) -> str:
     multi_workload = len({g.workload for g in groups}) > 1
     out = [f"{report.experiment} (engine: {report.engine}): {_status_line(rows)}", ""]
     for g in groups:
-        out += [g.title(with_workload=True), _group_table(g, "simple"), ""]
+        out += [g.title(with_workload=True), _group_table(g, "simple"), iv.rests_on(g), ""]
     bests = report.best()
     if bests:
         out += ["Best speculative setting per concurrency", _best_table(bests, "simple", multi_workload), ""]

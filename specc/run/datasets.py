@@ -12,6 +12,9 @@ Three kinds, following SGLang's ``bench_serving`` where it has an equivalent:
   length (unless ``output_len > 0`` overrides it, as ``--sharegpt-output-len``);
   pairs with prompt or output shorter than 4 tokens are skipped.
 
+Prompt sets by category (``specc``, the default; ``mt_bench``, ``spec_bench``,
+``speed_bench``, ``hf``) are read by :mod:`specc.run.promptsets`.
+
 Token counts are word counts (what the simulator counts); against a real engine
 they are an approximation, and the load generator takes the engine's reported
 usage for output tokens whenever the stream carries it.
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 __all__ = ["Prompt", "DatasetError", "load_prompts", "KINDS"]
 
-KINDS = ("random", "jsonl", "sharegpt")
+KINDS = ("random", "jsonl", "sharegpt", "specc", "mt_bench", "spec_bench", "speed_bench", "hf")
 
 #: bench_serving skips ShareGPT pairs shorter than this (prompt or reply tokens).
 MIN_SHAREGPT_TOKENS = 4
@@ -52,6 +55,8 @@ class Prompt:
     text: str
     input_tokens: int
     output_tokens: int  # requested output length
+    category: str | None = None   # prompt sets by category (specc.run.promptsets)
+    id: str | None = None         # the prompt's id in its set
 
 
 class DatasetError(ValueError):
@@ -65,9 +70,18 @@ def count_tokens(text: str) -> int:
 
 def load_prompts(kind: str, *, num: int, input_len: int, output_len: int,
                  range_ratio: float = 1.0, path: str | None = None,
-                 seed: int = 0) -> list[Prompt]:
+                 seed: int = 0, categories=None, hf_subset: str | None = None,
+                 hf_split: str = "test") -> list[Prompt]:
     if num < 0:
         raise DatasetError(f"num must be >= 0, got {num}")
+    if kind in KINDS[3:]:
+        from specc.run import promptsets
+
+        return promptsets.sequence(promptsets.load(
+            kind, path=path, output_len=output_len, categories=categories,
+            hf_subset=hf_subset, hf_split=hf_split), num)
+    if categories:
+        raise DatasetError(f"the {kind} dataset has no categories (categories: {categories})")
     if kind == "random":
         return _random(num, input_len, output_len, range_ratio, seed)
     if kind == "jsonl":

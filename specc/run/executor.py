@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 
 from specc import exits
-from specc.run import lifecycle
+from specc.run import interrupts, lifecycle, ownership, rundir
 from specc.run.point import failed_row, run_point, with_speedup
 from specc.plan import Plan, Server
 from specc.run.progress import SweepProgress
 from specc.run.readiness import wait_ready
 from specc.results import ResultLog
-from specc.run.state import RunState
+from specc.run.state import RunState, StateError, corrupt_line
 
 
 #: How often a running benchmark checks that its server process is still alive.
@@ -51,10 +50,14 @@ class Executor:
         self.failed_servers: dict[str, str] = {}
         self.grace_s = grace_s
         self.stop_all = False
+        self.write_error: str | None = None   # the run dir stopped taking writes
         self.progress = progress or SweepProgress(len(plan.benchmarks))
 
     # -- servers ----------------------------------------------------------------
     def _preflight(self, server: Server) -> str | None:
+        missing = lifecycle.secrets_problem(server)
+        if missing:
+            return missing
         if lifecycle.port_in_use(server.host, server.port):
             return (f"port {server.port} is already in use by {lifecycle.port_holder(server.port)}"
                     f"; stop it or change engine.base_port")
@@ -70,8 +73,32 @@ class Executor:
     def _fail_points(self, server: Server, reason: str) -> None:
         for b in self.plan.benchmarks_of(server.id):
             if not self.results.finished(b.id):
-                self.results.append(failed_row(b, reason))
+                if not self._record(failed_row(b, reason)):
+                    return
                 self.progress.point_finished(b.id, "failed", reason[:120])
+
+    # -- the run dir ----------------------------------------------------------------
+    def _record(self, row: dict) -> bool:
+        """Append a finished row; False (and the sweep stops) when the run dir refuses it."""
+        try:
+            self.results.append(row)
+            return True
+        except OSError as e:
+            self._write_failed(f"cannot append to {self.results.path}: {e.strerror or e}")
+            return False
+
+    def _writes_ok(self) -> bool:
+        """False once state.json or results.jsonl could not be written (full disk, read-only):
+        nothing more is launched or measured, since none of it could be recorded."""
+        if self.state.write_error and not self.write_error:
+            self._write_failed(self.state.write_error)
+        return self.write_error is None
+
+    def _write_failed(self, why: str) -> None:
+        if self.write_error is None:
+            self.write_error = why
+            self.progress.log(f"{why}: stopping the sweep")
+        self.stop_all = True
 
     def _stop(self, server: Server, status: str, **fields) -> None:
         running = self.running.pop(server.id, None)
@@ -107,19 +134,37 @@ class Executor:
             self.failed_servers[server.id] = reason
             self._fail_points(server, f"server failed preflight: {reason}")
             return
+        if not self._writes_ok():
+            return
         running = lifecycle.launch(server, self.run_dir)
         self.running[server.id] = running
         self.state.start(server.id, pid=running.pid, pgid=running.pid, host=server.host,
-                         port=server.port, started_at=running.started_at, ready_at=None,
+                         port=server.port, started_at=running.started_at,
+                         create_time=ownership.create_time(running.pid), ready_at=None,
                          status="starting", log=server.log, gpus=list(server.gpus))
+        verified = []   # the listener was found to be this server's: nothing can take it now
+
+        def listener_check() -> str | None:
+            """Readiness asks on every answer until the listener proves to be the server."""
+            if verified:
+                return None
+            kind, who = ownership.listener(server.host, server.port, running.pid)
+            if kind == "ours":
+                verified.append(True)
+            return f"port {server.port} taken after preflight by {who}" if who else None
 
         def on_phase(phase, since, detail=""):
             self.state.update(server.id, phase=phase, phase_started_at=since)
             self.progress.server_phase(server.id, phase, since, detail)
 
-        outcome = await wait_ready(running, server.readiness, on_phase=on_phase)
+        outcome = await wait_ready(running, server.readiness, on_phase=on_phase,
+                                   listener_check=listener_check)
         if not outcome.ok:
             reason = f"{outcome.reason}"
+            taken = await asyncio.to_thread(ownership.taken, server.host, server.port,
+                                            running.pid)
+            if taken and not reason.startswith(taken):
+                reason = f"{taken}; then: {reason}"   # why it could not bind
             self.failed_servers[server.id] = reason
             self.state.update(server.id, failed_at=time.time())
             self.progress.log(f"{server.id} failed: {reason}\n--- last log lines ---\n"
@@ -141,6 +186,15 @@ class Executor:
                 if code is not None:
                     self._fail_points(server, f"server died earlier (exit code {code})")
                     break
+                if not self._writes_ok():
+                    break
+                taken = await asyncio.to_thread(ownership.taken, server.host, server.port,
+                                                running.pid)
+                if taken:   # never measure another process under this label
+                    self.failed_servers[server.id] = taken
+                    self._fail_points(server, f"server failed: {taken}")
+                    await self._stop_async(server, "failed", reason=taken)
+                    break
                 self.state.update(server.id, status="benchmarking", point=bench.id)
                 self.progress.point_started(bench.id, f"{server.label} @ c={bench.params['concurrency']}")
                 row = await self._watched_point(running, bench)
@@ -149,7 +203,8 @@ class Executor:
                     self.progress.log(f"{server.id}: prefix cache {row['cache_flush']}")
                 baseline = self.results.get(bench.baseline) if bench.baseline else None
                 row = with_speedup(row, baseline)
-                self.results.append(row)
+                if not self._record(row):
+                    break
                 self._backfill_speedups()
                 self.progress.point_finished(bench.id, row["status"], _summary(row))
                 if row.get("server_hung"):
@@ -179,7 +234,10 @@ class Executor:
                 with_speedup(row, self.results.get(b.baseline))
                 changed = changed or "speedup" in (row.get("metrics") or {})
         if changed:
-            self.results.rewrite()
+            try:
+                self.results.rewrite()
+            except OSError as e:   # the old file stays whole (atomic); speedups come next run
+                self._write_failed(f"cannot rewrite {self.results.path}: {e.strerror or e}")
 
     async def _watched_point(self, running, bench) -> dict:
         """The point, cancelled the moment its server dies or wedges (health can lie).
@@ -229,9 +287,8 @@ class Executor:
 
     # -- the sweep ----------------------------------------------------------------
     async def run(self) -> int:
-        left = lifecycle.stop_leftovers(self.state, grace_s=self.grace_s)
-        for line in left:
-            self.progress.log(f"stopped a server left by an earlier run: {line}")
+        for _, line in lifecycle.stop_leftovers(self.state, grace_s=self.grace_s):
+            self.progress.log(f"left by an earlier run: {line}")
         self.state.set_executor(pid=os.getpid(), started_at=time.time())
         for b in self.plan.benchmarks:
             if self.results.finished(b.id):   # counted as what it was (ok/failed), not rerun
@@ -245,7 +302,8 @@ class Executor:
         bad = [r for b in self.plan.benchmarks if (r := self.results.get(b.id))
                and r["status"] != "ok"]
         missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
-        return exits.OK if not bad and not missing else exits.FAILED
+        self._writes_ok()
+        return exits.OK if not bad and not missing and not self.write_error else exits.FAILED
 
     def teardown_all(self) -> None:
         for sid in list(self.running):
@@ -274,42 +332,71 @@ def _summary(row: dict) -> str:
 
 
 def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = False) -> int:
-    """Run the plan into run_dir; print the results table. Exit code per CONTRACT.md."""
+    """Run the plan into run_dir; print the results table. Exit code per CONTRACT.md.
+
+    The run dir is locked for the whole run (one executor per run dir); every stop signal
+    (SIGINT, SIGTERM, SIGHUP) is handled from here to the end, report included."""
     run_dir = Path(run_dir)
-    if retry_failed:
-        ResultLog(run_dir / "results.jsonl").drop_failed()
+    stopper = interrupts.Stopper(run_dir / "executor.log")
+    with interrupts.handled(stopper):
+        try:
+            with rundir.locked(run_dir):
+                code = _execute_locked(plan, run_dir, ctx, retry_failed, stopper)
+        except rundir.RunDirBusy as e:
+            print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
+            return exits.BUSY
+        except rundir.RunDirUnwritable as e:
+            print(f"error RUN_DIR_UNWRITABLE: {e}; run the plan from a writable copy "
+                  f"(mkdir NEW && cp {run_dir / 'plan.json'} NEW/ && specc run --plan "
+                  "NEW/plan.json)", file=sys.stderr)
+            return exits.INVALID
+    return exits.INTERRUPTED if stopper.stopping and code != exits.INVALID else code
+
+
+def _execute_locked(plan: Plan, run_dir: Path, ctx, retry_failed: bool,
+                    stopper: interrupts.Stopper) -> int:
+    if stopper.stopping:
+        return exits.INTERRUPTED
     try:
+        if retry_failed:
+            ResultLog(run_dir / "results.jsonl").drop_failed()
         with SweepProgress(len(plan.benchmarks)) as progress:
             ex = Executor(plan, run_dir, ctx=ctx, progress=progress)
-            code = _run_with_signals(ex)
+            code = _run_with_signals(ex, stopper)
     except PlanRefused as e:
         print(f"error PLAN_HAS_ERRORS: {e}", file=sys.stderr)
         return exits.INVALID
+    except StateError as e:
+        print(corrupt_line(run_dir / "state.json", e), file=sys.stderr)
+        return exits.INVALID
+    except OSError as e:   # --retry-failed could not rewrite results.jsonl
+        print(f"error RUN_DIR_WRITE: {e.strerror or e} ({e.filename or run_dir}); nothing "
+              "was run", file=sys.stderr)
+        return exits.FAILED
+    if ex.write_error:
+        print(f"error RUN_DIR_WRITE: {ex.write_error}; the sweep stopped and its servers are "
+              "down; rows finished before are kept in results.jsonl; free space (or make "
+              f"the run dir writable) and run `specc run --plan {run_dir / 'plan.json'}` "
+              "again: finished points are skipped", file=sys.stderr)
     _finish_report(run_dir)
     return code
 
 
-def _run_with_signals(ex: Executor) -> int:
-    """Ctrl-C or SIGTERM: cancel the sweep, tear down every server, keep finished results."""
+def _run_with_signals(ex: Executor, stopper: interrupts.Stopper) -> int:
+    """The first stop signal cancels the sweep; teardown of every server follows, and
+    later signals cannot cut it short (interrupts.Stopper). Finished results are kept."""
     loop = asyncio.new_event_loop()
     main = loop.create_task(ex.run())
-    interrupted = []
-
-    def on_signal(signum):
-        interrupted.append(signum)
-        ex.progress.log(f"{signal.Signals(signum).name}: stopping servers, keeping finished results")
+    stopper.loop, stopper.on_first = loop, main.cancel
+    if stopper.stopping:   # a signal before the sweep began
         main.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
     try:
         return loop.run_until_complete(main)
     except asyncio.CancelledError:
         return exits.INTERRUPTED
     finally:
+        stopper.on_first = None
         ex.teardown_all()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import psutil
 
+from specc import secrets
 from specc.net import connect_host
+from specc.run.ownership import launched_group, listener
 from specc.plan import Server
 
 _PR_SET_PDEATHSIG = 1
@@ -129,12 +131,41 @@ def resolve_env(server: Server) -> dict:
     return env
 
 
+def secrets_problem(server: Server) -> str | None:
+    """The line that stops a launch whose secrets are not set here (nothing is started)."""
+    missing = secrets.missing_secrets(server)
+    return secrets.missing_line(server, missing) if missing else None
+
+
+def launch_argv(server: Server) -> list[str]:
+    """The argv to exec: `python` resolved, secret references expanded (only here, at launch)."""
+    return [secrets.expand(a, server.secrets) for a in resolve_argv(server.argv)]
+
+
+def auth_headers(server: Server) -> dict[str, str]:
+    """`Authorization: Bearer <key>` when the server was launched with `--api-key` (SGLang and
+    vLLM then refuse the API routes without it); resolved from the environment, kept in
+    memory only."""
+    argv = list(server.argv)
+    key = None
+    for i, a in enumerate(argv):
+        a = str(a)
+        if a == "--api-key" and i + 1 < len(argv):
+            key = str(argv[i + 1])
+        elif a.startswith("--api-key="):
+            key = a.split("=", 1)[1]
+    if key is None:
+        return {}
+    key = secrets.expand(key, server.secrets)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def launch(server: Server, run_dir: Path) -> Running:
     log_path = run_dir / server.log
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab", buffering=0)
     try:
-        proc = subprocess.Popen(resolve_argv(server.argv), stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(launch_argv(server), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=resolve_env(server), cwd=run_dir,
                                 start_new_session=True, preexec_fn=_die_with_parent)
     finally:
@@ -161,11 +192,14 @@ def group_alive(pgid: int) -> bool:
 
 
 def stop_group(pgid: int, *, grace_s: float = 10.0, reap=None) -> str:
-    """SIGTERM to the group, grace, SIGKILL; returns how it ended ("terminated"/"killed"/"gone")."""
+    """SIGTERM to the group, grace, SIGKILL; returns how it ended: "gone", "terminated",
+    "killed", or why it did not ("still alive after SIGKILL", "not permitted ...")."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return "gone"
+    except PermissionError as e:
+        return f"not permitted to signal process group {pgid} ({e.strerror})"
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if reap:
@@ -177,13 +211,15 @@ def stop_group(pgid: int, *, grace_s: float = 10.0, reap=None) -> str:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         return "terminated"
+    except PermissionError as e:
+        return f"not permitted to SIGKILL process group {pgid} ({e.strerror})"
     for _ in range(100):
         if reap:
             reap()
         if not group_alive(pgid):
-            break
+            return "killed"
         time.sleep(0.05)
-    return "killed"
+    return "still alive after SIGKILL"
 
 
 def wait_port_free(host: str, port: int, timeout_s: float = 5.0) -> bool:
@@ -201,32 +237,42 @@ def stop(running: Running, grace_s: float = 10.0) -> str:
         running.proc.wait(timeout=1)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILLed above
         pass
+    kind, who = listener(running.server.host, running.server.port, running.pid)
+    if kind == "foreign":   # someone else's listener: not this server's to free or wait for
+        return how + f"; port {running.server.port} held by {who}, not this server"
     if not wait_port_free(running.server.host, running.server.port):
         return how + f"; port {running.server.port} still in use"
     return how
 
 
 def is_leftover(entry: dict) -> bool:
-    """A state.json server whose process still runs (same pid, same start time)."""
-    pid, started = entry.get("pid"), entry.get("started_at")
-    if not pid or entry.get("status") in ("stopped",):
-        return False
-    try:
-        p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE and (
-            started is None or abs(p.create_time() - started) < 5.0)
-    except psutil.Error:
-        return False
+    """A state.json server whose process group still runs and is the one launched
+    (ownership.launched_group: its leader's start time matches)."""
+    return launched_group(entry)[0] == "alive"
 
 
-def stop_leftovers(state, grace_s: float = 10.0) -> list[str]:
-    """Stop every server a previous executor started and left running; report each."""
+def stop_leftovers(state, grace_s: float = 10.0) -> list[tuple[str, str]]:
+    """Stop every server group a previous executor started and left running: one
+    (outcome, line) each, outcome "stopped", "alive" (could not) or "foreign" (the recorded
+    pgid now names an unrelated process: left alone, never signalled)."""
     done = []
     for sid, entry in list(state.servers.items()):
-        if is_leftover(entry):
-            how = stop_group(entry.get("pgid") or entry["pid"], grace_s=grace_s)
-            state.update(sid, status="stopped", stopped_by="cleanup", stop=how)
-            done.append(f"{sid} (pid {entry['pid']}): {how}")
+        found, why = launched_group(entry)
+        pgid = entry.get("pgid") or entry.get("pid")
+        if found == "alive":
+            how = stop_group(pgid, grace_s=grace_s)
+            if launched_group(entry)[0] == "alive":
+                state.update(sid, stop=how)
+                done.append(("alive", f"could not stop {sid} (process group {pgid}): {how}"))
+            else:
+                state.update(sid, status="stopped", stopped_by="cleanup", stop=how)
+                done.append(("stopped", f"stopped {sid} (process group {pgid}): {how}"))
+        elif found == "foreign":
+            if entry.get("status") != "stopped":
+                state.update(sid, status="stopped", stopped_by="cleanup",
+                             stop=f"gone; left alone: {why}")
+            done.append(("foreign", f"left alone process group {pgid} recorded for {sid}: "
+                                    f"{why}"))
         elif entry.get("status") not in ("stopped", None) and entry.get("pid"):
             state.update(sid, status="stopped")
     return done

@@ -19,8 +19,10 @@ import httpx
 from specc.net import base_url
 from specc.plan import Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
+from specc.run import positions
 from specc.run.acceptance import AcceptanceReading
 from specc.run.datasets import DatasetError, load_prompts
+from specc.run.lifecycle import auth_headers
 
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
@@ -32,20 +34,80 @@ def failed_row(bench: Benchmark, reason: str) -> dict:
     return _row(bench, "failed", reason, {})
 
 
-async def _builtin(server: Server, bench: Benchmark, url: str):
+async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | None = None):
+    """specc's load generator: the point's prompt sequence, ``repeats`` times, each run
+    stopping adaptively when ``target_ci`` says so; per-request lines to requests/."""
+    from specc.run import requests as reqlog
     from specc.run.loadgen import run_load
+    from specc.run.loadgen.metrics import summarize
 
     p = bench.params
-    prompts = load_prompts(p["dataset"], num=p["num_prompts"], input_len=p["input_len"],
+    target = p.get("target_ci")
+    first = p["num_prompts"]
+    most = max(p.get("max_requests") or first, first) if target else first
+    prompts = load_prompts(p["dataset"], num=most, input_len=p["input_len"],
                            output_len=p["output_len"], range_ratio=p.get("range_ratio", 1.0),
-                           path=p.get("dataset_path"), seed=p.get("seed", 0))
+                           path=p.get("hf_dataset") if p["dataset"] == "hf"
+                           else p.get("dataset_path"), seed=p.get("seed", 0),
+                           categories=p.get("categories"), hf_subset=p.get("hf_subset"),
+                           hf_split=p.get("hf_split", "test"))
     rate = p.get("request_rate") or float("inf")
-    res = await run_load(url, prompts, api=p["api"], model=p["model"],
-                         concurrency=p["concurrency"], request_rate=rate,
-                         warmup=p.get("warmup_requests", 1), seed=p.get("seed", 0),
-                         timeout_s=p.get("timeout_s", 600))
-    errors = [r.error for r in res.records if not r.ok]
-    return dict(res.metrics), errors, getattr(res, "server_gone", None)
+    field = p.get("request_id_field")
+    attempt = time.time()
+    records, lines, repeats, gone, stopped, max_in_flight = [], [], [], False, [], 0
+    for k in range(p.get("repeats", 1)):
+        stop = reqlog.Stopper(target_ci=target, min_requests=first, max_requests=most,
+                              batch=p["concurrency"])
+        # the category rides in the request id (the simulator reads it; engines only echo it)
+        ids = [(field, f"{bench.id[-6:]}{k}{i:05d}/{q.category or '-'}/{q.id or i}")
+               for i, q in enumerate(prompts)] if field else None
+        res = await run_load(url, prompts, api=p["api"], model=p["model"],
+                             headers=auth_headers(server),
+                             concurrency=p["concurrency"], request_rate=rate,
+                             warmup=p.get("warmup_requests", 1) if k == 0 else 0,
+                             seed=p.get("seed", 0), timeout_s=p.get("timeout_s", 600),
+                             temperature=p.get("temperature", 0.0),
+                             ignore_eos=p.get("ignore_eos", True), request_ids=ids,
+                             keep_sending=stop.keep_sending, on_request_done=stop.on_done)
+        mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
+        if run_dir is not None:
+            reqlog.append(run_dir, bench.id, mine)
+        records += res.records
+        lines += mine
+        repeats.append({"duration": round(res.duration_s, 6),
+                        "output_tokens": sum(r.output_tokens for r in res.records if r.ok),
+                        "requests": len(res.records), "stopped": stop.reason or "fixed"})
+        max_in_flight = max(max_in_flight, res.max_in_flight)
+        if res.server_gone:
+            gone = True
+            break
+    duration = sum(x["duration"] for x in repeats)
+    metrics = summarize(records, duration, concurrency=p["concurrency"],
+                        max_in_flight=max_in_flight)
+    errors = [r.error for r in records if not r.ok]
+    return metrics, errors, gone, figures_extra(lines, duration, repeats, p)
+
+
+def figures_extra(lines: list[dict], duration: float, repeats: list[dict], params: dict) -> dict:
+    """The row's intervals, what they rest on, and the per-category figures (pure)."""
+    from specc import stats
+
+    figs = stats.point_figures(lines, duration, repeats=repeats)
+    intervals = {k: [v.lo, v.hi] for k, v in figs.items()
+                 if isinstance(v, stats.Interval) and v.lo is not None}
+    intervals = {k: [round(lo, 4), round(hi, 4)] for k, (lo, hi) in intervals.items()}
+    unit = "repeat" if len(repeats) > 1 else "request"
+    thr = figs.get("output_throughput")
+    basis = {"requests": figs["requests"], "output_tokens": figs["output_tokens"],
+             "unit": unit, "repeats": repeats,
+             "stopped": repeats[-1]["stopped"] if repeats else "fixed",
+             "target_ci": params.get("target_ci"),
+             "half_width": None if thr is None or thr.half_width is None
+             else round(thr.half_width, 5)}
+    cats = {name: {"requests": c["requests"], "output_tokens": c["output_tokens"],
+                   **{k: v.to_json() for k, v in c.items() if isinstance(v, stats.Interval)}}
+            for name, c in (figs.get("categories") or {}).items()}
+    return {"intervals": intervals, "basis": basis, "categories": cats}
 
 
 class DriverError(Exception):
@@ -78,7 +140,7 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
     if data.get("accept_length") is not None:
         metrics["bench_serving_accept_length"] = data["accept_length"]
     missing = bench.params["num_prompts"] - int(data.get("completed", 0))
-    return metrics, ["bench_serving: request failed"] * max(missing, 0), None
+    return metrics, ["bench_serving: request failed"] * max(missing, 0), None, {}
 
 
 async def flush_cache(client: httpx.AsyncClient, url: str, server: Server) -> str:
@@ -102,23 +164,29 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
     """
     url = base_url(server.host, server.port)
     accept = AcceptanceReading(server.acceptance)
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, headers=auth_headers(server)) as client:
         flushed = await flush_cache(client, url, server) if bench.params.get("flush_cache") \
             else None
         await accept.start(client, url)
+        pos_before = await positions.read(client, url, bench.params.get("accept_positions"))
         t0 = time.time()
         try:
             if bench.argv:
-                metrics, errors, gone = await _bench_serving(bench, run_dir, ctx)
+                metrics, errors, gone, figures = await _bench_serving(bench, run_dir, ctx)
             else:
-                metrics, errors, gone = await _builtin(server, bench, url)
+                metrics, errors, gone, figures = await _builtin(server, bench, url, run_dir)
         except DatasetError as e:
             return failed_row(bench, f"dataset: {e}")
         except DriverError as e:
             return failed_row(bench, str(e))
+        per_pos = positions.rates(pos_before, await positions.read(
+            client, url, bench.params.get("accept_positions")))
+        if per_pos is not None:
+            figures["accept_per_position"] = per_pos
         metrics["accept_length"], metrics["accept_length_scope"] = await accept.finish(client, url)
-    n = bench.params["num_prompts"]
-    extra = {"started_at": t0, "cache_flush": flushed}
+    # requests sent (adaptive stopping and repeats change it), else the plan's count
+    n = int(metrics.get("completed", 0)) + len(errors) or bench.params["num_prompts"]
+    extra = {"started_at": t0, "cache_flush": flushed, **figures}
     if gone:
         why = f" (first error: {errors[0]})" if errors else ""
         return _row(bench, "failed", f"server gone mid-run: connection refused, requests left "

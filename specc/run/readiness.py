@@ -325,11 +325,13 @@ async def _probe(client: httpx.AsyncClient, method: str, url: str, timeout: floa
 
 
 async def wait_ready(running, readiness: Readiness, *, on_phase=None, clock=time.monotonic,
-                     wall=time.time) -> Outcome:
+                     wall=time.time, listener_check=None) -> Outcome:
     """Drive one server from launch to ready or to a diagnosed failure.
 
     `running` gives `server`, `log_path`, `started_mono` (monotonic) and `exit_code()`.
     on_phase(label, since_epoch, detail) is called on every phase change.
+    listener_check() -> None, or why whatever answers on the port is not this server:
+    asked (in a thread) on every answer but "refused", before the machine hears it.
     """
     server = running.server
     url = base_url(server.host, server.port) + readiness.probe.path
@@ -371,6 +373,11 @@ async def wait_ready(running, readiness: Readiness, *, on_phase=None, clock=time
                     actions += machine.exited(now, code)
                 if probe_task is not None and probe_task.done():
                     answer, probe_task = probe_task.result(), None
+                    taken = (await asyncio.to_thread(listener_check)
+                             if listener_check is not None and answer != "refused" else None)
+                    if taken:
+                        actions.append(Failed(taken, machine.label))
+                        continue
                     actions += machine.probe_answer(clock(), answer)
                 actions += machine.tick(clock())
         finally:

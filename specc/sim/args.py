@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cuda-graph-max-bs-prefill", type=int, default=None)
     a("--max-running-requests", type=int, default=None)
     a("--served-model-name", type=str, default=None)
+    # srt/utils/auth.py: every route but /health*, /ready*, /metrics* needs the key
+    a("--api-key", type=str, default=None)
     a("--attention-backend", type=str, default=None)
     a("--log-level", type=str, default="info")
     a("--enable-metrics", action="store_true")
@@ -266,6 +268,13 @@ class Sim:
             ndt = steps + 1
         a.speculative_num_steps, a.speculative_eagle_topk = steps, topk
         a.speculative_num_draft_tokens = ndt
+        #: SGLang takes the best ndt - 1 of the tree's candidates with torch.topk
+        #: (srt/speculative/eagle_utils.py): more than the tree holds fails in the
+        #: draft's first graph capture.
+        bound = sg.max_draft_tokens(steps, topk)
+        self.tree_error = None if ndt <= bound else (
+            "RuntimeError: selected index k out of range (speculative_num_draft_tokens "
+            f"{ndt} > topk + (num_steps - 1) * topk^2 + 1 = {bound})")
         self.spec = perf.SpecConfig(steps, topk, ndt, a.sim_acceptance)
 
     def _resolve_ngram(self) -> None:

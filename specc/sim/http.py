@@ -4,6 +4,7 @@ srt/entrypoints/openai/serving_chat.py, serving_completions.py)."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 import time
@@ -33,6 +34,30 @@ def _env_true(name: str, default: bool) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+#: Paths SGLang 0.5.23 leaves open with --api-key (srt/utils/auth.py, decide_request_auth:
+#: "to support k8s probes and Prometheus scraping without embedding secrets").
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+
+
+def require_api_key(app, api_key: str):
+    """SGLang 0.5.23's --api-key middleware: a request to any other path (OPTIONS aside)
+    needs `Authorization: Bearer <key>`, else 401 {"error": "Unauthorized"}."""
+    want = api_key.encode()
+
+    async def asgi(scope, receive, send):
+        if (scope["type"] == "http" and scope["method"] != "OPTIONS"
+                and not scope["path"].startswith(OPEN_PREFIXES)):
+            auth = dict(scope["headers"]).get(b"authorization", b"")
+            scheme, _, token = auth.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token, want):
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(
+                    scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return asgi
+
+
 class App:
     STARTING, READY = "starting", "ready"
 
@@ -59,6 +84,8 @@ class App:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
         ]
         self.app = Starlette(routes=routes)
+        if sim.args.api_key:
+            self.app = require_api_key(self.app, sim.args.api_key)
 
     # -- readiness ------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -223,8 +250,9 @@ class App:
                                f"context length ({self.sim.context_length} tokens).")
         return None
 
-    def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool) -> Req:
-        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream)
+    def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool,
+                rid=None) -> Req:
+        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid)
 
     def _meta(self, r: Req, final: bool) -> dict:
         m = {"id": r.rid, "finish_reason": r.finish_reason if final else None,
@@ -265,14 +293,14 @@ class App:
         stream = bool(body.get("stream"))
         ignore_eos = bool(sp.get("ignore_eos", False))
         if not stream:
-            r = self._submit(key, ptoks, max_new, ignore_eos, False)
+            r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"))
             await r.done
             return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
 
         def chunk(r: Req, final: bool) -> bytes:
             return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
                                             "meta_info": self._meta(r, final)}).encode() + b"\n\n"
-        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True),
+        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True, body.get("rid")),
                          lambda r: chunk)
 
     async def completions(self, request: Request) -> Response:
@@ -331,7 +359,7 @@ class App:
             return ("chatcmpl-" if chat else "cmpl-") + r.rid
 
         if not stream:
-            r = self._submit(key, ptoks, int(max_new), ignore_eos, False)
+            r = self._submit(key, ptoks, int(max_new), ignore_eos, False, body.get("rid"))
             await r.done
             text = "".join(r.tokens)
             if chat:
@@ -383,7 +411,7 @@ class App:
                                                    "choices": [], "usage": usage(r)}).encode() + b"\n\n"
                 return out
             return chunk
-        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True),
+        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True, body.get("rid")),
                          make_chunk)
 
 

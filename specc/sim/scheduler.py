@@ -37,7 +37,7 @@ import time
 
 from specc.perf import model as perf
 
-from . import truth, versions
+from . import categories, truth, versions
 from .args import Sim
 from .log import log
 
@@ -51,7 +51,7 @@ class Req:
     __slots__ = ("rid", "prompt_tokens", "max_new", "ignore_eos", "eos_at", "acc_rng", "text_rng",
                  "tokens", "verify_ct", "finished", "finish_reason", "event", "pending", "due",
                  "aborted", "warmup", "health", "stream", "created", "first_sent", "sent", "done",
-                 "correct_drafts", "writer", "build", "prebuilt", "cut", "truncated")
+                 "correct_drafts", "writer", "build", "prebuilt", "cut", "truncated", "a_eff")
 
     def __init__(self, rid: str, prompt_key: str, prompt_tokens: int, max_new: int,
                  ignore_eos: bool, seed: int, stream: bool, warmup: bool = False,
@@ -87,6 +87,7 @@ class Req:
         self.prebuilt = b""
         self.cut: int | None = None
         self.truncated = False
+        self.a_eff: float | None = None   # its category's acceptance (categories.py), if any
 
     def limit(self) -> int:
         return self.max_new if self.ignore_eos else min(self.max_new, self.eos_at)
@@ -138,9 +139,17 @@ class Scheduler:
         return hashlib.md5(f"{self.sim.args.sim_seed}:{self.counter}".encode()).hexdigest()
 
     def submit(self, prompt_key: str, prompt_tokens: int, max_new: int, ignore_eos: bool,
-               stream: bool, warmup: bool = False, health: bool = False) -> Req:
-        r = Req(self.new_rid(), prompt_key, prompt_tokens, max_new, ignore_eos,
-                self.sim.args.sim_seed, stream, warmup, health)
+               stream: bool, warmup: bool = False, health: bool = False,
+               rid: str | None = None) -> Req:
+        r = Req(rid if isinstance(rid, str) and rid else self.new_rid(), prompt_key,
+                prompt_tokens, max_new, ignore_eos, self.sim.args.sim_seed, stream, warmup,
+                health)
+        spec = self.sim.spec
+        a = categories.acceptance(spec.acceptance, categories.category_of(rid), prompt_key,
+                                  self.sim.args.sim_seed) if spec else None
+        if a is not None:
+            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,
+                                                      spec.num_draft_tokens)[1]
         self.waiting.append(r)
         if not warmup and not health:
             truth.TRUTH.add({"event": "request", "t": time.time(), "rid": r.rid,
@@ -233,7 +242,8 @@ class Scheduler:
                         continue
                     n = 1
                     if spec is not None:
-                        n = perf.sample_accept(r.acc_rng, a_eff, depth)
+                        n = perf.sample_accept(r.acc_rng, a_eff if r.a_eff is None else r.a_eff,
+                                               depth)
                         self.win_accept += n
                         self.win_correct += n - 1
                         self.win_forward += 1

@@ -163,6 +163,12 @@ class Startup:
                **fields) -> None:
         self.say(prefix + "_begin", all_ranks=all_ranks, avail=self.avail, backend="full",
                  bs=self.graph_bs, **fields)
+        if getattr(self.sim, "tree_error", None) and prefix.startswith("draft_"):
+            print_traceback(self.sim, self.sim.tree_error, [
+                ("/sgl-workspace/sglang/python/sglang/srt/speculative/eagle_utils.py", 109,
+                 "organize_draft_results",
+                 "top_scores = torch.topk(score_list, num_draft_token - 1, dim=-1)")])
+            truth.hard_exit(1)
         if "target_graph_bs" in self.sim.strings and prefix == "target_graph":
             self.say("target_graph_bs", all_ranks=False, bs=self.graph_bs)
         self._fault_at(phase)

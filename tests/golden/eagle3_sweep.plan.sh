@@ -63,8 +63,8 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 
 
 # ===== wave 0: 1 server(s) at once =====
-# kimi-k2.5-baseline-tp8-3da5fb: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-baseline-tp8-3da5fb servers/kimi-k2.5-baseline-tp8-3da5fb.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-baseline-tp8-9473b4: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-baseline-tp8-9473b4 servers/kimi-k2.5-baseline-tp8-9473b4.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -73,18 +73,18 @@ launch kimi-k2.5-baseline-tp8-3da5fb servers/kimi-k2.5-baseline-tp8-3da5fb.log e
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics
-wait_ready kimi-k2.5-baseline-tp8-3da5fb http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3da5fb.log || { stop_server kimi-k2.5-baseline-tp8-3da5fb; }
-if [ -n "${PGID[kimi-k2.5-baseline-tp8-3da5fb]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3da5fb
-  point kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c1-2ed990  # concurrency 1
-  point kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c4-f954e0  # concurrency 4
-  point kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c16-8e9324  # concurrency 16
-  point kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3da5fb-c64-a2e5de  # concurrency 64
+wait_ready kimi-k2.5-baseline-tp8-9473b4 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-9473b4.log || { stop_server kimi-k2.5-baseline-tp8-9473b4; }
+if [ -n "${PGID[kimi-k2.5-baseline-tp8-9473b4]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-9473b4
+  point kimi-k2.5-baseline-tp8-9473b4-c1-313304 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c1-313304  # concurrency 1
+  point kimi-k2.5-baseline-tp8-9473b4-c4-4a6f0f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c4-4a6f0f  # concurrency 4
+  point kimi-k2.5-baseline-tp8-9473b4-c16-7ec31f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c16-7ec31f  # concurrency 16
+  point kimi-k2.5-baseline-tp8-9473b4-c64-5f315a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c64-5f315a  # concurrency 64
 fi
-stop_server kimi-k2.5-baseline-tp8-3da5fb
+stop_server kimi-k2.5-baseline-tp8-9473b4
 
 # ===== wave 1: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -98,18 +98,18 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-steps 1 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8 http://localhost:30000/health_generate 30 0.1 1607 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c1-3e4e5d  # concurrency 1
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c4-31d3c0  # concurrency 4
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c16-1b600b  # concurrency 16
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8-c64-8241d4  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-011bf3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-011bf3  # concurrency 1
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-74f886 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-74f886  # concurrency 4
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-dac38a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-dac38a  # concurrency 16
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-61e8f0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-61e8f0  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-e785b8
+stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
 
 # ===== wave 2: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k1-d4-tp8-806024: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-806024.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -123,18 +123,18 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 1 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-806024 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-806024.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-806024]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c1-4e9ec3  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c4-5a515d  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c16-d3efb8  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-806024-c64-0a52d3  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-729e37 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-729e37  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-7a6eba python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-7a6eba  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-d300d9 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-d300d9  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-f458d6 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-f458d6  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-806024
+stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
 
 # ===== wave 3: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -148,18 +148,18 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c1-0430d8  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c4-16662b  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c16-b7002a  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a-c64-5aee25  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-382763 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-382763  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-f66e1b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-f66e1b  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-50d22b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-50d22b  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-92cf69 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-92cf69  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-32bb6a
+stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
 
 # ===== wave 4: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d8-tp8-366980: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-366980.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -173,14 +173,14 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 8
-wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-366980 http://localhost:30000/health_generate 30 0.1 1727 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-366980.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-366980; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-366980]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-366980
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c1-69655e  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c4-5dd9fd  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c16-14cfcc  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-366980-c64-dd18b6  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-86c90d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-86c90d  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-a2f9ea python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-a2f9ea  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-646be0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-646be0  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-105aa1 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-105aa1  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-366980
+stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
 
 stop_all
 if [ "$FAILED" -gt 0 ]; then echo "plan.sh: $FAILED server(s) or point(s) failed" >&2; exit 3; fi

@@ -250,14 +250,26 @@ class _SockConn(_Conn):
         self.feed(data, t)
 
 
+def header_lines(headers: dict[str, str] | None) -> bytes:
+    """Extra request header lines, checked: a CR or LF would split the request."""
+    out = b""
+    for k, v in (headers or {}).items():
+        if any(c in f"{k}{v}" for c in "\r\n") or ":" in k:
+            raise ValueError(f"header {k!r}: name or value holds a line break or a colon")
+        out += f"{k}: {v}\r\n".encode("latin-1")
+    return out
+
+
 class FastClient:
-    def __init__(self, base_url: str, timeout_s: float, kernel_timestamps: bool = True) -> None:
+    def __init__(self, base_url: str, timeout_s: float, kernel_timestamps: bool = True,
+                 headers: dict[str, str] | None = None) -> None:
         self.kernel_ts = kernel_timestamps and _SO_TIMESTAMPNS is not None and _ANCSIZE > 0
         u = urlsplit(base_url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or 80
         self.prefix = u.path.rstrip("/")
         self.hosthdr = f"{self.host}:{self.port}".encode()
+        self.extra = header_lines(headers)
         self.timeout_s = timeout_s
         self.idle: list[_Conn] = []
         self.all: set[_Conn] = set()
@@ -288,8 +300,9 @@ class FastClient:
 
     async def request(self, rec: RequestRecord, api: str, payload: bytes) -> None:
         head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n" \
-               b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n" % (
-                   (self.prefix + API_PATHS[api]).encode(), self.hosthdr, len(payload))
+               b"Accept: text/event-stream\r\n%sContent-Length: %d\r\n\r\n" % (
+                   (self.prefix + API_PATHS[api]).encode(), self.hosthdr, self.extra,
+                   len(payload))
         data = head + payload
         loop = asyncio.get_running_loop()
         for attempt in (0, 1):

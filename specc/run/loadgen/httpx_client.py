@@ -9,9 +9,12 @@ from specc.run.loadgen.records import RequestRecord
 from specc.run.loadgen.sse import API_PATHS, finish
 
 class HttpxClient:
-    def __init__(self, base_url: str, timeout_s: float, concurrency: int) -> None:
+    def __init__(self, base_url: str, timeout_s: float, concurrency: int,
+                 headers: dict[str, str] | None = None) -> None:
         import httpx
         self.httpx = httpx
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+                        **(headers or {})}
         n = max(concurrency, 1)
         self.client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), http2=False,
@@ -30,8 +33,7 @@ class HttpxClient:
         try:
             async with self.client.stream(
                     "POST", API_PATHS[api], content=payload,
-                    headers={"Content-Type": "application/json",
-                             "Accept": "text/event-stream"}) as resp:
+                    headers=self.headers) as resp:
                 status = resp.status_code
                 async for chunk in resp.aiter_raw():
                     t = _time()

@@ -28,6 +28,10 @@ class RequestRecord:
     rid: str | None = None          # response id (OpenAI "id", SGLang meta_info.id)
     status: int = 0                 # HTTP status, 0 if none
     index: int = -1                 # position in the prompt list (-1 for warm-up)
+    ignore_eos: bool = True         # asked for exactly requested_output_tokens
+    # verify passes the engine reports for this request (SGLang /generate meta_info
+    # spec_verify_ct): accept length = output tokens / verify passes
+    verify_ct: int | None = None
 
     @property
     def tpot(self) -> float | None:

@@ -28,12 +28,21 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                    warmup: int = 1, seed: int = 0, timeout_s: float = 600.0,
                    on_request_done: Callable[[RequestRecord], None] | None = None,
                    transport: str = "auto", kernel_timestamps: bool = True,
-                   disable_gc: bool = True) -> LoadResult:
+                   disable_gc: bool = True, temperature: float = 0.0, ignore_eos: bool = True,
+                   request_ids: list[tuple[str, str]] | None = None,
+                   keep_sending: Callable[[], bool] | None = None,
+                   headers: dict[str, str] | None = None) -> LoadResult:
     """Run one benchmark point; per-request failures become ``ok=False`` records.
 
     If the server refuses connections (it is gone), no further requests are
     sent: the unsent ones are recorded as failed with ``error="not sent: ..."``
     and ``LoadResult.server_gone`` is set.
+
+    ``keep_sending`` (adaptive stopping) is asked before each request is sent;
+    once it says no, the remaining prompts are not sent and leave no record
+    (the requests in flight finish and count). ``request_ids[i]`` is the
+    (field, value) request ``i`` carries (see ``request_body``). ``headers`` go on every
+    request (e.g. the server's ``Authorization``).
     """
     if api not in API_PATHS:
         raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
@@ -44,17 +53,22 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     if transport == "auto":
         transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
     if transport == "fast":
-        client = FastClient(base_url, timeout_s, kernel_timestamps)
+        client = FastClient(base_url, timeout_s, kernel_timestamps, headers=headers)
     elif transport == "httpx":
-        client = HttpxClient(base_url, timeout_s, concurrency or max(len(prompts), 1))
+        client = HttpxClient(base_url, timeout_s, concurrency or max(len(prompts), 1),
+                             headers=headers)
     else:
         raise ValueError(f"unknown transport {transport!r}")
 
     state = {"in_flight": 0, "max": 0, "gone": None}
+    unsent: set[int] = set()      # indices keep_sending held back
 
     async def one(rec: RequestRecord, payload: bytes) -> RequestRecord:
         if state["gone"]:
             rec.error = f"not sent: {state['gone']}"
+            return rec
+        if keep_sending is not None and not keep_sending():
+            unsent.add(rec.index)
             return rec
         state["in_flight"] += 1
         if state["in_flight"] > state["max"]:
@@ -88,7 +102,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             n = min(p.output_tokens, WARMUP_MAX_TOKENS)
             rec = RequestRecord(input_tokens=p.input_tokens, requested_output_tokens=n)
             try:
-                await client.request(rec, api, request_body(api, model, p.text, n))
+                await client.request(rec, api, request_body(
+                    api, model, p.text, n, temperature=temperature, ignore_eos=ignore_eos))
             except ServerGone as e:
                 state["gone"] = str(e)
                 rec.error = str(e)
@@ -101,9 +116,13 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             gc.collect()
             gc.disable()
         sem = asyncio.Semaphore(concurrency) if concurrency else None
-        payloads = [request_body(api, model, p.text, p.output_tokens) for p in prompts]
+        payloads = [request_body(api, model, p.text, p.output_tokens, temperature=temperature,
+                                 ignore_eos=ignore_eos,
+                                 request_id=request_ids[i] if request_ids else None)
+                    for i, p in enumerate(prompts)]
         records = [RequestRecord(input_tokens=p.input_tokens,
-                                 requested_output_tokens=p.output_tokens, index=i)
+                                 requested_output_tokens=p.output_tokens, index=i,
+                                 ignore_eos=ignore_eos)
                    for i, p in enumerate(prompts)]
 
         async def gated(rec: RequestRecord, payload: bytes) -> RequestRecord:
@@ -121,6 +140,9 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             if state["gone"]:
                 rec.error = f"not sent: {state['gone']}"
                 continue
+            if keep_sending is not None and math.isfinite(request_rate) and not keep_sending():
+                unsent.update(r.index for r in records[rec.index:])
+                break
             tasks.append(loop.create_task(gated(rec, payload)))
             if math.isfinite(request_rate):
                 next_t += rng.expovariate(request_rate)
@@ -135,6 +157,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             gc.enable()
         await client.aclose()
     duration = t1 - t0
+    if unsent:
+        records = [r for r in records if r.index not in unsent]
     return LoadResult(records=records, duration_s=duration,
                       metrics=summarize(records, duration, concurrency=concurrency,
                                         max_in_flight=state["max"]),

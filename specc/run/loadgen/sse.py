@@ -76,6 +76,8 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
             ct = meta.get("completion_tokens")
             if ct is not None:
                 usage_tokens = ct
+            if meta.get("spec_verify_ct") is not None:
+                rec.verify_ct = meta["spec_verify_ct"]
             text = obj.get("text") or ""
             if text:
                 tok_times.append(ts[k])
@@ -125,26 +127,33 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
         rec.error = "stream ended without [DONE]"
     elif not chunk_times:
         rec.error = "no output tokens"
-    elif rec.output_tokens < rec.requested_output_tokens:
+    elif rec.ignore_eos and rec.output_tokens < rec.requested_output_tokens:
         rec.error = (f"short output: {rec.output_tokens} of "
                      f"{rec.requested_output_tokens} tokens (ignore_eos set)")
     else:
         rec.ok = True
 
 
-def request_body(api: str, model: str, text: str, max_tokens: int) -> bytes:
+def request_body(api: str, model: str, text: str, max_tokens: int, *,
+                 temperature: float = 0.0, ignore_eos: bool = True,
+                 request_id: tuple[str, str] | None = None) -> bytes:
+    """One request; ``request_id`` = (the engine's request-id field, value): SGLang's
+    ``rid``, vLLM's ``request_id``; an engine uses it only as the request's id."""
     if api == "generate":
         body = {"text": text, "sampling_params": {"max_new_tokens": max_tokens,
-                                                  "ignore_eos": True, "temperature": 0},
+                                                  "ignore_eos": ignore_eos,
+                                                  "temperature": temperature},
                 "stream": True}
     else:
         body = {"model": model, "max_tokens": max_tokens, "stream": True,
                 # per-chunk usage: the tokens each chunk brought, for per-token ITL
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-                "ignore_eos": True,
-                "temperature": 0}
+                "ignore_eos": ignore_eos,
+                "temperature": temperature}
         if api == "chat":
             body["messages"] = [{"role": "user", "content": text}]
         else:
             body["prompt"] = text
+    if request_id is not None:
+        body[request_id[0]] = request_id[1]
     return json.dumps(body, separators=(",", ":")).encode()

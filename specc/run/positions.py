@@ -1,0 +1,61 @@
+"""Acceptance per draft position, where the engine counts it (vLLM's per-position counters).
+
+The plan says where (``params["accept_positions"]``, from the engine adapter):
+the Prometheus counter of accepted tokens per position (label ``position``)
+and the counter of drafts. Read before and after a point, the rate at
+position ``i`` is accepted(i) / drafts over the point: the probability that
+the ``i``-th draft token of a proposal was accepted. SGLang counts no such
+thing (its acceptance is per request: ``spec_verify_ct``).
+"""
+
+from __future__ import annotations
+
+import re
+
+_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)\s*$')
+
+
+def parse(text: str, recipe: dict) -> dict:
+    """{"drafts": n, "accepted": {position: n}} from a /metrics text (absent counters: 0)."""
+    drafts, accepted = 0.0, {}
+    label = recipe.get("label", "position")
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        if name == recipe["drafts"]:
+            drafts += v
+        elif name == recipe["accepted"]:
+            pos = re.search(rf'{label}="(\d+)"', labels)
+            if pos:
+                k = int(pos.group(1))
+                accepted[k] = accepted.get(k, 0.0) + v
+    return {"drafts": drafts, "accepted": accepted}
+
+
+async def read(client, url: str, recipe: dict | None) -> dict | None:
+    """The counters now; None without a recipe or an answer."""
+    if not recipe:
+        return None
+    try:
+        r = await client.get(url + recipe.get("path", "/metrics"), timeout=10.0)
+    except Exception:
+        return None
+    return parse(r.text, recipe) if r.status_code == 200 else None
+
+
+def rates(before: dict | None, after: dict | None) -> list[float] | None:
+    """Acceptance rate per position over the point (position 0 first); None if unknown."""
+    if not before or not after:
+        return None
+    drafts = after["drafts"] - before["drafts"]
+    if drafts <= 0 or not after["accepted"]:
+        return None
+    n = max(after["accepted"]) + 1
+    return [round((after["accepted"].get(i, 0.0) - before["accepted"].get(i, 0.0)) / drafts, 4)
+            for i in range(n)]

@@ -1,0 +1,118 @@
+"""One executor per run dir: an exclusive lock on `run_dir/.lock` for a command's lifetime.
+
+Two executors on one run dir would each take the other's live servers for
+leftovers of an earlier run and append a second row per point. `specc run`,
+`execute=true` and `specc down` hold `fcntl.flock` on `run_dir/.lock` while they
+run; the file says who holds it (pid, host, start time, command). The kernel
+drops a flock when its holder dies, so a SIGKILLed executor never blocks the
+next one; the file's text outlives it but means nothing without the flock.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+
+
+class RunDirBusy(Exception):
+    """Another live process holds the run dir's lock; the message names it."""
+
+
+class RunDirUnwritable(Exception):
+    """The run dir cannot be written (read-only, permissions, missing); the message says how."""
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from the lock file's text (best effort)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        info = json.loads(os.read(fd, 65536).decode("utf-8", "replace"))
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["started_at"])))
+        return (f"pid {int(info['pid'])} on {info.get('host', '?')} since {since} "
+                f"({info.get('command', '?')})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (its lock file says nothing readable)"
+
+
+def _open(path: Path) -> tuple[int, bool]:
+    """(fd, writable): read-write if possible; read-only is enough for a flock."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644), True
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not path.exists():
+            raise
+        return os.open(path, os.O_RDONLY), False
+
+
+@contextmanager
+def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True):
+    """Hold the run dir's lock; RunDirBusy if a live process holds it, RunDirUnwritable if
+    `need_write` and the run dir cannot be written (an executor must record what it runs)."""
+    run_dir = Path(run_dir)
+    path = run_dir / LOCK_NAME
+    try:
+        fd, writable = _open(path)
+    except OSError as e:
+        raise RunDirUnwritable(f"cannot create {path}: {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirBusy(f"run dir {run_dir} is in use by {_holder(fd)}; wait for it to "
+                             "finish, or stop it (kill -TERM <pid> tears its servers down) "
+                             "and run again") from None
+        if need_write:
+            problem = unwritable(run_dir) if writable else "the lock file is read-only"
+            if problem:
+                raise RunDirUnwritable(f"cannot write in run dir {run_dir}: {problem}")
+        if writable:
+            info = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time(),
+                    "command": command or " ".join(sys.argv)[:300]}
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+            except OSError:
+                pass   # a full disk: the lock holds all the same; only its label is missing
+        yield
+    finally:
+        os.close(fd)   # releases the flock
+
+
+def unwritable(run_dir: Path) -> str | None:
+    """Why files cannot be created in run_dir (None when they can): tried, not guessed
+    (root ignores mode bits but not a read-only mount)."""
+    probe = Path(run_dir) / f".write-test.{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        return e.strerror
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def busy(run_dir: Path | str) -> str | None:
+    """The RunDirBusy message when a live process holds run_dir's lock now, else None.
+    For the compiler, which must not rewrite plan.json under a running executor."""
+    path = Path(run_dir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None   # no lock file: nobody ever held it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return (f"run dir {run_dir} is in use by {_holder(fd)}; wait for it to finish, or "
+                "choose another hydra.run.dir")
+    finally:
+        os.close(fd)
+    return None

@@ -1,0 +1,155 @@
+"""Virtual environments holding the REAL released engines, for the drift check.
+
+Each engine release gets one venv under ``$SPECC_DRIFT_CACHE`` (default
+``~/.cache/specc-drift``), keyed by engine and version: the engine's own wheel
+installed without its dependencies (no CUDA stack), plus the few packages its
+argument parser imports, with the CPU build of torch. Built once, reused while
+its recipe is unchanged (a ``.complete`` stamp holds the recipe's hash).
+
+Recipes from ../shared/tools/realcheck (build_venv_sgl.sh, build_venv_vllm.sh),
+kept here so a clean clone installs everything from its own files. Only the
+package registry pip is configured for is used; when it cannot be reached,
+``RegistryUnreachable`` is raised (the test module skips on it, and only on it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("SPECC_DRIFT_CACHE", Path.home() / ".cache" / "specc-drift"))
+
+#: torch: the CPU build (on this kind of machine a wheel of it lies on disk; pip
+#: finds it through its configured find-links). Nothing here needs a GPU.
+TORCH = "torch==2.13.0"
+
+RECIPES = {
+    # stage 1 of build_venv_sgl.sh (argument parsing) + uvicorn (its log line is checked)
+    "sglang": {"constraints": ["constraints-sglang.txt"],
+               "deps": [TORCH, "numpy", "orjson", "psutil", "pybase64", "requests", "packaging",
+                        "pillow", "starlette", "typing_extensions", "msgspec", "pydantic",
+                        "pyzmq", "tqdm", "IPython", "aiohttp", "uvicorn"]},
+    # build_venv_vllm.sh: what `vllm serve`'s parser and its config classes import
+    "vllm": {"constraints": ["constraints-vllm.txt"],
+             "deps": [TORCH, "packaging", "huggingface_hub", "regex", "pydantic", "numpy", "cbor2",
+                      "psutil", "pyzmq", "urllib3", "transformers<5.21.0", "aiohttp", "requests",
+                      "openai-harmony", "openai", "msgspec", "cloudpickle", "pillow", "pybase64",
+                      "cachetools", "uvloop", "py-cpuinfo", "prometheus_client", "xgrammar",
+                      "fastapi", "partial_json_parser", "llguidance", "uvicorn", "watchfiles",
+                      "orjson", "einops"]},
+}
+
+#: pip output that means the registry could not be reached (not: the version is missing).
+_UNREACHABLE = ("NewConnectionError", "Temporary failure in name resolution",
+                "Failed to establish a new connection", "Network is unreachable",
+                "Connection refused", "ConnectTimeoutError", "ReadTimeoutError",
+                "Max retries exceeded", "Could not fetch URL", "No route to host",
+                "[Errno 101]", "[Errno 111]", "[Errno -2]", "[Errno -3]")
+
+
+class RegistryUnreachable(RuntimeError):
+    """pip could not reach its package registry."""
+
+
+class BuildFailed(RuntimeError):
+    """The venv could not be built for another reason (a missing release, a broken wheel)."""
+
+
+def _recipe_hash(engine: str, version: str) -> str:
+    r = RECIPES[engine]
+    text = json.dumps({"engine": engine, "version": version, "deps": r["deps"],
+                       "constraints": {c: (HERE / c).read_text() for c in r["constraints"]},
+                       "python": sys.version_info[:2]}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _pip(py: Path, args: list[str], log) -> None:
+    cmd = [str(py), "-m", "pip", "--disable-pip-version-check", *args]
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    log(f"$ pip {' '.join(args[:6])}{' ...' if len(args) > 6 else ''} ({time.time() - t0:.0f} s)")
+    if proc.returncode == 0:
+        return
+    last = out.strip().splitlines()[-1] if out.strip() else "pip failed"
+    if any(marker in out for marker in _UNREACHABLE):
+        raise RegistryUnreachable(last)
+    reachable, why = index_reachable(py)
+    if not reachable:
+        raise RegistryUnreachable(f"{last} ({why})")
+    raise BuildFailed(f"pip {' '.join(args)} failed:\n{out[-3000:]}")
+
+
+_PROBE = """
+import json, os, subprocess, sys, urllib.request
+from pip._internal.models.index import PyPI
+url = os.environ.get("PIP_INDEX_URL")
+if not url:
+    got = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+                         capture_output=True, text=True)
+    url = got.stdout.strip() if got.returncode == 0 and got.stdout.strip() else PyPI.simple_url
+try:
+    urllib.request.urlopen(url.rstrip("/") + "/pip/", timeout=20).close()
+    print(json.dumps([True, url]))
+except urllib.error.HTTPError as e:   # it answered: reachable
+    print(json.dumps([True, f"{url}: HTTP {e.code}"]))
+except Exception as e:
+    print(json.dumps([False, f"{url}: {type(e).__name__}: {e}"]))
+"""
+
+
+def index_reachable(py: Path) -> tuple[bool, str]:
+    """(whether the index pip is configured for answers at all, what was tried)."""
+    proc = subprocess.run([str(py), "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    try:
+        ok, why = json.loads(proc.stdout.strip().splitlines()[-1])
+        return bool(ok), why
+    except (ValueError, IndexError):
+        return True, "probe failed"   # cannot tell: do not hide a real failure behind a skip
+
+
+def venv_dir(engine: str, version: str) -> Path:
+    return CACHE / f"{engine}-{version}"
+
+
+def ensure_venv(engine: str, version: str, log=lambda msg: None) -> Path:
+    """The venv's python for `engine`==`version`, built if missing or stale."""
+    root = venv_dir(engine, version)
+    py = root / "bin" / "python"
+    stamp = root / ".complete"
+    want = _recipe_hash(engine, version)
+    if py.exists() and stamp.exists() and stamp.read_text().strip() == want:
+        return py
+    if root.exists():
+        shutil.rmtree(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
+    recipe = RECIPES[engine]
+    cons = [a for c in recipe["constraints"] for a in ("-c", str(HERE / c))]
+    try:
+        _pip(py, ["install", "-q", "--no-deps", f"{engine}=={version}"], log)
+        _pip(py, ["install", "-q", *cons, *recipe["deps"]], log)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    stamp.write_text(want + "\n")
+    log(f"built {root} in {time.time() - t0:.0f} s")
+    return py
+
+
+def site_packages(py: Path) -> Path:
+    out = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out)
+
+
+if __name__ == "__main__":   # python tests/drift/venvs.py sglang 0.5.23
+    print(ensure_venv(sys.argv[1], sys.argv[2], log=print))

@@ -1,0 +1,99 @@
+"""`inv doctor`: the installed engine release and its own parser, before anything launches.
+
+These tests stand a fake interpreter in for the engine's Python (it answers as the
+parse script would); tests/drift runs the same checks with the real released engines.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from specc.compile.pipeline import compile_config
+from specc.run.doctor import check_plan, engine_python
+
+SWEEP = ["+experiment=eagle3_sweep"]
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _plan(compose, overrides):
+    result = compile_config(compose(overrides))
+    assert result.ok
+    return result.plan
+
+
+def _fake_python(tmp_path, report: dict, code: int = 0):
+    py = tmp_path / "python"
+    py.write_text(f"#!/bin/sh\ncat >/dev/null\necho '{json.dumps(report)}'\nexit {code}\n")
+    py.chmod(py.stat().st_mode | stat.S_IEXEC)
+    return str(py)
+
+
+def test_a_matching_engine_that_accepts_every_command_passes(compose, tmp_path):
+    plan = _plan(compose, SWEEP)
+    py = _fake_python(tmp_path, {"package": "sglang", "version": "0.5.23", "rejected": []})
+    assert check_plan(plan, python=py) == []
+
+
+def test_another_installed_release_is_refused_in_one_line(compose, tmp_path):
+    plan = _plan(compose, SWEEP)
+    py = _fake_python(tmp_path, {"package": "sglang", "version": "0.5.21", "rejected": []})
+    (d,) = check_plan(plan, python=py)
+    assert (d.code, d.path) == ("DOCTOR_VERSION", "engine.version")
+    assert "targets sglang 0.5.23" in d.message and "has sglang 0.5.21" in d.message
+    assert "engine.version=0.5.21" in d.hint and "\n" not in d.line()
+
+
+def test_each_rejected_command_is_one_line_naming_its_server(compose, tmp_path):
+    plan = _plan(compose, SWEEP)
+    sid = plan.servers[1].id
+    py = _fake_python(tmp_path, {"package": "sglang", "version": "0.5.23", "rejected": [
+        {"id": sid, "error": "ambiguous option: --cuda-graph-max-bs could match ..."}]}, code=1)
+    (d,) = check_plan(plan, python=py)
+    assert d.code == "DOCTOR_REJECTED" and d.path == f"servers.{sid}.argv"
+    assert "ambiguous option" in d.message
+
+
+def test_no_engine_installed(compose, tmp_path):
+    plan = _plan(compose, SWEEP)
+    py = _fake_python(tmp_path, {"package": "sglang", "version": None}, code=2)
+    (d,) = check_plan(plan, python=py)
+    assert d.code == "DOCTOR_ENGINE_MISSING"
+    (d,) = check_plan(plan, python=str(tmp_path / "nope"))
+    assert d.code == "DOCTOR_ENGINE_MISSING"
+    # this test venv has no sglang: the plan's own interpreter is asked, and says so
+    (d,) = check_plan(plan)
+    assert d.code == "DOCTOR_ENGINE_MISSING" and sys.executable in d.message
+
+
+def test_vllm_console_script_runs_under_its_shebang_interpreter(tmp_path, monkeypatch):
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!{sys.executable}\nprint('hi')\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert engine_python("vllm") == sys.executable
+    assert engine_python("python") == sys.executable
+    assert engine_python("no-such-program") is None
+
+
+def test_sim_plans_are_checked_by_the_simulators_parser(compose):
+    plan = _plan(compose, SWEEP + ["engine=sim", "engine.cuda_graph_max_bs=64"])
+    assert check_plan(plan) == []
+
+
+def test_inv_doctor_exits_2_with_the_lines(compose, tmp_path):
+    from specc.compile.emit import write_outputs
+
+    plan = _plan(compose, SWEEP)
+    write_outputs(tmp_path, plan, [], title="t")
+    py = _fake_python(tmp_path, {"package": "sglang", "version": "0.5.9", "rejected": []})
+    proc = subprocess.run([sys.executable, "-m", "invoke", "doctor", "--plan",
+                           str(tmp_path / "plan.json"), "--python", py],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2
+    assert "error DOCTOR_VERSION at engine.version" in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
