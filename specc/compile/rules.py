@@ -406,7 +406,9 @@ def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
                         f"no readable file at {path!r}", "fix the path")
             return
     try:
-        promptsets.load(kind, path=path, output_len=bench["output_len"],
+        # output_len only labels the prompts; one length for every point keeps the set's
+        # parse cached (per length, a sweep over lengths re-read it for every point)
+        promptsets.load(kind, path=path, output_len=1,
                         categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
                         hf_split=bench.get("hf_split", "test"))
     except promptsets.CategoryError as e:
