@@ -48,7 +48,7 @@ def test_every_rule_is_covered_here():
                "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size"}
-    assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES} == covered
+    assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES + rules.CLIENT_RULES} == covered
 
 
 def test_default_configs_pass_every_server_rule(compose):

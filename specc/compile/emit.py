@@ -109,8 +109,8 @@ _ENCODE_STR = json.encoder.encode_basestring   # what _ENCODE does to a str, wit
 
 def _entries(items) -> Iterator[str]:
     """One compact JSON object per entry, character for character what _ENCODE gives it;
-    a dict that many entries share (a client point's params, shared by its servers) is
-    encoded once."""
+    a value that many entries share (a client point's params, shared by its servers; an
+    equal readiness plan) is encoded once."""
     shared: dict[int, str] = {}
     names: dict[type, list] = {}   # per dataclass: [(field, its encoded name)]
     for item in items:
@@ -124,7 +124,7 @@ def _entries(items) -> Iterator[str]:
                 parts.append(key + _ENCODE_STR(value))
             elif value is None:
                 parts.append(key + "null")
-            elif type(value) is dict:
+            elif type(value) is dict or is_dataclass(value):
                 text = shared.get(id(value))
                 if text is None:
                     text = shared[id(value)] = _ENCODE(value)

@@ -83,6 +83,8 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     bench_index: dict[tuple[str, int], str] = {}
     estimates: dict[str, float] = {}
     server_times = estimate.ServerTimes(engine, matrix.client_points)
+    for bench in matrix.client_points:   # rules of the point alone, whatever its server
+        diags += rules.check_client(engine, bench)
     for entry, slot in zip(matrix.servers, slots):
         spec: ServerSpec = entry.spec
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
