@@ -359,10 +359,30 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
     return exits.INTERRUPTED if stopper.stopping and code != exits.INVALID else code
 
 
+def _engine_problems(plan: Plan, run_dir: Path) -> list[str]:
+    """Before anything launches: the engine installed here is the release the plan was
+    compiled for, and its own parser accepts every launch command (specc.run.doctor)."""
+    if plan.errors:
+        return []   # refused below, with the plan's own errors
+    done = ResultLog(run_dir / "results.jsonl")
+    if all(done.finished(b.id) for b in plan.benchmarks):
+        return []   # nothing left to launch
+    from specc.run.doctor import check_plan
+
+    return [d.line() for d in check_plan(plan)]
+
+
 def _execute_locked(plan: Plan, run_dir: Path, ctx, retry_failed: bool,
                     stopper: interrupts.Stopper) -> int:
     if stopper.stopping:
         return exits.INTERRUPTED
+    problems = _engine_problems(plan, run_dir)
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        print("nothing was launched: the installed engine would not run this plan as written "
+              f"(`specc doctor --plan {run_dir / 'plan.json'}` checks it alone)", file=sys.stderr)
+        return exits.INVALID
     try:
         if retry_failed:
             ResultLog(run_dir / "results.jsonl").drop_failed()
