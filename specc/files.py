@@ -35,6 +35,11 @@ def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *,
         raise
 
 
+class RecordWriteError(OSError):
+    """A run-dir record could not be written (full disk, read-only): the sweep must stop,
+    not record the point as failed (a rerun would then skip it)."""
+
+
 def append_durable(path: Path | str, line: str) -> None:
     """Append one line with a single write(2) and fsync it: lost only if the machine dies
     before the call returns. A write that fails or falls short (the disk filled up

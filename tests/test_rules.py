@@ -11,7 +11,7 @@ from specc.compile import rules
 from specc.compile.pipeline import compile_config
 from specc.engines import get_engine
 from specc.engines.sglang import derived_context_length
-from specc.compile.lower import _spec_for
+from specc.compile.matrix import spec_for as _spec_for
 
 LLAMA = ["model_pair.context_length=2048"]           # the llama pair needs this to be valid
 KIMI = ["model_pair=kimi_k25_eagle3"]

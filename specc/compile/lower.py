@@ -15,7 +15,6 @@ import re
 
 from specc.compile import estimate, placement, rules
 from specc.compile.matrix import canonical as _canonical, expand, short_hash as _hash
-from specc.compile.matrix import spec_for as _spec_for  # noqa: F401  (tests build specs here)
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, has_errors, info, unique
 from specc.engines import get_engine
