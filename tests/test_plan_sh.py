@@ -113,3 +113,25 @@ def test_a_server_that_cannot_start_exits_3(tmp_path, guard):
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert proc.stderr.count("did not start") == 2
     assert results(run_dir) == []
+
+
+def test_a_secret_in_the_launch_command_is_taken_from_the_environment(tmp_path, guard):
+    """`--api-key X` is written `${API_KEY}` (never the value): plan.sh resolves it when
+    it runs, the points send it, and without it exported the script stops at once."""
+    run_dir = tmp_path / "run"
+    key = "sk-plan-sh-0123456789abcdefghij"
+    plan = compile_plan(run_dir, TWO_SERVERS + [f"engine.extra_args=[--api-key,{key}]"],
+                        port=guard.port(2))
+    text = (run_dir / "plan.sh").read_text()
+    assert key not in text and '"${API_KEY:?export API_KEY before running this plan}"' in text
+    os.environ.pop("API_KEY", None)
+    missing = _run(run_dir)
+    assert missing.returncode != 0 and "export API_KEY before running this plan" in missing.stderr
+    os.environ["API_KEY"] = key
+    try:
+        _assert_all_ok(_run(run_dir), run_dir, plan)
+    finally:
+        os.environ.pop("API_KEY", None)
+    for f in run_dir.rglob("*"):
+        if f.is_file() and f.suffix != ".pid":
+            assert key not in f.read_text(errors="replace"), f

@@ -15,7 +15,7 @@ KEY = "sk-test-0123456789abcdefABCDEF"
 
 def _run(tmp_path, script: str, values=(KEY,)):
     log = tmp_path / "server.log"
-    env = {**os.environ, VALUES_ENV: "\0".join(values)}
+    env = {**os.environ, VALUES_ENV: "\n".join(values)}
     proc = subprocess.Popen([sys.executable, "-m", "specc.run.redact", str(log), "--",
                              sys.executable, "-c", script], env=env, start_new_session=True)
     return proc, log
@@ -46,6 +46,13 @@ def test_a_partial_line_is_passed_on_while_the_server_is_quiet(tmp_path):
     finally:
         os.killpg(proc.pid, 15)
     assert proc.wait(timeout=30) == 128 + 15   # the server's SIGTERM, as a shell reports it
+
+
+def test_several_secrets_are_each_blanked(tmp_path):
+    other = "hf_abcdefghijklmnopqrstuvwxyz012345"
+    proc, log = _run(tmp_path, f"print('{KEY} and {other}')", values=(KEY, other))
+    assert proc.wait(timeout=30) == 0
+    assert log.read_text() == "<redacted> and <redacted>\n"
 
 
 def test_split_keeps_the_partial_rest():

@@ -12,23 +12,43 @@ from tabulate import tabulate
 
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
+from specc.secrets import REDACT_VALUES_ENV, REF, referenced
 from specc.plan import Plan
 
 
-def _q(value) -> str:
-    return shlex.quote(str(value))
+def _q(value, secrets=()) -> str:
+    """A shell word for `value`; a `${NAME}` reference to one of the server's secrets is
+    resolved by the shell when the script runs (and stops it if NAME is not exported)."""
+    text = str(value)
+    if not secrets or "${" not in text:
+        return shlex.quote(text)
+    out, at = [], 0
+    for m in REF.finditer(text):
+        if m.group(1) not in secrets:
+            continue
+        if m.start() > at:
+            out.append(shlex.quote(text[at:m.start()]))
+        out.append(_reference(m.group(1)))
+        at = m.end()
+    if at < len(text) or not out:
+        out.append(shlex.quote(text[at:]))
+    return "".join(out)
+
+
+def _reference(name: str) -> str:
+    return f'"${{{name}:?export {name} before running this plan}}"'
 
 
 def _env_assign(name: str, value: str, secrets) -> str:
     if name in secrets:   # referenced, never written
-        return f'{name}="${{{name}:?export {name} before running this plan}}"'
+        return f"{name}={_reference(name)}"
     return f"{name}={_q(value)}"
 
 
 def command_line(argv, env=None, secrets=()) -> str:
     """One shell command line, every value quoted."""
     parts = [_env_assign(k, v, secrets) for k, v in (env or {}).items()]
-    return " ".join(parts + [_q(a) for a in argv])
+    return " ".join(parts + [_q(a, secrets) for a in argv])
 
 
 _SH_PRELUDE = r'''#!/usr/bin/env bash
@@ -193,9 +213,14 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:
             env = " ".join(_env_assign(k, v, s.secrets) for k, v in s.env.items())
+            argv = _argv_lines(s.argv, s.secrets)
+            hidden = referenced(s)
+            if hidden:   # the engine prints its arguments: its log goes through the redactor
+                values = "$'\\n'".join(_reference(n) for n in hidden)
+                env += f" {REDACT_VALUES_ENV}={values}"
+                argv = [f"python -m specc.run.redact {_q(s.log)} --"] + argv
             yield f"# {s.id}: {_comment(s.label)} | GPUs {','.join(map(str, s.gpus))} | port {s.port}"
-            yield (f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  "
-                   + " \\\n  ".join(_argv_lines(s.argv)))
+            yield (f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  " + " \\\n  ".join(argv))
         for s in wave:
             r, probe = s.readiness, s.readiness.probe
             url = f"http://{s.host}:{s.port}{probe.path}"
@@ -222,18 +247,18 @@ def _comment(text) -> str:
     return " ".join(str(text).splitlines())
 
 
-def _argv_lines(argv) -> list[str]:
+def _argv_lines(argv, secrets=()) -> list[str]:
     """The program on one line, then `--flag value` pairs one per line, for review."""
     argv = list(argv)
     head = next((k for k, a in enumerate(argv) if a.startswith("--")), len(argv))
-    lines, i = [" ".join(_q(a) for a in argv[:head])], head
+    lines, i = [" ".join(_q(a, secrets) for a in argv[:head])], head
     while i < len(argv):
         a = argv[i]
         if a.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            lines.append(f"{_q(a)} {_q(argv[i + 1])}")
+            lines.append(f"{_q(a, secrets)} {_q(argv[i + 1], secrets)}")
             i += 2
         else:
-            lines.append(_q(a))
+            lines.append(_q(a, secrets))
             i += 1
     return lines
 

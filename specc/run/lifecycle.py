@@ -171,10 +171,8 @@ def launch(server: Server, run_dir: Path) -> Running:
     argv, env = launch_argv(server), resolve_env(server)
     hide = secret_values(server)
     if hide:   # engines print their arguments: the server runs under a log redactor
-        from specc.run.redact import VALUES_ENV
-
         argv = [sys.executable, "-m", "specc.run.redact", str(log_path), "--", *argv]
-        env = {**env, VALUES_ENV: "\0".join(hide)}
+        env = {**env, secrets.REDACT_VALUES_ENV: "\n".join(hide)}
     log = open(log_path, "ab", buffering=0)
     try:
         proc = subprocess.Popen(argv, stdout=log,

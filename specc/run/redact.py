@@ -20,10 +20,8 @@ import signal
 import subprocess
 import sys
 
-from specc.secrets import redact
+from specc.secrets import REDACT_VALUES_ENV as VALUES_ENV, redact
 
-#: The environment variable holding the values to hide, NUL-separated.
-VALUES_ENV = "SPECC_REDACT_VALUES"
 #: A partial line is written after this long without more output.
 QUIET_S = 0.2
 
@@ -74,7 +72,7 @@ def _server_child() -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     log, command = argv[0], argv[argv.index("--") + 1:]
-    values = [v for v in os.environ.pop(VALUES_ENV, "").split("\0") if v]
+    values = [v for v in os.environ.pop(VALUES_ENV, "").split("\n") if v]
     # a stop signal reaches the whole group: the server handles it; this process keeps
     # copying until the server's output ends, so its last lines reach the log
     for sig in STOP_SIGNALS:
