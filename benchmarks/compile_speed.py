@@ -1,17 +1,26 @@
-"""How fast specc compiles: a 10,000-point matrix in-process, and the whole CLI process.
+"""How fast specc compiles, and in how much memory, as the matrix grows.
 
-    .venv/bin/python benchmarks/compile_speed.py [--runs 5] [--profile]
+    .venv/bin/python benchmarks/compile_speed.py [--runs 3] [--points 10000,100000,1000000]
+    .venv/bin/python benchmarks/compile_speed.py --profile 100000 [--shape servers]   # cProfile (SORT=tottime)
 
-Prints medians over several runs measured in this one invocation:
-- in-process `compile_config` of llama3_eagle3_pack widened to 10,000 sweep points
-  (10 server configurations x 1,000 client points, plus the matched baselines);
-- wall time of `python -m specc +experiment=eagle3_sweep` (process start to exit).
-Target: the 10k-point compile well under 1 s.
+Each figure is the whole `python -m specc` process (Hydra, compile, plan.json,
+plan.sh, review.md written, review printed), a fresh process per run: wall and
+CPU time as the median of --runs, peak RSS (the child's ru_maxrss from wait4)
+as the largest, and the size of what it wrote. Matrices, both from llama3_eagle3_pack:
+- points: 10 speculative server configurations (5 speculation settings x 2
+  max_running_requests) x N/10 client points (10 concurrencies x 100 output
+  lengths x N/10,000 seeds); with the 2 matched baselines, 1.2 N benchmark points;
+- servers: N/10 speculative server configurations (5 speculation settings x N/50
+  max_running_requests) x 10 concurrencies; with the N/50 baselines, 1.2 N points
+  on 0.12 N servers.
+Goal: 10^5 sweep points in under 2 s and 200 MB, files growing linearly.
+Also the whole process for `+experiment=eagle3_sweep`, the everyday case.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -20,75 +29,112 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+SPECULATION = ("{num_steps:1,topk:1,num_draft_tokens:2},{num_steps:2,topk:1,num_draft_tokens:3},"
+               "{num_steps:3,topk:1,num_draft_tokens:4},{num_steps:5,topk:1,num_draft_tokens:6},"
+               "{num_steps:3,topk:4,num_draft_tokens:8}")
+CONCURRENCY = "1,2,3,4,6,8,16,32,64,128"
 
 
-def big_config() -> dict:
+def _ints(values) -> str:
+    return ",".join(map(str, values))
+
+
+def overrides(points: int, shape: str) -> list[str]:
+    """CLI overrides for a sweep of `points` sweep points (baselines come on top)."""
+    if shape == "points":
+        axes = (f"engine.max_running_requests:[512,1024],benchmark.concurrency:[{CONCURRENCY}],"
+                f"benchmark.output_len:[{_ints(range(8, 808, 8))}],"
+                f"benchmark.seed:[{_ints(range(max(1, points // 10_000)))}]")
+    else:
+        axes = (f"engine.max_running_requests:[{_ints(range(64, 64 + max(1, points // 50)))}],"
+                f"benchmark.concurrency:[{CONCURRENCY}]")
+    return ["+experiment=llama3_eagle3_pack", f"++sweep={{speculation:[{SPECULATION}],{axes}}}",
+            f"max_points={points}"]
+
+
+def run_once(args: list[str], run_dir: Path) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, peak RSS bytes) of one `python -m specc` process (CPU
+    time is the steadier figure on a shared machine)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "specc", *args, f"hydra.run.dir={run_dir}"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    assert proc.returncode == 0, err[-2000:]
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def measure(points: int, shape: str, runs: int) -> None:
+    walls, cpus, peaks = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(runs):
+            wall, cpu, peak = run_once(overrides(points, shape), Path(tmp) / str(i))
+            walls.append(wall)
+            cpus.append(cpu)
+            peaks.append(peak)
+        out = Path(tmp) / "0"
+        sizes = {name: (out / name).stat().st_size for name in ("plan.json", "plan.sh", "review.md")}
+    print(f"{shape:>7} {points:>9,} sweep points: {statistics.median(walls):6.2f} s "
+          f"(median of {runs}; {min(walls):.2f}-{max(walls):.2f}; CPU {statistics.median(cpus):.2f} s), "
+          f"peak RSS {_mb(max(peaks))}; "
+          f"plan.json {_mb(sizes['plan.json'])} ({sizes['plan.json'] / (1.2 * points):.0f} B per "
+          f"benchmark point), plan.sh {_mb(sizes['plan.sh'])}, review.md "
+          f"{sizes['review.md'] / 1e3:.0f} KB", flush=True)
+
+
+def profile(points: int, shape: str) -> None:
+    """cProfile of compile + write in-process (composition excluded)."""
+    import contextlib
+    import cProfile
+    import io
+    import pstats
+
+    sys.path.insert(0, str(REPO))
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from specc.__main__ import job
+
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "specc" / "conf")):
-        cfg = compose(config_name="config", overrides=["+experiment=llama3_eagle3_pack"])
+        cfg = compose(config_name="config", overrides=overrides(points, shape))
     cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg.pop("hydra", None)
-    cfg["max_points"] = 20000
-    cfg["sweep"] = {
-        "speculation": cfg["sweep"]["speculation"][:5],                       # 5
-        "engine.max_running_requests": [512, 1024],                            # x 2 = 10 servers
-        "benchmark.concurrency": [1, 2, 3, 4, 6, 8, 16, 32, 64, 128],         # 10
-        "benchmark.output_len": list(range(8, 808, 8)),                       # x 100 = 1000 client
-    }
-    return cfg
-
-
-def time_compile(runs: int) -> tuple[float, int, int]:
-    from specc.compile.pipeline import compile_config
-
-    cfg = big_config()
-    times, result = [], None
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        result = compile_config(cfg)
-        times.append(time.perf_counter() - t0)
-    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"][:3]
-    return statistics.median(times), len(result.plan.benchmarks), len(result.plan.servers)
-
-
-def time_cli(runs: int) -> float:
-    times = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(runs):
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "specc", "+experiment=eagle3_sweep",
-                                   f"hydra.run.dir={tmp}/{i}"], cwd=REPO, capture_output=True)
-            times.append(time.perf_counter() - t0)
-            assert proc.returncode == 0, proc.stderr.decode()
-    return statistics.median(times)
+    prof = cProfile.Profile()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+        prof.runcall(job, cfg, Path(tmp), {"multirun": False})
+    pstats.Stats(prof).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(30)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--profile", action="store_true", help="cProfile one 10k compile")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--points", default="10000,100000,1000000",
+                    help="comma-separated sweep sizes (the points shape)")
+    ap.add_argument("--servers", default="100000",
+                    help="comma-separated sweep sizes of the servers shape ('' for none)")
+    ap.add_argument("--profile", type=int, metavar="N", help="cProfile one N-point compile")
+    ap.add_argument("--shape", default="points", choices=["points", "servers"],
+                    help="the matrix --profile compiles")
     args = ap.parse_args()
     if args.profile:
-        import cProfile
-        import pstats
-
-        from specc.compile.pipeline import compile_config
-
-        cfg = big_config()
-        compile_config(cfg)
-        prof = cProfile.Profile()
-        prof.runcall(compile_config, cfg)
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+        profile(args.profile, args.shape)
         return
-    med, n_bench, n_servers = time_compile(args.runs)
-    print(f"compile 10,000-point matrix (in-process): median {med * 1000:.0f} ms over "
-          f"{args.runs} runs ({n_bench} benchmark points incl. baselines, {n_servers} servers)")
-    cli = time_cli(args.runs)
-    print(f"python -m specc +experiment=eagle3_sweep (whole process): median {cli:.2f} s "
-          f"over {args.runs} runs")
+    for shape, sizes in (("points", args.points), ("servers", args.servers)):
+        for n in filter(None, sizes.split(",")):
+            measure(int(n), shape, args.runs)
+    walls = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            walls.append(run_once(["+experiment=eagle3_sweep"], Path(tmp) / str(i))[0])
+    print(f"python -m specc +experiment=eagle3_sweep (whole process): median "
+          f"{statistics.median(walls):.2f} s over {args.runs} runs")
 
 
 if __name__ == "__main__":

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
-def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None) -> None:
+def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *,
+                 mode: int | None = None) -> None:
     """Write to a temp file beside `path`, fsync it, then rename over `path`: a reader sees
-    the old file or the new one, never half of one, even after a crash or a full disk."""
+    the old file or the new one, never half of one, even after a crash or a full disk.
+
+    `data` may be an iterable of str chunks (a plan of 10^5 points is written as it is
+    encoded, never held whole in memory)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    chunks = [data] if isinstance(data, (str, bytes)) else data
     try:
         with open(tmp, "wb") as f:
-            f.write(raw)
+            for chunk in chunks:
+                f.write(chunk.encode("utf-8") if isinstance(chunk, str) else chunk)
             f.flush()
             os.fsync(f.fileno())
         if mode is not None:
@@ -27,6 +33,11 @@ def atomic_write(path: Path | str, data: str | bytes, *, mode: int | None = None
         except OSError:
             pass
         raise
+
+
+class RecordWriteError(OSError):
+    """A run-dir record could not be written (full disk, read-only): the sweep must stop,
+    not record the point as failed (a rerun would then skip it)."""
 
 
 def append_durable(path: Path | str, line: str) -> None:

@@ -42,6 +42,9 @@ SECRET_LAST_WORDS = frozenset({"TOKEN", "KEY"})
 PATH_WORDS = frozenset({"PATH", "FILE", "DIR", "FILENAME"})
 #: Shown instead of a secret wherever a reference cannot stand (saved configs, messages).
 REDACTED = "<redacted>"
+#: Where `python -m specc.run.redact` finds the values to blank in a server's log, one per
+#: line (an environment value cannot hold NUL).
+REDACT_VALUES_ENV = "SPECC_REDACT_VALUES"
 #: Values shorter than this are not searched for in free text (they would match everywhere).
 MIN_REDACT_LEN = 4
 

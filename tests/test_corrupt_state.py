@@ -207,7 +207,7 @@ def test_a_full_disk_stops_the_sweep_keeps_rows_and_a_rerun_finishes(guard, tmpf
     assert 1 <= len(done) < len(plan.benchmarks)
     os.unlink(filler)
     again = _specc("run", "--plan", str(run_dir / "plan.json"))
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
     rows = results(run_dir)
     assert sorted(r["benchmark"] for r in rows) == sorted(b.id for b in plan.benchmarks)
     for old in done:

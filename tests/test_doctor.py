@@ -97,3 +97,19 @@ def test_inv_doctor_exits_2_with_the_lines(compose, tmp_path):
     assert proc.returncode == 2
     assert "error DOCTOR_VERSION at engine.version" in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_run_refuses_before_launching_when_the_engine_here_cannot_run_the_plan(compose, tmp_path):
+    """The executor's preflight is the doctor: an SGLang plan on a machine without SGLang
+    (this test venv) stops with one line per problem and exit 2; nothing is launched."""
+    from specc.compile.emit import write_outputs
+
+    plan = _plan(compose, SWEEP)
+    write_outputs(tmp_path, plan, [], title="t")
+    proc = subprocess.run([sys.executable, "-m", "specc", "run", "--plan",
+                           str(tmp_path / "plan.json")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "error DOCTOR_ENGINE_MISSING" in proc.stderr and "nothing was launched" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "state.json").exists() and not (tmp_path / "servers").exists()

@@ -20,7 +20,8 @@ from hypothesis import example, HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specc.compile.pipeline import compile_config
-from specc.compile.emit import _SH_PRELUDE, command_line, plan_sh, review, write_outputs
+from specc.compile.emit import (_SH_PRELUDE, REVIEW_ROWS, command_line, plan_json, plan_sh,
+                                review, write_outputs)
 from specc.plan import Plan
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -56,7 +57,7 @@ def sweep_plan():
 
 
 def test_golden_plan_json(sweep_plan):
-    _golden("eagle3_sweep.plan.json", sweep_plan.plan.dumps())
+    _golden("eagle3_sweep.plan.json", plan_json(sweep_plan.plan))
 
 
 def test_golden_plan_sh(sweep_plan):
@@ -72,7 +73,7 @@ def test_golden_matches_the_cli_run_dir(tmp_path, run_specc):
 
 
 def test_plan_json_is_machine_independent(sweep_plan):
-    text = sweep_plan.plan.dumps()
+    text = plan_json(sweep_plan.plan)
     for needle in (str(REPO), str(Path.home()), socket.gethostname(), os.environ.get("USER") or "\0"):
         if len(needle) > 3:
             assert needle not in text
@@ -80,9 +81,10 @@ def test_plan_json_is_machine_independent(sweep_plan):
 
 def test_plan_json_round_trips(sweep_plan):
     plan = sweep_plan.plan
-    again = Plan.from_json(json.loads(plan.dumps()))
+    assert json.loads(plan_json(plan)) == plan.to_json()   # the same value, laid out compactly
+    again = Plan.from_json(json.loads(plan_json(plan)))
     assert again == plan
-    assert again.dumps() == plan.dumps()
+    assert plan_json(again) == plan_json(plan)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -230,3 +232,75 @@ def test_one_baseline_serves_every_draft(compose):
     assert len(baselines) == 1 and len(plan.servers) == 3
     assert all(b.baseline and b.baseline.startswith(baselines[0].id)
                for b in plan.benchmarks if b.server != baselines[0].id)
+
+
+# --- scale: plan files that grow by a line per point, written as they are encoded ----------
+
+@pytest.fixture(scope="module")
+def big_plan():
+    """llama3_eagle3_pack widened to 10^4 sweep points: 10 server configurations x 1,000
+    client points, plus the 2 matched baselines (12,000 benchmark points)."""
+    from conftest import compose_config
+
+    cfg = compose_config(["+experiment=llama3_eagle3_pack"])
+    cfg["max_points"] = 10_000
+    cfg["sweep"] = {"speculation": cfg["sweep"]["speculation"][:5],
+                    "engine.max_running_requests": [512, 1024],
+                    "benchmark.concurrency": [1, 2, 3, 4, 6, 8, 16, 32, 64, 128],
+                    "benchmark.output_len": list(range(8, 808, 8))}
+    result = compile_config(cfg)
+    assert result.ok
+    assert len(result.plan.benchmarks) == 12_000
+    return result
+
+
+def test_plan_json_is_one_line_per_server_and_point(big_plan, tmp_path):
+    plan = big_plan.plan
+    write_outputs(tmp_path, plan, big_plan.diagnostics, title="t")
+    text = (tmp_path / "plan.json").read_text()
+    assert json.loads(text) == plan.to_json()
+    assert Plan.load(tmp_path / "plan.json") == plan
+    lines = text.splitlines()
+    value = plan.to_json()
+    for key in ("servers", "benchmarks"):
+        start = lines.index(json.dumps(key) + ":[") + 1
+        entries = lines[start:start + len(value[key])]
+        assert [json.loads(e.rstrip(",").removesuffix("]")) for e in entries] == value[key]
+    other = len(lines) - len(plan.servers) - len(plan.benchmarks)
+    assert other == len(value)   # one line per top-level key (the lists open on theirs)
+    # compact JSON plus one newline per line: no indentation (the indented file was half
+    # whitespace: 80 MB of it at 10^5 points)
+    compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert len(text) == len(compact) + text.count("\n")
+
+
+def test_plan_files_are_written_without_holding_them_in_memory(big_plan, tmp_path):
+    """Streamed: the compile never holds plan.json or plan.sh whole (at 10^6 points, the
+    indented plan.json alone was 615 MB, and it was held twice)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        write_outputs(tmp_path, big_plan.plan, big_plan.diagnostics, title="t")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    smallest = min((tmp_path / f).stat().st_size for f in ("plan.json", "plan.sh"))
+    assert peak < 0.75 * smallest, (peak, smallest)
+
+
+def test_review_summarises_a_large_matrix(compose):
+    """A table row per server up to REVIEW_ROWS, then a count: the review of 10^4 servers
+    is read by a person and printed to the terminal."""
+    cfg = compose(LLAMA + ["baseline=false", "hardware.tp=1"])
+    cfg["max_points"] = 10_000
+    n = REVIEW_ROWS + 30
+    cfg["sweep"] = {"engine.max_running_requests": list(range(64, 64 + n))}
+    result = compile_config(cfg)
+    assert result.ok and len(result.plan.servers) == n
+    text = review(result.plan, result.diagnostics, title="t")
+    server_rows = [ln for ln in text.splitlines() if ln.startswith("|") and "| EAGLE3 " in ln]
+    assert len(server_rows) == REVIEW_ROWS
+    assert "... and 30 more server(s): every one is in plan.sh and plan.json." in text
+    assert "# ... and 30 more launch command(s): every one is in plan.sh." in text
+    assert text.count("python -m sglang.launch_server") == REVIEW_ROWS

@@ -135,7 +135,7 @@ def test_sglang_0_5_23_phase_order_and_markers():
 
 
 def test_readiness_phases_are_lists_of_patterns_in_the_plan(compose):
-    from specc.compile.lower import _spec_for
+    from specc.compile.matrix import spec_for as _spec_for
 
     cfg = compose(["model_pair.context_length=2048", "speculation.num_steps=1",
                    "speculation.topk=1", "speculation.num_draft_tokens=2"])
@@ -149,7 +149,7 @@ def test_readiness_phases_are_lists_of_patterns_in_the_plan(compose):
 
 
 def test_vllm_cache_flush_sets_dev_mode_in_the_server_env(compose):
-    from specc.compile.lower import _spec_for
+    from specc.compile.matrix import spec_for as _spec_for
 
     cfg = compose(["engine=vllm", "model_pair.context_length=2048"])
     spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specc.compile import rules
-from specc.compile.lower import _spec_for
+from specc.compile.matrix import spec_for as _spec_for
 from specc.engines import get_engine
 
 COMPILE = Path(rules.__file__).parent

@@ -11,7 +11,7 @@ from specc.compile import rules
 from specc.compile.pipeline import compile_config
 from specc.engines import get_engine
 from specc.engines.sglang import derived_context_length
-from specc.compile.lower import _spec_for
+from specc.compile.matrix import spec_for as _spec_for
 
 LLAMA = ["model_pair.context_length=2048"]           # the llama pair needs this to be valid
 KIMI = ["model_pair=kimi_k25_eagle3"]
@@ -48,7 +48,7 @@ def test_every_rule_is_covered_here():
                "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size"}
-    assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES} == covered
+    assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES + rules.CLIENT_RULES} == covered
 
 
 def test_default_configs_pass_every_server_rule(compose):

@@ -55,6 +55,9 @@ def test_api_key_server_is_benchmarked_with_its_key_and_the_key_is_written_nowhe
     for f in run_dir.rglob("*"):
         if f.is_file():
             assert KEY not in f.read_text(errors="replace"), f
+    # the server printed its arguments (as SGLang 0.5.23 does, api_key included): blanked
+    log = (run_dir / server.log).read_text()
+    assert "'api_key': '<redacted>'" in log and "The server is fired up" in log
 
 
 def test_a_header_value_cannot_split_the_request():

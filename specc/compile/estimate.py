@@ -7,8 +7,10 @@ with the simulator) with the calibration of the hardware's GPU kind. For people 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from functools import lru_cache
 
+from specc.compile.matrix import canonical
 from specc.compile.spec import ServerSpec
 from specc.engines.base import Engine
 
@@ -28,18 +30,28 @@ def note(spec: ServerSpec) -> str:
         f" measured {hw.date}" if hw.date else " derived from datasheet ratios")
 
 
-def point_estimator(spec: ServerSpec, engine: Engine):
-    """bench -> wall time of one benchmark point on this server, in seconds."""
+def _model_inputs(spec: ServerSpec, engine: Engine) -> tuple:
+    """Everything a server's point estimates depend on (and nothing else)."""
     from specc.perf import model as perf
 
     tp, gpu = spec.hardware["tp"], spec.hardware.get("gpu")
-    target = perf.model_cost(spec.target.values, tp=tp, gpu=gpu)
-    spec_cfg = draft = None
     steps, topk, ndt = spec.spec_triple
     if spec.speculative and steps and topk and ndt:
         acceptance = engine.assumed_acceptance(spec) or perf.DEFAULT_ACCEPTANCE
-        spec_cfg = perf.SpecConfig(steps, topk, ndt, acceptance)
-        draft = perf.draft_cost(spec.draft.values, tp=tp, gpu=gpu) if spec.draft else None
+        speculation = (steps, topk, ndt, acceptance)
+        draft = spec.draft.values if spec.draft else None
+    else:
+        speculation = draft = None
+    return spec.target.values, tp, gpu, speculation, draft
+
+
+def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values):
+    """(running, input_len, output_len) -> seconds of one wave of requests on this server."""
+    from specc.perf import model as perf
+
+    target = perf.model_cost(target_values, tp=tp, gpu=gpu)
+    spec_cfg = perf.SpecConfig(*speculation) if speculation else None
+    draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if speculation and draft_values else None
 
     @lru_cache(maxsize=None)
     def wave_s(running: int, input_len: int, output_len: int) -> float:
@@ -47,23 +59,34 @@ def point_estimator(spec: ServerSpec, engine: Engine):
         per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft, context)
         return target.prefill_s(running * input_len) + output_len / per_stream
 
-    def estimate(bench: dict) -> float:
-        # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
-        n, conc = bench["num_prompts"], bench["concurrency"]
-        repeats = bench.get("repeats", 1)
-        return repeats * (math.ceil(n / conc) * wave_s(min(n, conc), bench["input_len"],
-                                                       bench["output_len"]) + POINT_OVERHEAD_S)
-
-    return estimate
+    return wave_s
 
 
-def server_seconds(spec: ServerSpec, engine: Engine, start_s: float, benches) -> float:
-    """Start-up estimate plus every point the server runs, one after another."""
-    estimate = point_estimator(spec, engine)
-    total = start_s
-    for bench in benches:
-        total += estimate(bench)
-    return round(total, 1)
+class ServerTimes:
+    """Each server's estimated busy time over one matrix's client points: its start-up,
+    then every point one after another.
+
+    The model runs once per distinct point shape (prompts, concurrency, lengths, repeats), and the
+    points' total once per distinct set of model inputs: servers that differ only in what
+    the model ignores (a running-request cap, a memory fraction) share it."""
+
+    def __init__(self, engine: Engine, benches):
+        self.engine = engine
+        self.shapes = Counter((b["num_prompts"], b["concurrency"], b["input_len"], b["output_len"],
+                               b.get("repeats", 1)) for b in benches)
+        self._points_s: dict[str, float] = {}
+
+    def seconds(self, spec: ServerSpec, start_s: float) -> float:
+        inputs = _model_inputs(spec, self.engine)
+        key = canonical(inputs)
+        if key not in self._points_s:
+            wave_s = _wave_estimator(*inputs)
+            # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
+            self._points_s[key] = sum(
+                count * repeats * (math.ceil(n / conc) * wave_s(min(n, conc), input_len, output_len)
+                                   + POINT_OVERHEAD_S)
+                for (n, conc, input_len, output_len, repeats), count in self.shapes.items())
+        return round(start_s + self._points_s[key], 1)
 
 
 def wall_seconds(servers) -> float:

@@ -16,11 +16,10 @@ from dataclasses import replace
 
 from specc.compile import estimate, placement, rules
 from specc.compile.matrix import canonical as _canonical, expand, short_hash as _hash
-from specc.compile.matrix import spec_for as _spec_for  # noqa: F401  (tests build specs here)
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import Benchmark, Plan, Server
+from specc.plan import Benchmark, Plan, Readiness, Server
 
 
 def _slug(text: str) -> str:
@@ -73,12 +72,21 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     if (cfg.get("cluster") or {}).get("name") == "slurm":   # jobs of other waves may share a node
         slots = [replace(s, port=engine_cfg["base_port"] + i) for i, s in enumerate(slots)]
     host = hw.get("host", "localhost")
-    client_keys = [(b, ck, json.dumps(ck)) for b in matrix.client_points for ck in (_canonical(b),)]
+    # each client point's canonical JSON, as a JSON string: what its ids hash
+    client_keys = [json.dumps(_canonical(b)) for b in matrix.client_points]
+    # served model -> the params of every client point: one dict per point and model,
+    # shared by the servers that serve that model (read-only, like the whole Plan)
+    point_params: dict[str, list[dict]] = {}
+    readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
     benchmarks: list[Benchmark] = []
-    bench_index: dict[tuple[str, str], str] = {}   # (baseline server key, client key) -> id
+    # (baseline server key, client point index) -> id: every server runs the same client points
+    bench_index: dict[tuple[str, int], str] = {}
     estimates: dict[str, float] = {}
+    server_times = estimate.ServerTimes(engine, matrix.client_points)
+    for bench in matrix.client_points:   # rules of the point alone, whatever its server
+        diags += rules.check_client(engine, bench)
     for entry, slot in zip(matrix.servers, slots):
         spec: ServerSpec = entry.spec
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
@@ -86,6 +94,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         env, secrets = engine.env(spec, list(slot.gpus), flush_cache=any(
             b.get("flush_cache") for b in matrix.client_points))
         readiness = engine.readiness(spec)
+        readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
         for bench in matrix.client_points:
             diags += rules.check_point(spec, engine, bench)
         plan_servers.append(Server(
@@ -98,25 +107,29 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets)))
         sid_json = json.dumps(sid)
-        for bench, ckey, ckey_json in client_keys:
-            # == _hash([sid, ckey]), without re-encoding the point for every server
+        model = engine.served_model(spec)
+        if model not in point_params:
+            point_params[model] = [{**b, "model": model,
+                                    "request_id_field": engine.request_id_field,
+                                    "accept_positions": engine.accept_positions}
+                                   for b in matrix.client_points]
+        speculative = spec.speculative
+        for i, (bench, ckey_json, params) in enumerate(zip(matrix.client_points, client_keys,
+                                                            point_params[model])):
+            # == _hash([sid, canonical(bench)]), without re-encoding the point for every server
             digest = hashlib.sha256(f"[{sid_json},{ckey_json}]".encode()).hexdigest()[:6]
             bid = f"{sid}-c{bench['concurrency']}-{digest}"
-            if not spec.speculative:
-                bench_index[(entry.key, ckey)] = bid
-            matched = None if not spec.speculative else bench_index.get((entry.baseline_key, ckey))
+            if not speculative:
+                bench_index[(entry.key, i)] = bid
+            matched = bench_index.get((entry.baseline_key, i)) if speculative else None
             argv = None
             if bench["driver"] == "bench_serving":
                 argv = tuple(engine.bench_serving_argv(
                     spec, host=host, port=slot.port, bench=bench,
                     num_prompts=bench["num_prompts"], output_file=f"bench_serving/{bid}.jsonl"))
-            benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched,
-                                        params={**bench, "model": engine.served_model(spec),
-                                                "request_id_field": engine.request_id_field,
-                                                "accept_positions": engine.accept_positions},
+            benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched, params=params,
                                         argv=argv))
-        estimates[sid] = estimate.server_seconds(spec, engine, readiness.estimated_start_s,
-                                                 matrix.client_points)
+        estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)
     if has_errors(diags):

@@ -50,14 +50,22 @@ def place(sizes, *, gpus_per_node: int, base_port: int) -> tuple[list[Slot], lis
             for n in too_large]
     waves: list[_Wave] = []
     slots = []
+    # per size, the first wave that may still fit it: waves only fill up, so one that
+    # cannot fit a size now never will (first fit in O(servers + waves), not their product)
+    start = [0] * (gpus_per_node + 1)
     for size in sizes:
-        for w, wave in enumerate(waves):
-            first = wave.fit(size)
+        w, first = start[size], None
+        while w < len(waves):
+            first = waves[w].fit(size)
             if first is not None:
                 break
-        else:
-            w, wave, first = len(waves), _Wave([True] * gpus_per_node), 0
+            w += 1
+        start[size] = w
+        if first is None:
+            wave, first = _Wave([True] * gpus_per_node), 0
             waves.append(wave)
+        else:
+            wave = waves[w]
         gpus = tuple(range(first, first + size))
         for g in gpus:
             wave.free[g] = False

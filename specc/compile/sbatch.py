@@ -100,13 +100,19 @@ def cluster_path(run_dir: Path) -> Path:
     return Path(run_dir) / "slurm" / "cluster.json"
 
 
-def plan_digest(plan_json: str) -> str:
-    return hashlib.sha256(plan_json.encode()).hexdigest()
+def plan_digest(plan_path: Path) -> str:
+    """SHA-256 of a plan.json file, read in blocks (a large sweep's plan is megabytes)."""
+    h = hashlib.sha256()
+    with open(plan_path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
-def write_cluster(run_dir: Path, plan: Plan, cluster: dict | None, plan_json: str) -> None:
-    """slurm/cluster.json (the jobs, tied to this plan.json by its digest) and the scripts;
-    for a local plan, no cluster.json (an earlier compile's would send this plan to Slurm)."""
+def write_cluster(run_dir: Path, plan: Plan, cluster: dict | None) -> None:
+    """slurm/cluster.json (the jobs, tied to the plan.json written beside it by its digest)
+    and the scripts; for a local plan, no cluster.json (an earlier compile's would send
+    this plan to Slurm)."""
     if not cluster:
         cluster_path(run_dir).unlink(missing_ok=True)
         return
@@ -114,7 +120,8 @@ def write_cluster(run_dir: Path, plan: Plan, cluster: dict | None, plan_json: st
     for job in cluster["jobs"]:
         atomic_write(run_dir / job["script"], script(plan, cluster, job), mode=0o755)
     atomic_write(cluster_path(run_dir), json.dumps(
-        {**cluster, "plan_sha256": plan_digest(plan_json)}, indent=2, ensure_ascii=False) + "\n")
+        {**cluster, "plan_sha256": plan_digest(run_dir / "plan.json")}, indent=2,
+        ensure_ascii=False) + "\n")
 
 
 def read_cluster(plan_path: Path) -> dict | None:
@@ -125,7 +132,7 @@ def read_cluster(plan_path: Path) -> dict | None:
         cluster = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    if cluster.get("plan_sha256") != plan_digest(Path(plan_path).read_text()):
+    if cluster.get("plan_sha256") != plan_digest(plan_path):
         raise ValueError(f"{path} was written for another plan.json than {plan_path}: "
                          "compile the experiment again")
     return cluster

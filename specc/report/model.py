@@ -53,11 +53,6 @@ def fmt_pair(a: Any, b: Any) -> str:
     return f"{fmt_ms(a)} / {fmt_ms(b)}"
 
 
-def fmt_speedup(value: Any) -> str:
-    v = _num(value)
-    return DASH if v is None else f"{v:.2f}x"
-
-
 def fmt_accept(value: Any, scope: Any) -> str:
     v = _num(value)
     if v is None:

@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from specc.report import intervals as iv
 from specc.report.model import (DASH, Best, Group, PointRow, Report, _conc_text, _workload_text,
-                                fmt_pair, fmt_speedup, fmt_tps)
+                                fmt_pair, fmt_tps)
 
 # Metric columns in the order the CSV lists them; others follow, sorted.
 _METRIC_ORDER = [

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from specc import exits
+from specc.files import RecordWriteError
 from specc.run import interrupts, lifecycle, ownership, rundir
 from specc.run.point import failed_row, run_point, with_speedup
 from specc.plan import Plan, Server
@@ -198,6 +199,8 @@ class Executor:
                 self.state.update(server.id, status="benchmarking", point=bench.id)
                 self.progress.point_started(bench.id, f"{server.label} @ c={bench.params['concurrency']}")
                 row = await self._watched_point(running, bench)
+                if row is None:   # its records could not be written: the sweep stops
+                    break
                 if (row.get("cache_flush") or "").startswith("not flushed") and not warned_flush:
                     warned_flush = True   # once per server: every point says it in its row
                     self.progress.log(f"{server.id}: prefix cache {row['cache_flush']}")
@@ -239,7 +242,7 @@ class Executor:
             except OSError as e:   # the old file stays whole (atomic); speedups come next run
                 self._write_failed(f"cannot rewrite {self.results.path}: {e.strerror or e}")
 
-    async def _watched_point(self, running, bench) -> dict:
+    async def _watched_point(self, running, bench) -> dict | None:
         """The point, cancelled the moment its server dies or wedges (health can lie).
 
         Wedged = its log silent for the plan's `serving_silence_s` while the point
@@ -273,6 +276,9 @@ class Executor:
                     pass
         try:
             row = task.result()
+        except RecordWriteError as e:   # not the point's fault: no row, a rerun measures it
+            self._write_failed(e.strerror or str(e))
+            return None
         except Exception as e:   # a bug in the client must not lose the sweep
             row = failed_row(bench, f"client error: {type(e).__name__}: {e}")
         if row["status"] != "ok":
@@ -353,10 +359,30 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
     return exits.INTERRUPTED if stopper.stopping and code != exits.INVALID else code
 
 
+def _engine_problems(plan: Plan, run_dir: Path) -> list[str]:
+    """Before anything launches: the engine installed here is the release the plan was
+    compiled for, and its own parser accepts every launch command (specc.run.doctor)."""
+    if plan.errors:
+        return []   # refused below, with the plan's own errors
+    done = ResultLog(run_dir / "results.jsonl")
+    if all(done.finished(b.id) for b in plan.benchmarks):
+        return []   # nothing left to launch
+    from specc.run.doctor import check_plan
+
+    return [d.line() for d in check_plan(plan)]
+
+
 def _execute_locked(plan: Plan, run_dir: Path, ctx, retry_failed: bool,
                     stopper: interrupts.Stopper) -> int:
     if stopper.stopping:
         return exits.INTERRUPTED
+    problems = _engine_problems(plan, run_dir)
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        print("nothing was launched: the installed engine would not run this plan as written "
+              f"(`specc doctor --plan {run_dir / 'plan.json'}` checks it alone)", file=sys.stderr)
+        return exits.INVALID
     try:
         if retry_failed:
             ResultLog(run_dir / "results.jsonl").drop_failed()

@@ -160,14 +160,24 @@ def auth_headers(server: Server) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def secret_values(server: Server) -> list[str]:
+    """The values the server's launch resolves from the environment (to keep out of its log)."""
+    return [v for n in secrets.referenced(server) if (v := os.environ.get(n))]
+
+
 def launch(server: Server, run_dir: Path) -> Running:
     log_path = run_dir / server.log
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    argv, env = launch_argv(server), resolve_env(server)
+    hide = secret_values(server)
+    if hide:   # engines print their arguments: the server runs under a log redactor
+        argv = [sys.executable, "-m", "specc.run.redact", str(log_path), "--", *argv]
+        env = {**env, secrets.REDACT_VALUES_ENV: "\n".join(hide)}
     log = open(log_path, "ab", buffering=0)
     try:
-        proc = subprocess.Popen(launch_argv(server), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=resolve_env(server), cwd=run_dir,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(argv, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=run_dir, start_new_session=True, preexec_fn=_die_with_parent)
     finally:
         log.close()
     return Running(server=server, proc=proc, log_path=log_path, started_at=time.time(),

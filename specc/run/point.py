@@ -54,7 +54,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     rate = p.get("request_rate") or float("inf")
     field = p.get("request_id_field")
     attempt = time.time()
-    records, lines, repeats, gone, stopped, max_in_flight = [], [], [], False, [], 0
+    records, lines, repeats, gone, max_in_flight = [], [], [], False, 0
     for k in range(p.get("repeats", 1)):
         stop = reqlog.Stopper(target_ci=target, min_requests=first, max_requests=most,
                               batch=p["concurrency"])

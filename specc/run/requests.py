@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from specc import stats
-from specc.files import append_durable
+from specc.files import RecordWriteError, append_durable
 
 DIR = "requests"
 
@@ -42,8 +42,11 @@ def append(run_dir: Path, benchmark_id: str, lines: list[dict]) -> None:
     if not lines:
         return
     path = path_for(run_dir, benchmark_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    append_durable(path, "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        append_durable(path, "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
+    except OSError as e:
+        raise RecordWriteError(e.errno, f"cannot append to {path}: {e.strerror or e}") from e
 
 
 def read(run_dir: Path, benchmark_id: str) -> list[dict]:

@@ -97,12 +97,16 @@ class Startup:
     # -- the run --------------------------------------------------------------------
     def run(self) -> None:
         s, a = self.sim, self.sim.args
-        log(versions.render(s.version, "server_args", server_args=(
-            f"ServerArgs(model_path='{a.model_path}', tp_size={a.tp_size}, "
-            f"speculative_algorithm={s.algorithm!r}, speculative_num_steps={a.speculative_num_steps}, "
-            f"speculative_eagle_topk={a.speculative_eagle_topk}, "
-            f"speculative_num_draft_tokens={a.speculative_num_draft_tokens}, "
-            f"max_running_requests={a.max_running_requests}, host='{a.host}', port={a.port})")))
+        # engine.py logs _server_args_for_logging(server_args): resolved_dict() with only the
+        # watermark secrets redacted -- api_key is printed as given
+        log(versions.render(s.version, "server_args", server_args=repr({
+            "model_path": a.model_path, "tp_size": a.tp_size,
+            "speculative_algorithm": s.algorithm,
+            "speculative_num_steps": a.speculative_num_steps,
+            "speculative_eagle_topk": a.speculative_eagle_topk,
+            "speculative_num_draft_tokens": a.speculative_num_draft_tokens,
+            "max_running_requests": a.max_running_requests, "host": a.host, "port": a.port,
+            "api_key": getattr(a, "api_key", None)})))
         for w in s.warnings:
             log(w)
         for name in s.phases:
