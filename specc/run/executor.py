@@ -36,7 +36,10 @@ class PlanRefused(Exception):
 
 class Executor:
     def __init__(self, plan: Plan, run_dir: Path, *, ctx=None, progress: SweepProgress | None = None,
-                 grace_s: float = 10.0):
+                 grace_s: float = 10.0, results: ResultLog | None = None,
+                 state: RunState | None = None):
+        """`results`/`state`: where rows and server states go (default: the run dir's
+        results.jsonl and state.json; a Slurm job passes its own files)."""
         if plan.errors:
             raise PlanRefused(f"the plan holds {len(plan.errors)} error(s): "
                               + "; ".join(d["message"] for d in plan.errors))
@@ -45,8 +48,8 @@ class Executor:
         self.plan = plan
         self.run_dir = Path(run_dir)
         self.ctx = ctx if ctx is not None else invoke.Context()
-        self.results = ResultLog(self.run_dir / "results.jsonl")
-        self.state = RunState(self.run_dir / "state.json")
+        self.results = results if results is not None else ResultLog(self.run_dir / "results.jsonl")
+        self.state = state if state is not None else RunState(self.run_dir / "state.json")
         self.running: dict[str, lifecycle.Running] = {}
         self.failed_servers: dict[str, str] = {}
         self.grace_s = grace_s

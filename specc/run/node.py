@@ -26,7 +26,6 @@ leaves it for the rerun.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import sys
@@ -132,21 +131,6 @@ def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
         for b in mine))
 
 
-@contextlib.contextmanager
-def _built_with(module, **names):
-    """Construct the executor with the job's results and state in place of the run's
-    (its constructor opens results.jsonl and state.json itself; see the report for the
-    constructor arguments that would make this unnecessary)."""
-    old = {k: getattr(module, k) for k in names}
-    for k, v in names.items():
-        setattr(module, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(module, k, v)
-
-
 def run_job(plan: Plan, run_dir: Path, server_ids: list[str], *, job: str,
             stream=None) -> int:
     """Run the job's servers side by side to the end; the exit code Slurm records."""
@@ -167,9 +151,8 @@ def run_job(plan: Plan, run_dir: Path, server_ids: list[str], *, job: str,
                        node=os.environ.get("SLURMD_NODENAME"), started_at=time.time())
     got: list[int] = []
     with SweepProgress(len(sub.benchmarks), stream=stream or sys.stdout, live=False) as progress:
-        with _built_with(executor_mod, ResultLog=lambda _p: results, RunState=lambda _p: state):
-            ex = executor_mod.Executor(sub, run_dir, ctx=invoke.Context(), progress=progress)
-        ex.results, ex.state = results, state
+        ex = executor_mod.Executor(sub, run_dir, ctx=invoke.Context(), progress=progress,
+                                   results=results, state=state)
         loop = asyncio.new_event_loop()
 
         async def all_servers():
