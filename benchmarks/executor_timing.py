@@ -221,7 +221,7 @@ def sweep(root: Path) -> dict:
                       sorted((r for r in rows if r["server"] == sid), key=lambda r: r["started_at"]))))
     ready_to_first = sum(min(r["started_at"] for r in rows if r["server"] == sid) - e["ready_at"]
                          for sid, e in servers.items())
-    logs_once = all((run_dir / s.log).read_text().count("server_args=ServerArgs(") == 1
+    logs_once = all((run_dir / s.log).read_text().count("server_args={") == 1
                     for s in plan.servers)
     return {"exit": code, "waves": len(plan.waves), "start_s": start, "bench_s": bench,
             "points_s": points, "teardown_s": teardown, "gaps_s": gaps, "between_points_s": between,
