@@ -41,13 +41,16 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # a checkout's specc
+from specc.perf.model import blend, interp_log  # noqa: E402  (one formula: the model's)
 
 TOKENS = [1, 8, 64, 128, 256, 512, 1024]
 DRAFT_TOKENS = [1, 2, 4, 8, 16, 32, 64]
@@ -598,26 +601,6 @@ def _wlsq(rows, ys, ws):
                 A[r] = [x - f * y for x, y in zip(A[r], A[i])]
                 b[r] -= f * b[i]
     return [b[i] / A[i][i] if A[i][i] else 0.0 for i in range(k)]
-
-
-def blend(mem_s: float, compute_s: float, p: float) -> float:
-    """Smooth roofline: (mem^p + compute^p)^(1/p); p -> inf is max(mem, compute).
-    The same formula as specc.perf.model.blend."""
-    if mem_s <= 0 or compute_s <= 0:
-        return max(mem_s, compute_s)
-    hi = max(mem_s, compute_s)
-    return hi * ((mem_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
-
-
-def interp_log(table, x: float) -> float:
-    """Piecewise-linear in log(x) through [[x, y], ...]; flat outside.  Same as the model's."""
-    if x <= table[0][0]:
-        return table[0][1]
-    for (x0, y0), (x1, y1) in zip(table, table[1:]):
-        if x <= x1:
-            f = math.log(x / x0) / math.log(x1 / x0)
-            return y0 + f * (y1 - y0)
-    return table[-1][1]
 
 
 BLEND_PS = [1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0]

@@ -20,21 +20,7 @@ from specc.compile.facts import read_config_json as read_model_config
 from specc.perf import model as perf
 
 from . import versions
-from .faults import FAULTS, STARTUP_PHASES, TRUTH_ENV, Fault
-
-
-def _fault_help() -> str:
-    lines = ["faults (--sim-fault or $SPECC_SIM_FAULT; the flag wins when both are set):",
-             "  syntax <fault>[@<phase>][:<number>]"]
-    for name, (ph, num, text) in FAULTS.items():
-        sig = name + ("@<phase>" if ph else "") + (":N" if num else "")
-        lines.append(f"  {sig:<26} {text}")
-    lines.append("  phases: " + ", ".join(STARTUP_PHASES))
-    lines.append("  (capture_cuda_graph = the target's graph capture, decode or verify; "
-                 "capture_draft_cuda_graph = capture_draft_decode_cuda_graph)")
-    lines.append("")
-    lines.append(f"ground truth: ${TRUTH_ENV}=<path> appends JSON lines (ready, token events).")
-    return "\n".join(lines)
+from .faults import Fault, fault_help
 
 
 def _json_obj(text: str) -> dict:
@@ -51,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m specc.sim",
         description="A simulated SGLang server (sglang.launch_server flags + --sim-* knobs).",
-        epilog=_fault_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=fault_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     # --- SGLang (server_args.py) -------------------------------------------
     a("--model-path", "--model", type=str, required=True)

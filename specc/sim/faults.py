@@ -72,17 +72,19 @@ def parse_fault(spec: str | None) -> Fault | None:
     return Fault(name, phase or None, arg)
 
 
-def _fault_help() -> str:
+def fault_help() -> str:
+    """The faults and the ground-truth hook, for `python -m specc.sim --help`."""
     lines = ["faults (--sim-fault or $SPECC_SIM_FAULT; the flag wins when both are set):",
              "  syntax <fault>[@<phase>][:<number>]"]
     for name, (ph, num, text) in FAULTS.items():
         sig = name + ("@<phase>" if ph else "") + (":N" if num else "")
         lines.append(f"  {sig:<26} {text}")
     lines.append("  phases: " + ", ".join(STARTUP_PHASES))
+    lines.append("  (capture_cuda_graph = the target's graph capture, decode or verify; "
+                 "capture_draft_cuda_graph = capture_draft_decode_cuda_graph)")
     lines.append("")
     lines.append(f"ground truth: ${TRUTH_ENV}=<path> appends JSON lines (ready, token events).")
     return "\n".join(lines)
-
 
 
 def fault_from(args, environ: dict | None = None) -> Fault | None:
