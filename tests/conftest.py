@@ -54,3 +54,14 @@ def run_specc(args, tmp_path: Path, *, cwd=None, env=None, run_dir=True, timeout
 @pytest.fixture(name="run_specc")
 def _run_specc_fixture():
     return run_specc
+
+
+@pytest.fixture
+def guard(tmp_path):
+    """Ports for simulators, and a check that none of them outlives the test."""
+    from executor_helpers import SimGuard
+
+    g = SimGuard(tmp_path)
+    yield g
+    left = g.check()
+    assert not left, f"simulator processes survived the test: {left}"

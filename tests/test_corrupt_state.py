@@ -19,13 +19,6 @@ import pytest
 from executor_helpers import PY, REPO, SimGuard, compile_plan, results, wait_for
 
 
-@pytest.fixture
-def guard(tmp_path):
-    g = SimGuard(tmp_path)
-    yield g
-    left = g.check()
-    assert not left, f"simulator processes survived the test: {left}"
-
 
 def _specc(*args, timeout=90) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "specc", *args], cwd=REPO, capture_output=True, text=True,

@@ -14,19 +14,12 @@ import signal
 
 import pytest
 
-from executor_helpers import (PY, REPO, SMALL, SimGuard, compile_plan, plan_json, results,
+from executor_helpers import (PY, REPO, SMALL, compile_plan, plan_json, results,
                               run_inv, sim_processes, state, wait_for, wait_no_sim)
 
 #: Two servers in two waves (TP 8 each: the whole node), three points each.
 SEQUENTIAL = [*SMALL, "+sweep={benchmark.concurrency:[1,2,4]}"]
 
-
-@pytest.fixture
-def guard(tmp_path):
-    g = SimGuard(tmp_path)
-    yield g
-    left = g.check()
-    assert not left, f"simulator processes survived the test: {left}"
 
 
 def _start_sweep(guard, run_dir):

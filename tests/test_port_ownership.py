@@ -17,16 +17,9 @@ import sys
 import psutil
 import pytest
 
-from executor_helpers import (PY, SimGuard, compile_plan, execute, results, state, wait_for)
+from executor_helpers import (PY, compile_plan, execute, results, state, wait_for)
 from specc.run import lifecycle, ownership
 
-
-@pytest.fixture
-def guard(tmp_path):
-    g = SimGuard(tmp_path)
-    yield g
-    left = g.check()
-    assert not left, f"simulator processes survived the test: {left}"
 
 
 def _listening(port: int) -> bool:

@@ -14,16 +14,9 @@ import subprocess
 
 import pytest
 
-from executor_helpers import (PY, REPO, SimGuard, compile_plan, results, state, wait_for)
+from executor_helpers import (PY, REPO, compile_plan, results, state, wait_for)
 from specc.run import rundir
 
-
-@pytest.fixture
-def guard(tmp_path):
-    g = SimGuard(tmp_path)
-    yield g
-    left = g.check()
-    assert not left, f"simulator processes survived the test: {left}"
 
 
 def _specc(*args, env=None, timeout=90) -> subprocess.CompletedProcess:

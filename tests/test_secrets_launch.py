@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from executor_helpers import SimGuard, compile_plan, execute, results, state
+from executor_helpers import compile_plan, execute, results, state
 from specc.secrets import missing_line
 
 KEY = "sk-test-" + "Qm9vYmFyYmF6cXV4MTIzNDU2Nzg5"
 
-
-@pytest.fixture
-def guard(tmp_path):
-    g = SimGuard(tmp_path)
-    yield g
-    left = g.check()
-    assert not left, f"simulator processes survived the test: {left}"
 
 
 def _plan(guard, tmp_path):

@@ -19,19 +19,12 @@ import time
 
 import pytest
 
-from executor_helpers import (PY, REPO, SimGuard, compile_plan, results, state, wait_for,
+from executor_helpers import (PY, REPO, compile_plan, results, state, wait_for,
                               wait_no_sim)
 
 SWEEP = ["baseline=false", "+sweep={benchmark.concurrency:[1,2,4]}", "benchmark.num_prompts=24",
          "benchmark.output_len=64"]
 
-
-@pytest.fixture
-def guard(tmp_path):
-    g = SimGuard(tmp_path)
-    yield g
-    left = g.check()
-    assert not left, f"simulator processes survived the test: {left}"
 
 
 def _plan(guard, tmp_path):
