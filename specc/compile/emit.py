@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterator
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 from tabulate import tabulate
@@ -119,7 +119,9 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 def _fields(obj) -> dict:
     """A plan dataclass as the dict of its fields, one level deep (the encoder recurses)."""
     if is_dataclass(obj):
-        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+        omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
+        return {f.name: getattr(obj, f.name) for f in fields(obj)
+                if not (f.name in omit and getattr(obj, f.name) == f.default)}
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
@@ -136,10 +138,14 @@ def _entries(items) -> Iterator[str]:
     for item in items:
         kind = type(item)
         if kind not in names:
-            names[kind] = [(f.name, _ENCODE_STR(f.name) + ":") for f in fields(item)]
+            names[kind] = [(f.name, _ENCODE_STR(f.name) + ":",
+                            f.default if f.name in getattr(kind, "OMITTED_AT_DEFAULT", ())
+                            else MISSING) for f in fields(item)]
         parts = []
-        for name, key in names[kind]:
+        for name, key, omitted in names[kind]:
             value = getattr(item, name)
+            if value == omitted:
+                continue
             if type(value) is str:
                 parts.append(key + _ENCODE_STR(value))
             elif value is None:
