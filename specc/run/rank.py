@@ -1,0 +1,36 @@
+"""`python -m specc.run.rank --head ADDR -- ARGV...`: one node's part of a multi-node server.
+
+node.py starts it on every node of the job with one `srun` task per node. It fills in
+the argv's `{node_rank}` from this task's own SLURM_NODEID (expanded here, on the node:
+a rank expanded by the batch shell is the same on every node) and `{head}` with the
+first node's address, then execs the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def fill(argv: list[str], *, rank: str, head: str) -> list[str]:
+    return [a.replace("{node_rank}", rank).replace("{head}", head) for a in argv]
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 4 or argv[0] != "--head" or argv[2] != "--":
+        print("usage: python -m specc.run.rank --head ADDR -- ARGV...", file=sys.stderr)
+        return 2
+    rank = os.environ.get("SLURM_NODEID") or os.environ.get("SLURM_PROCID")
+    if rank is None:
+        print("specc.run.rank: no SLURM_NODEID (run it under srun)", file=sys.stderr)
+        return 2
+    cmd = fill(argv[3:], rank=rank, head=argv[1])
+    print(f"specc: node {os.environ.get('SLURMD_NODENAME', '?')} is rank {rank} of a "
+          f"{os.environ.get('SLURM_NNODES', '?')}-node server", flush=True)
+    os.execvp(cmd[0], cmd)
+    return 0   # pragma: no cover
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
