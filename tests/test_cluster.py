@@ -340,10 +340,11 @@ def test_each_node_fills_in_its_own_rank_and_the_heads_address(monkeypatch):
     plan = _compiled(TWO_NODES).plan
     sub = job_plan(plan, [plan.servers[0].id], {**env, "SPECC_HEAD_ADDR": "127.0.0.13"})
     argv = list(sub.servers[0].argv)
-    assert argv[:7] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                        "--kill-on-bad-exit=1", "--unbuffered"]
-    assert argv[7:12] == [sys.executable, "-m", "specc.run.rank", "--head", "127.0.0.13"]
-    assert argv[12:15] == ["--", sys.executable, "-m"]   # the engine, "python" resolved
+    rank_py = [sys.executable, "-m", "specc.run.rank"]
+    assert argv[:11] == rank_py + ["--group", "--", "srun", "--overlap", "--nodes=2",
+                                   "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert argv[11:16] == rank_py + ["--head", "127.0.0.13"]
+    assert argv[16:19] == ["--", sys.executable, "-m"]   # the engine, "python" resolved
     # a rank is read from the task's own environment, never assumed
     monkeypatch.delenv("SLURM_NODEID", raising=False)
     monkeypatch.delenv("SLURM_PROCID", raising=False)

@@ -150,10 +150,10 @@ def across_nodes(server: Server, head: str) -> Server:
 
     n = str(server.nodes)
     srun = ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=1", "--unbuffered"]
-    return replace(server, argv=tuple(srun + [sys.executable, "-m", "specc.run.rank",
-                                             "--head", head, "--"]
-                                      + resolve_argv(server.argv)))
+            "--kill-on-bad-exit=1"]   # srun passes whole lines (not --unbuffered): ranks interleave by line
+    rank = [sys.executable, "-m", "specc.run.rank"]
+    return replace(server, argv=tuple(rank + ["--group", "--"] + srun + rank
+                                      + ["--head", head, "--"] + resolve_argv(server.argv)))
 
 
 def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:

@@ -1,4 +1,5 @@
-"""`python -m specc.run.rank --head ADDR -- ARGV...`: one node's part of a multi-node server.
+"""`python -m specc.run.rank --head ADDR -- ARGV...`: one node's part of a multi-node server
+(and `--group -- srun ...`: the launch of all of them, marking them as its process group's).
 
 node.py starts it on every node of the job with one `srun` task per node. It fills in
 the argv's `{node_rank}` from this task's own SLURM_NODEID (expanded here, on the node:
@@ -16,8 +17,16 @@ def fill(argv: list[str], *, rank: str, head: str) -> list[str]:
     return [a.replace("{node_rank}", rank).replace("{head}", head) for a in argv]
 
 
+#: Set for every rank to the process group the executor launched (srun's): a listener
+#: that carries it is the server's own although slurmd, not that group, started it.
+GROUP_ENV = "SPECC_SERVER_PGID"
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["--group", "--"] and len(argv) > 2:   # the launch, before srun
+        os.environ[GROUP_ENV] = str(os.getpgid(0))
+        os.execvp(argv[2], argv[2:])
     if len(argv) < 4 or argv[0] != "--head" or argv[2] != "--":
         print("usage: python -m specc.run.rank --head ADDR -- ARGV...", file=sys.stderr)
         return 2
@@ -26,8 +35,9 @@ def main(argv=None) -> int:
         print("specc.run.rank: no SLURM_NODEID (run it under srun)", file=sys.stderr)
         return 2
     cmd = fill(argv[3:], rank=rank, head=argv[1])
-    print(f"specc: node {os.environ.get('SLURMD_NODENAME', '?')} is rank {rank} of a "
-          f"{os.environ.get('SLURM_NNODES', '?')}-node server", flush=True)
+    sys.stdout.write(f"specc: node {os.environ.get('SLURMD_NODENAME', '?')} is rank {rank} of a "
+                     f"{os.environ.get('SLURM_NNODES', '?')}-node server\n")
+    sys.stdout.flush()
     os.execvp(cmd[0], cmd)
     return 0   # pragma: no cover
 
