@@ -4,7 +4,8 @@ As SGLang's ``init_torch_distributed`` (srt/distributed/bootstrap.py logs "Init 
 begin." / "Init parallel ends."): rank 0 listens on the dist-init address and waits
 for every other node before it loads anything, so a peer that never joins stalls it
 here, in the readiness plan's `join` phase. Every other node logs its own TP ranks,
-joins, and exits when rank 0 goes (its end of the connection closes).
+joins, and exits when rank 0 goes (its end of the connection closes). Faults at `join`
+(hang, crash) hit the other nodes only: rank 0 waits for them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def join(sim) -> list[socket.socket]:
         log(f"specc.sim: node {a.node_rank} never joins (fault {f})")
         while True:
             time.sleep(0.2)
+    if f is not None and f.name == "crash" and f.phase == "join":
+        from .startup import print_traceback
+        print_traceback(sim, f"RuntimeError: simulated failure in phase join on node "
+                             f"{a.node_rank} (specc.sim fault {f})")
+        truth.hard_exit(1)
     while True:   # rank 0 may not listen yet
         try:
             conn = socket.create_connection((host, port), timeout=1.0)

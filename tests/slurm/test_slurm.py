@@ -369,3 +369,17 @@ def test_a_node_that_never_joins_is_a_stall_in_the_join_phase(cluster, tmp_path)
     assert "node 1 never joins" in log
     assert not ours_in_squeue(cluster, run_dir)
     assert_no_process_left(run_dir)
+
+
+def test_a_rank_that_crashes_on_another_node_fails_the_server(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO_NODES)
+    code, out = run_driver(run_dir, env={"SPECC_SIM_FAULT": "crash@join"})
+    assert code != 0
+    got = assert_each_point_once(run_dir, plan)
+    # rank 1's traceback is a fatal line of the server's log, though rank 0 never failed
+    assert all(r["status"] == "failed" and r["reason"].startswith(
+        "server failed: fatal log line in join: ") and "on node 1" in r["reason"]
+        for r in got.values()), got
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
