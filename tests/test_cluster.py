@@ -349,3 +349,14 @@ def test_each_node_fills_in_its_own_rank_and_the_heads_address(monkeypatch):
     monkeypatch.delenv("SLURM_NODEID", raising=False)
     monkeypatch.delenv("SLURM_PROCID", raising=False)
     assert rank.main(["--head", "h", "--", "true"]) == 2
+
+
+def test_plan_sh_does_not_launch_a_multi_node_server_on_this_machine(tmp_path):
+    from specc.compile.emit import plan_sh
+
+    plan = _compiled(TWO_NODES).plan
+    text = plan_sh(plan)
+    assert "{node_rank}" not in text   # never launched with its placeholders
+    assert f"plan.sh: {plan.servers[0].id} spans 2 nodes: run the plan on Slurm" in text
+    (tmp_path / "plan.sh").write_text(text)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "plan.sh")]).returncode == 0

@@ -218,6 +218,13 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:
+            if s.nodes > 1:   # its ranks and head are filled in on the nodes of its Slurm job
+                why = (f"plan.sh: {s.id} spans {s.nodes} nodes: run the plan on Slurm "
+                       "(specc run --plan plan.json)")
+                yield (f"# {s.id}: {_comment(s.label)} | {s.nodes} nodes x GPUs "
+                       f"{','.join(map(str, s.gpus))} | port {s.port}\n"
+                       f"echo {_q(why)} >&2; FAILED=$((FAILED+1))")
+                continue
             env = " ".join(_env_assign(k, v, s.secrets) for k, v in s.env.items())
             argv = _argv_lines(s.argv, s.secrets)
             hidden = referenced(s)
@@ -227,7 +234,7 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
                 argv = [f"python -m specc.run.redact {_q(s.log)} --"] + argv
             yield f"# {s.id}: {_comment(s.label)} | GPUs {','.join(map(str, s.gpus))} | port {s.port}"
             yield (f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  " + " \\\n  ".join(argv))
-        for s in wave:
+        for s in (s for s in wave if s.nodes == 1):
             r, probe = s.readiness, s.readiness.probe
             url = f"http://{s.host}:{s.port}{probe.path}"
             yield (f"wait_ready {_q(s.id)} {_q(url)} {_q(f'{probe.timeout_s:g}')} "
