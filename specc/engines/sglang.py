@@ -186,6 +186,12 @@ METRIC_EVIDENCE = tuple(
     for name in (GENERATION_TOKENS_METRIC, SPEC_VERIFY_CALLS_METRIC))
 #: Other facts this file states, with where 0.5.23 says them.
 OTHER_EVIDENCE = (
+    ("multi-node flags --nnodes/--node-rank/--dist-init-addr",
+     _S + "arg_groups/fields/parallel.py", 'nnodes: A[int, "The number of nodes."] = 1'),
+    ("multi-node flags --nnodes/--node-rank/--dist-init-addr",
+     _S + "arg_groups/fields/parallel.py", 'node_rank: A[int, "The node rank."] = 0'),
+    ("multi-node flags --nnodes/--node-rank/--dist-init-addr",
+     _S + "arg_groups/fields/parallel.py", "    dist_init_addr: A[\n        Optional[str],"),
     ("health check timeout 20 s", _S + "entrypoints/http_server.py",
      'os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20)'),
     ("running requests reset to 48 with speculation", _S + "arg_groups/speculative_hook.py",
@@ -504,8 +510,8 @@ class SGLang(Engine):
     def source_evidence(self) -> list[tuple[str, str, str]]:
         """(fact, file in the package, text) for every marker, metric and endpoint this
         adapter relies on, as the pinned release's source says them (tests/drift)."""
-        out = [(f"phase {m.name}", path, text) for m in phase_markers(PINNED_VERSION)
-               for path, text in m.evidence]
+        out = [(f"phase {m.name}", path, text)
+               for m in phase_markers(PINNED_VERSION) + (JOIN_PHASE,) for path, text in m.evidence]
         return out + list(FATAL_EVIDENCE + METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:
