@@ -34,8 +34,11 @@ class PlanError(ValueError):
 class Record:
     """Base of every plan type: one `to_json` / `from_json`, driven by the annotations."""
 
+    OMITTED_AT_DEFAULT: tuple = ()
+
     def to_json(self) -> dict:
-        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
+                if not (f.name in self.OMITTED_AT_DEFAULT and getattr(self, f.name) == f.default)}
 
     @classmethod
     def from_json(cls, data, path: str = ""):
@@ -292,6 +295,11 @@ class Server(Record):
     #: None: the server does not speculate (no acceptance length to read).
     acceptance: Acceptance | None
     secrets: tuple[str, ...] = ()
+    #: Nodes the server spans (Slurm; `gpus` are each node's); written only when > 1.
+    nodes: int = 1
+
+    #: Fields left out of plan.json at their default (plans written before them read the same).
+    OMITTED_AT_DEFAULT = ("nodes",)
 
 
 @dataclass(frozen=True)

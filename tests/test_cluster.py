@@ -290,3 +290,73 @@ def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_pat
         assert "slurm job 41 is gone from squeue" in rows[b.id]["reason"]
     assert all(rows[b.id]["status"] == "ok" for b in sweep.plan.benchmarks_of(done.servers[0]))
     assert (lost.state, done.state) == ("GONE", "COMPLETED") and lost.done and done.done
+
+
+# ----------------------------------------------------------------------------- multi-node
+TWO_NODES = ["hardware.gpus_per_node=4", "hardware.nodes=2", "hardware.tp=8",
+             "cluster.nodes_per_server=2"]
+
+
+def test_a_server_larger_than_a_node_spans_nodes_on_slurm(tmp_path):
+    result = _compiled(TWO_NODES)
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    server = result.plan.servers[0]
+    assert server.nodes == 2 and server.gpus == (0, 1, 2, 3)   # each node's GPUs
+    argv = list(server.argv)
+    i = argv.index("--nnodes")
+    assert argv[i:i + 6] == ["--nnodes", "2", "--node-rank", "{node_rank}", "--dist-init-addr",
+                             f"{{head}}:{server.port + 1000}"]
+    assert [p.name for p in server.readiness.phases][:3] == ["launch", "join", "load_weights"]
+    job = result.cluster["jobs"][0]
+    assert (job["nodes"], job["gpus"], job["gpus_per_node"]) == (2, 8, 4)
+    text = script(result.plan, result.cluster, job)
+    assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4" in text
+    assert Plan.from_json(json.loads(json.dumps(result.plan.to_json()))).servers[0].nodes == 2
+    # a one-node server's plan.json has no "nodes" (plans written before read the same)
+    assert "nodes" not in compile_config(compose_config(SLURM)).plan.servers[0].to_json()
+
+
+def test_multinode_is_refused_locally_and_for_an_engine_that_cannot_span_nodes():
+    local = compile_config(compose_config(["+experiment=eagle3_sweep"] + TWO_NODES[:3]))
+    found = [d for d in local.diagnostics if d.code == "TOPOLOGY_MULTINODE"]
+    assert {d.path for d in found} == {"hardware.tp", "hardware.nodes"}
+    assert any("cluster=slurm" in d.hint for d in found)
+    vllm = compile_config(compose_config(["cluster=slurm", "engine=vllm"] + TWO_NODES))
+    (d,) = [d for d in vllm.diagnostics if d.code == "TOPOLOGY_MULTINODE"]
+    assert "cannot run a vllm server across nodes" in d.message
+
+
+def test_each_node_fills_in_its_own_rank_and_the_heads_address(monkeypatch):
+    from specc.run import rank
+    from specc.run.node import head_address, job_plan
+
+    assert rank.fill(["--node-rank", "{node_rank}", "--dist-init-addr", "{head}:31000"],
+                     rank="1", head="10.0.0.5") == ["--node-rank", "1", "--dist-init-addr",
+                                                    "10.0.0.5:31000"]
+    env = {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n3"}
+    assert head_address(env, lookup=lambda node: {"n3": "127.0.0.13"}[node]) == "127.0.0.13"
+    assert head_address(env, lookup=lambda node: None) == "n3"
+    assert head_address({**env, "SPECC_HEAD_ADDR": "h"}, lookup=lambda node: 1 / 0) == "h"
+    plan = _compiled(TWO_NODES).plan
+    sub = job_plan(plan, [plan.servers[0].id], {**env, "SPECC_HEAD_ADDR": "127.0.0.13"})
+    argv = list(sub.servers[0].argv)
+    rank_py = [sys.executable, "-m", "specc.run.rank"]
+    assert argv[:11] == rank_py + ["--group", "--", "srun", "--overlap", "--nodes=2",
+                                   "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert argv[11:16] == rank_py + ["--head", "127.0.0.13"]
+    assert argv[16:19] == ["--", sys.executable, "-m"]   # the engine, "python" resolved
+    # a rank is read from the task's own environment, never assumed
+    monkeypatch.delenv("SLURM_NODEID", raising=False)
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
+    assert rank.main(["--head", "h", "--", "true"]) == 2
+
+
+def test_plan_sh_does_not_launch_a_multi_node_server_on_this_machine(tmp_path):
+    from specc.compile.emit import plan_sh
+
+    plan = _compiled(TWO_NODES).plan
+    text = plan_sh(plan)
+    assert "{node_rank}" not in text   # never launched with its placeholders
+    assert f"plan.sh: {plan.servers[0].id} spans 2 nodes: run the plan on Slurm" in text
+    (tmp_path / "plan.sh").write_text(text)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "plan.sh")]).returncode == 0

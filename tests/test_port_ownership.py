@@ -49,6 +49,22 @@ def test_listener_is_ours_only_when_our_process_group_holds_it():
     assert ownership.listener("localhost", port, os.getpgid(0)) == ("none", "")
 
 
+def test_a_rank_srun_started_for_our_group_is_ours():
+    """A multi-node server's rank 0 is started by slurmd, in no group of ours: the mark
+    specc.run.rank gives it (the launching group) makes its listener the server's."""
+    code = ("import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); "
+            "print(s.getsockname()[1], flush=True); time.sleep(30)")
+    proc = subprocess.Popen([PY, "-c", code], start_new_session=True, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "SPECC_SERVER_PGID": "999999"})
+    try:
+        port = int(proc.stdout.readline())
+        assert ownership.listener("127.0.0.1", port, 999999) == ("ours", "")
+        assert ownership.listener("127.0.0.1", port, 999998)[0] == "foreign"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_listener_on_another_address_is_not_the_servers_port():
     """A socket on 127.0.0.2:P does not answer a client of 127.0.0.1:P."""
     with socket.socket() as s:

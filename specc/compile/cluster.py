@@ -68,6 +68,14 @@ def _need_s(plan: Plan, server) -> tuple[float, float]:
     return float(server.readiness.deadline_s), points
 
 
+def _gpus(server) -> int:
+    """GPUs of one server: its slots, or, spanning nodes, tp x dp x pp over all of them."""
+    if server.nodes == 1:
+        return len(server.gpus)
+    p = server.params
+    return p.get("tp", 1) * p.get("dp", 1) * p.get("pp", 1)
+
+
 def jobs(cluster: dict, plan: Plan) -> list[dict]:
     """The jobs of a Slurm plan, in plan order (baselines first)."""
     if cluster.get("pack"):
@@ -78,7 +86,7 @@ def jobs(cluster: dict, plan: Plan) -> list[dict]:
     out = []
     for wave, servers in groups:
         ids = [s.id for s in servers]
-        gpus = sum(len(s.gpus) for s in servers)
+        gpus = sum(_gpus(s) for s in servers)
         nodes = max(1, math.ceil(gpus / gpn)) if gpus else 1
         needs = [_need_s(plan, s) for s in servers]   # packed servers run side by side
         deadline = max(d for d, _ in needs)

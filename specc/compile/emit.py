@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterator
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 from tabulate import tabulate
@@ -119,7 +119,9 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 def _fields(obj) -> dict:
     """A plan dataclass as the dict of its fields, one level deep (the encoder recurses)."""
     if is_dataclass(obj):
-        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+        omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
+        return {f.name: getattr(obj, f.name) for f in fields(obj)
+                if not (f.name in omit and getattr(obj, f.name) == f.default)}
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
@@ -136,10 +138,14 @@ def _entries(items) -> Iterator[str]:
     for item in items:
         kind = type(item)
         if kind not in names:
-            names[kind] = [(f.name, _ENCODE_STR(f.name) + ":") for f in fields(item)]
+            names[kind] = [(f.name, _ENCODE_STR(f.name) + ":",
+                            f.default if f.name in getattr(kind, "OMITTED_AT_DEFAULT", ())
+                            else MISSING) for f in fields(item)]
         parts = []
-        for name, key in names[kind]:
+        for name, key, omitted in names[kind]:
             value = getattr(item, name)
+            if value == omitted:
+                continue
             if type(value) is str:
                 parts.append(key + _ENCODE_STR(value))
             elif value is None:
@@ -212,6 +218,13 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:
+            if s.nodes > 1:   # its ranks and head are filled in on the nodes of its Slurm job
+                why = (f"plan.sh: {s.id} spans {s.nodes} nodes: run the plan on Slurm "
+                       "(specc run --plan plan.json)")
+                yield (f"# {s.id}: {_comment(s.label)} | {s.nodes} nodes x GPUs "
+                       f"{','.join(map(str, s.gpus))} | port {s.port}\n"
+                       f"echo {_q(why)} >&2; FAILED=$((FAILED+1))")
+                continue
             env = " ".join(_env_assign(k, v, s.secrets) for k, v in s.env.items())
             argv = _argv_lines(s.argv, s.secrets)
             hidden = referenced(s)
@@ -221,7 +234,7 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
                 argv = [f"python -m specc.run.redact {_q(s.log)} --"] + argv
             yield f"# {s.id}: {_comment(s.label)} | GPUs {','.join(map(str, s.gpus))} | port {s.port}"
             yield (f"launch {_q(s.id)} {_q(s.log)} env {env} \\\n  " + " \\\n  ".join(argv))
-        for s in wave:
+        for s in (s for s in wave if s.nodes == 1):
             r, probe = s.readiness, s.readiness.probe
             url = f"http://{s.host}:{s.port}{probe.path}"
             yield (f"wait_ready {_q(s.id)} {_q(url)} {_q(f'{probe.timeout_s:g}')} "

@@ -64,12 +64,14 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         return None, diags
 
     hw, engine_cfg = cfg["hardware"], cfg["engine"]
+    on_slurm = (cfg.get("cluster") or {}).get("name") == "slurm"
     slots, found = placement.place([s.spec.gpus_per_server for s in matrix.servers],
                                    gpus_per_node=hw["gpus_per_node"],
-                                   base_port=engine_cfg["base_port"])
+                                   base_port=engine_cfg["base_port"],
+                                   multinode=on_slurm and engine.multinode)
     if found:
         return None, unique(diags + found)
-    if (cfg.get("cluster") or {}).get("name") == "slurm":   # jobs of other waves may share a node
+    if on_slurm:   # jobs of other waves may share a node
         slots = [replace(s, port=engine_cfg["base_port"] + i) for i, s in enumerate(slots)]
     host = hw.get("host", "localhost")
     # each client point's canonical JSON, as a JSON string: what its ids hash
@@ -105,7 +107,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                                    port=slot.port)),
             env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
-            secrets=tuple(secrets)))
+            secrets=tuple(secrets), nodes=spec.nodes))
         sid_json = json.dumps(sid)
         model = engine.served_model(spec)
         if model not in point_params:

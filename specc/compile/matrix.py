@@ -125,13 +125,13 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
     return out
 
 
-def spec_for(sections: dict) -> ServerSpec:
+def spec_for(sections: dict, cluster: str = "local") -> ServerSpec:
     mp = sections["model_pair"]
     eng = sections["engine"]
     context = get_engine(eng["name"], eng.get("version")).derived_context_length
     target = facts_mod.resolve(mp["target"], "model_pair.target", context)
     draft = facts_mod.resolve(mp["draft"], "model_pair.draft", context) if mp.get("draft") else None
-    return ServerSpec(target=target, draft=draft, **sections)
+    return ServerSpec(target=target, draft=draft, cluster=cluster, **sections)
 
 
 def baseline_of(sections: dict) -> dict:
@@ -205,6 +205,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
             f"narrow the sweep, or raise the cap knowingly: max_points={n_server * n_client * 2}")]
 
     base = {k: cfg[k] for k in SERVER_SECTIONS}
+    cluster = (cfg.get("cluster") or {}).get("name", "local")
     sweeps_spec = any(p.split(".")[0] == "speculation" for p, _ in server_axes)
 
     # distinct server configurations (speculative ones, then their baseline twins)
@@ -217,7 +218,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
         for (path, _), value in zip(server_axes, combo):
             _set(sections, path, value)
             axis_values.update(_axis_label(path, value))
-        spec = spec_for(sections)
+        spec = spec_for(sections, cluster)
         found = rules.check_server(spec, engine)
         errors = [d for d in found if d.severity == "error"]
         if errors and sweeps_spec and all(d.code in rules.DROPPABLE for d in errors):
@@ -231,7 +232,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
         if cfg.get("baseline") and spec.speculative and twin_key not in servers:
             b_axes = {k: v for k, v in axis_values.items()
                       if not k.startswith(("speculation.", "model_pair.draft"))}
-            twins.append((twin, spec_for(twin), b_axes, twin_key))
+            twins.append((twin, spec_for(twin, cluster), b_axes, twin_key))
         twins.append((sections, spec, axis_values, server_key(sections)))
         for secs, sp, ax, key in twins:
             same = _same_server(engine, sp, key, launched, servers)

@@ -37,10 +37,29 @@ class _Wave:
         return None
 
 
-def place(sizes, *, gpus_per_node: int, base_port: int) -> tuple[list[Slot], list[Diagnostic]]:
+def place(sizes, *, gpus_per_node: int, base_port: int,
+          multinode: bool = False) -> tuple[list[Slot], list[Diagnostic]]:
     """GPUs per server (tp x dp x pp), in plan order -> (one Slot each, errors).
 
-    Any server larger than the node is an error and nothing is placed."""
+    Any server larger than the node is an error and nothing is placed, unless
+    `multinode` (Slurm and an engine that spans nodes): such a server has a wave of
+    its own and the GPUs of its first node (every node runs the same slots)."""
+    if multinode:
+        big = [n > gpus_per_node for n in sizes]
+        if any(big):
+            small, _ = place([n for n, b in zip(sizes, big) if not b],
+                             gpus_per_node=gpus_per_node, base_port=base_port)
+            waves = max((s.wave for s in small), default=-1) + 1
+            it, out = iter(small), []
+            for n, b in zip(sizes, big):
+                if b:
+                    nodes = -(-n // gpus_per_node)
+                    out.append(Slot(wave=waves, gpus=tuple(range(-(-n // nodes))),
+                                    port=base_port))
+                    waves += 1
+                else:
+                    out.append(next(it))
+            return out, []
     too_large = sorted({n for n in sizes if n > gpus_per_node})
     if too_large:
         return [], [error(

@@ -217,15 +217,18 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
                     f"tp {tp} x dp {dp} x pp {pp} = {need} GPUs but the hardware has "
                     f"{hw['nodes']} node(s) x {hw['gpus_per_node']} = {total}",
                     "lower tp/dp/pp or add nodes")
-    elif need > hw["gpus_per_node"]:
+    elif need > hw["gpus_per_node"] and not (spec.cluster == "slurm" and engine.multinode):
         yield error("TOPOLOGY_MULTINODE", "hardware.tp",
                     f"one server needs {need} GPUs, more than one node's {hw['gpus_per_node']}: "
-                    "multi-node servers are not supported by specc's executor yet",
-                    f"use at most {hw['gpus_per_node']} GPUs per server")
-    if hw["nodes"] > 1:
+                    + (f"{engine.name} servers span nodes only on Slurm" if engine.multinode
+                       else f"specc cannot run a {engine.name} server across nodes"),
+                    "run it on Slurm (cluster=slurm, cluster.nodes_per_server="
+                    f"{spec.nodes})" if engine.multinode
+                    else f"use at most {hw['gpus_per_node']} GPUs per server")
+    if hw["nodes"] > 1 and spec.cluster != "slurm":
         yield error("TOPOLOGY_MULTINODE", "hardware.nodes",
-                    "multi-node runs are not supported by specc's executor yet",
-                    "set hardware.nodes=1")
+                    "the local executor runs every server on this machine (one node)",
+                    "set hardware.nodes=1, or run on Slurm (cluster=slurm)")
     heads = spec.target.get("num_attention_heads")
     if heads and heads % tp:
         yield error("TOPOLOGY_HEADS", "hardware.tp",

@@ -22,6 +22,8 @@ class ServerSpec:
     readiness: dict
     target: ModelFacts
     draft: ModelFacts | None
+    #: Where it runs (cluster.name): on Slurm a server may span nodes.
+    cluster: str = "local"
 
     @property
     def algorithm(self) -> str | None:
@@ -39,6 +41,11 @@ class ServerSpec:
     def gpus_per_server(self) -> int:
         hw = self.hardware
         return hw["tp"] * hw.get("dp", 1) * hw.get("pp", 1)
+
+    @property
+    def nodes(self) -> int:
+        """Nodes one server spans: its GPUs over a node's, rounded up (1 unless multi-node)."""
+        return max(1, -(-self.gpus_per_server // self.hardware["gpus_per_node"]))
 
     @property
     def spec_triple(self) -> tuple:

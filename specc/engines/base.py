@@ -145,6 +145,9 @@ class Engine(ABC):
     flush_cache_env: dict[str, str] = {}
     #: Speculative decoding with pipeline parallelism is refused at startup.
     refuses_pp_speculation = False
+    #: One server can span nodes (on Slurm): argv takes nnodes and the node entry fills in
+    #: each node's rank and the head's address (multinode_argv).
+    multinode = False
     #: The config key that caps running requests.
     max_running_path = "engine.max_running_requests"
     #: Runs on GPUs (False: nothing to check for other GPU holders).

@@ -186,6 +186,12 @@ METRIC_EVIDENCE = tuple(
     for name in (GENERATION_TOKENS_METRIC, SPEC_VERIFY_CALLS_METRIC))
 #: Other facts this file states, with where 0.5.23 says them.
 OTHER_EVIDENCE = (
+    ("multi-node flags --nnodes/--node-rank/--dist-init-addr",
+     _S + "arg_groups/fields/parallel.py", 'nnodes: A[int, "The number of nodes."] = 1'),
+    ("multi-node flags --nnodes/--node-rank/--dist-init-addr",
+     _S + "arg_groups/fields/parallel.py", 'node_rank: A[int, "The node rank."] = 0'),
+    ("multi-node flags --nnodes/--node-rank/--dist-init-addr",
+     _S + "arg_groups/fields/parallel.py", "    dist_init_addr: A[\n        Optional[str],"),
     ("health check timeout 20 s", _S + "entrypoints/http_server.py",
      'os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20)'),
     ("running requests reset to 48 with speculation", _S + "arg_groups/speculative_hook.py",
@@ -206,6 +212,18 @@ OTHER_EVIDENCE = (
     ("override env " + "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", _S + "environ.py",
      "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = EnvBool(False)"),
 )
+
+
+#: A multi-node server's rendezvous (srt/distributed/bootstrap.py init_torch_distributed):
+#: rank 0 waits here for every node; a peer that never joins stalls it in this phase.
+JOIN_PHASE = PhaseMarker("join", (r"Init parallel begin",), (r"Init parallel ends",), ALWAYS,
+                         ("Init parallel begin.", "Init parallel ends. elapsed=0.52 s"),
+                         ((_S + "distributed/bootstrap.py", 'logger.info("Init parallel begin.")'),
+                          (_S + "distributed/bootstrap.py", 'f"Init parallel ends. elapsed=')))
+#: The rendezvous port (--dist-init-addr HEAD:PORT) is the server's port plus this.
+DIST_PORT_OFFSET = 1000
+#: Filled in on each node by specc.run.rank: the node's rank, the first node's address.
+NODE_RANK, HEAD = "{node_rank}", "{head}"
 
 
 def phase_markers(version: str = PINNED_VERSION) -> tuple[PhaseMarker, ...]:
@@ -359,6 +377,7 @@ class SGLang(Engine):
     context_override_env = ALLOW_LONGER_CONTEXT_ENV
     rewrites_topk1_draft_tokens = True
     refuses_pp_speculation = True
+    multinode = True
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
     launch_budget_s = 300.0
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
@@ -390,6 +409,9 @@ class SGLang(Engine):
             ("--quantization", eng.get("quantization")),
             ("--enable-metrics", bool(eng.get("enable_metrics"))),
         ])
+        if spec.nodes > 1:   # each node's rank and the head's address: on the node
+            args += flag_args([("--nnodes", spec.nodes), ("--node-rank", NODE_RANK),
+                               ("--dist-init-addr", f"{HEAD}:{port + DIST_PORT_OFFSET}")])
         if spec.speculative:
             args += flag_args([
                 ("--speculative-algorithm", sp["algorithm"]),
@@ -404,6 +426,15 @@ class SGLang(Engine):
     @property
     def cuda_graph_max_bs_flag(self) -> str:
         return for_version(self.version, CUDA_GRAPH_MAX_BS_FLAG)
+
+    def phases(self, spec):
+        """A multi-node server first waits for its nodes (the join phase)."""
+        out = super().phases(spec)
+        if spec.nodes > 1:
+            m = JOIN_PHASE
+            out.insert(0, {"name": m.name, "begin": list(m.begin), "end": list(m.end),
+                           "estimate_s": 5.0})
+        return out
 
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)
@@ -479,8 +510,8 @@ class SGLang(Engine):
     def source_evidence(self) -> list[tuple[str, str, str]]:
         """(fact, file in the package, text) for every marker, metric and endpoint this
         adapter relies on, as the pinned release's source says them (tests/drift)."""
-        out = [(f"phase {m.name}", path, text) for m in phase_markers(PINNED_VERSION)
-               for path, text in m.evidence]
+        out = [(f"phase {m.name}", path, text)
+               for m in phase_markers(PINNED_VERSION) + (JOIN_PHASE,) for path, text in m.evidence]
         return out + list(FATAL_EVIDENCE + METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:

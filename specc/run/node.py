@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -118,11 +120,50 @@ def on_node(servers: list[Server], environ=os.environ) -> list[Server]:
     return out
 
 
+def slurm_node_addr(node: str) -> str | None:
+    """A node's address as Slurm knows it (NodeAddr of `scontrol show node`), or None."""
+    try:
+        out = subprocess.run(["scontrol", "show", "node", node], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\bNodeAddr=(\S+)", out)
+    return m.group(1) if m else None
+
+
+def head_address(environ=os.environ, lookup=slurm_node_addr) -> str:
+    """The first node's address for a multi-node server's rendezvous: $SPECC_HEAD_ADDR if
+    set, else `lookup` (Slurm's NodeAddr), else the node's name. This entry runs on the
+    first node, so its own name is the head's."""
+    if environ.get("SPECC_HEAD_ADDR"):
+        return environ["SPECC_HEAD_ADDR"]
+    node = environ.get("SLURMD_NODENAME") or environ.get("HOSTNAME") or "localhost"
+    return lookup(node) or node
+
+
+def across_nodes(server: Server, head: str) -> Server:
+    """A multi-node server launched as one `srun` task per node of this job (its node
+    rank filled in by each task, on its node: specc.run.rank), all ranks logging into
+    the server's log; --kill-on-bad-exit ends every rank when one fails, and srun's exit
+    is the server's."""
+    from specc.run.lifecycle import resolve_argv
+
+    n = str(server.nodes)
+    srun = ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1"]   # srun passes whole lines (not --unbuffered): ranks interleave by line
+    rank = [sys.executable, "-m", "specc.run.rank"]
+    return replace(server, argv=tuple(rank + ["--group", "--"] + srun + rank
+                                      + ["--head", head, "--"] + resolve_argv(server.argv)))
+
+
 def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
     """The plan cut down to this job's servers and their points, placed on this node.
     A point whose baseline runs in another job loses the link here: the driver, which
     sees both rows, computes its speedup."""
     servers = on_node([plan.server(sid) for sid in server_ids], environ)
+    if any(s.nodes > 1 for s in servers):
+        head = head_address(environ)
+        servers = [across_nodes(s, head) if s.nodes > 1 else s for s in servers]
     keep = set(server_ids)
     mine = [b for b in plan.benchmarks if b.server in keep]
     ids = {b.id for b in mine}

@@ -159,7 +159,18 @@ def listener(host: str, port: int, pgid: int) -> tuple[str, str]:
         if _socket_inodes(pid) & inodes:
             owner = pid
             break
+    if owner is not None and _launched_by(owner, pgid):
+        return "ours", ""
     return "foreign", _describe(owner)
+
+
+def _launched_by(pid: int, pgid: int) -> bool:
+    """A rank of a multi-node server the group launched through srun (slurmd started it,
+    so it is in no group of ours; specc.run.rank marks it with the group)."""
+    try:
+        return psutil.Process(pid).environ().get("SPECC_SERVER_PGID") == str(pgid)
+    except (psutil.Error, OSError):
+        return False
 
 
 def taken(host: str, port: int, pgid: int) -> str | None:

@@ -18,7 +18,7 @@ import signal
 import socket
 import time
 
-from . import truth, versions
+from . import rendezvous, truth, versions
 from .args import Sim, UsageError, build_parser
 from .faults import TRUTH_ENV, FaultError, fault_from
 from .http import App
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if fault is not None:
         log(f"specc.sim: fault injected: {fault}")
+    if args.nnodes > 1:
+        peers = rendezvous.join(sim)   # noqa: F841 (open while this server runs)
     Startup(sim).run()
     # Bind only now: connections were refused during the scheduler's phases.
     # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections, as

@@ -192,7 +192,7 @@ PHASE_ALIASES = {
     "capture_target_verify_cuda_graph": "target_graph",
     "capture_draft_cuda_graph": "capture_draft_decode_cuda_graph",
 }
-FAULT_PHASES = ("load_weights", "load_draft_weights", "kv_cache", "capture_cuda_graph",
+FAULT_PHASES = ("join", "load_weights", "load_draft_weights", "kv_cache", "capture_cuda_graph",
                 "capture_target_decode_cuda_graph", "capture_target_verify_cuda_graph",
                 "capture_draft_cuda_graph", "capture_draft_decode_cuda_graph",
                 "capture_draft_extend_cuda_graph", "warmup")

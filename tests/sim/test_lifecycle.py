@@ -12,7 +12,7 @@ import pytest
 
 from specc.engines import sglang as sg
 
-from .conftest import ROOT, SPEC_ARGS
+from .conftest import ROOT, SPEC_ARGS, free_port
 
 SMALL = ["--sim-target-facts", json.dumps({"weight_gb": 0.3, "num_hidden_layers": 2,
                                            "max_position_embeddings": 262144})]
@@ -472,3 +472,22 @@ def test_sim_uses_the_compiler_facts(tmp_path):
         gpu_memory_gb=GPU_MEM_GB, tp=8, max_running_requests=sim.max_running)
     per_token = facts.kv_bytes_per_token(resolved.values, tp=8)
     assert sim.max_total_tokens == int(sim.kv_gb * 1e9 / per_token)
+
+
+def test_multinode_rank0_loads_only_when_its_peer_has_joined(start_sim):
+    dist = f"127.0.0.1:{free_port()}"
+    common = ["--model-path", "sim/llama", "--tp-size", "4", "--nnodes", "2",
+              "--dist-init-addr", dist]
+    head = start_sim(*common, "--node-rank", "0")
+    head.wait_log("Init parallel begin.")
+    time.sleep(0.5)
+    assert "Load weight begin" not in head.log()   # waiting at the rendezvous
+    peer = start_sim(*common, "--node-rank", "1")
+    head.wait_ready()
+    assert "node 1 joined (2/2 nodes)" in head.log()
+    peer.wait_log(" TP3] Init parallel ends")   # peer logs its own TP ranks, 2 and 3
+    assert " TP2]" in peer.log() and " TP0]" not in peer.log()
+    head.proc.terminate()
+    head.proc.wait(5)
+    assert peer.proc.wait(10) == 0   # it goes with rank 0
+    assert "has gone: node 1 exits" in peer.log()

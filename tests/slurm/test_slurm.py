@@ -58,9 +58,10 @@ def _inv(*args) -> list[str]:
     return [PY, "-m", "invoke", *map(str, args)]
 
 
-def start_driver(run_dir: Path, *extra) -> subprocess.Popen:
+def start_driver(run_dir: Path, *extra, env=None) -> subprocess.Popen:
     return subprocess.Popen(_inv("run", "--plan", run_dir / "plan.json", *extra), cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
 
 
 def finish(proc: subprocess.Popen, timeout: float = 180) -> str:
@@ -73,8 +74,8 @@ def finish(proc: subprocess.Popen, timeout: float = 180) -> str:
     return out
 
 
-def run_driver(run_dir: Path, *extra, timeout: float = 180) -> tuple[int, str]:
-    proc = start_driver(run_dir, *extra)
+def run_driver(run_dir: Path, *extra, timeout: float = 180, env=None) -> tuple[int, str]:
+    proc = start_driver(run_dir, *extra, env=env)
     out = finish(proc, timeout)
     return proc.returncode, out
 
@@ -325,4 +326,60 @@ def test_pack_runs_a_waves_servers_side_by_side_in_one_job(cluster, tmp_path):
     assert len(gpus) == 3 and len(set(gpus)) == 3   # each its own GPU of the job's three
     spans = sorted((s["started_at"], s["stopped_at"]) for s in node.values())
     assert all(a[1] > b[0] for a, b in zip(spans, spans[1:]))   # side by side
+    assert_no_process_left(run_dir)
+
+
+#: Servers of 8 GPUs on nodes of 4: each spans 2 nodes (SGLang's --nnodes 2).
+TWO_NODES = ["model_pair=llama3_8b_eagle3", "hardware.gpus_per_node=4", "hardware.nodes=2",
+             "hardware.tp=8", "cluster.nodes_per_server=2"] + TWO[1:]
+
+
+def test_a_two_node_server_runs_its_points_with_a_rank_on_each_node(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO_NODES)
+    assert [j["nodes"] for j in plan["cluster"]["jobs"]] == [2, 2]
+    code, out = run_driver(run_dir)
+    assert code == 0, out[-3000:]
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "ok" for r in got.values())
+    for server in plan["servers"]:
+        log = (run_dir / server["log"]).read_text()
+        # one rank per node, each rank from its own task (not the batch shell's 0 twice)
+        ranks = sorted(ln.split(" is rank ")[1].split()[0] for ln in log.splitlines()
+                       if " is rank " in ln)
+        assert ranks == ["0", "1"], log[:2000]
+        assert "node 1 joined (2/2 nodes)" in log
+        assert "TP4] Init parallel ends" in log and "TP0] Init parallel ends" in log
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+
+
+def test_a_node_that_never_joins_is_a_stall_in_the_join_phase(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO_NODES + ["readiness.phase_budget_floor_s=3"])
+    phases = {p["name"]: p for p in plan["servers"][0]["readiness"]["phases"]}
+    join = phases["join"]
+    assert join["budget_s"] < phases["launch"]["budget_s"]   # its own budget, not the launch's
+    code, out = run_driver(run_dir, env={"SPECC_SIM_FAULT": "hang@join"})
+    assert code != 0
+    got = assert_each_point_once(run_dir, plan)
+    assert all(r["status"] == "failed" and "stalled in join" in r["reason"]
+               and f"(budget {join['budget_s']:g} s)" in r["reason"] for r in got.values()), got
+    log = (run_dir / plan["servers"][0]["log"]).read_text()
+    assert "node 1 never joins" in log
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+
+
+def test_a_rank_that_crashes_on_another_node_fails_the_server(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, TWO_NODES)
+    code, out = run_driver(run_dir, env={"SPECC_SIM_FAULT": "crash@join"})
+    assert code != 0
+    got = assert_each_point_once(run_dir, plan)
+    # rank 1's traceback is a fatal line of the server's log, though rank 0 never failed
+    assert all(r["status"] == "failed" and r["reason"].startswith(
+        "server failed: fatal log line in join: ") and "on node 1" in r["reason"]
+        for r in got.values()), got
+    assert not ours_in_squeue(cluster, run_dir)
     assert_no_process_left(run_dir)
