@@ -9,6 +9,8 @@ import httpx
 
 from specc.sim import categories
 
+from .conftest import SPEC_ARGS
+
 PROMPTS = [f"prompt number {i} about something" for i in range(12)]
 
 
@@ -45,7 +47,6 @@ async def _verify_counts(url: str, category: str | None) -> list[tuple[int, int]
 
 
 def test_sim_accepts_more_for_coding_than_writing(start_sim):
-    from tests.sim.conftest import SPEC_ARGS
 
     sim = start_sim(*SPEC_ARGS)
     sim.wait_ready()
@@ -63,8 +64,6 @@ def test_adaptive_stopping_against_the_simulator_adds_at_most_one_batch(start_si
     from specc.run import requests as reqlog
     from specc.run.datasets import Prompt
     from specc.run.loadgen import run_load
-    from tests.sim.conftest import SPEC_ARGS
-    from tests.sim.conftest import SPEC_ARGS
 
     sim = start_sim(*SPEC_ARGS)
     sim.wait_ready()
