@@ -297,9 +297,15 @@ class Server(Record):
     secrets: tuple[str, ...] = ()
     #: Nodes the server spans (Slurm; `gpus` are each node's); written only when > 1.
     nodes: int = 1
+    #: Spanning nodes: the head's port every rank meets at (torch.distributed's rendezvous),
+    #: planned apart from every server port; written only when nodes > 1.
+    rendezvous_port: int | None = None
+    #: Spanning nodes: what ranks other than 0 add to `argv` (vLLM's `--headless`: only
+    #: rank 0 serves HTTP); written only when there are some.
+    follower_args: tuple[str, ...] = ()
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
-    OMITTED_AT_DEFAULT = ("nodes",)
+    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args")
 
 
 @dataclass(frozen=True)

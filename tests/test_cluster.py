@@ -305,25 +305,85 @@ def test_a_server_larger_than_a_node_spans_nodes_on_slurm(tmp_path):
     argv = list(server.argv)
     i = argv.index("--nnodes")
     assert argv[i:i + 6] == ["--nnodes", "2", "--node-rank", "{node_rank}", "--dist-init-addr",
-                             f"{{head}}:{server.port + 1000}"]
+                             f"{{head}}:{server.rendezvous_port}"]
+    # the rendezvous port is planned above every server port of the plan, one per server
+    ports = [s.port for s in result.plan.servers]
+    meets = [s.rendezvous_port for s in result.plan.servers]
+    assert min(meets) > max(ports) and len(set(meets)) == len(meets)
+    assert server.follower_args == ()   # every SGLang rank runs the same command
     assert [p.name for p in server.readiness.phases][:3] == ["launch", "join", "load_weights"]
     job = result.cluster["jobs"][0]
     assert (job["nodes"], job["gpus"], job["gpus_per_node"]) == (2, 8, 4)
     text = script(result.plan, result.cluster, job)
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4" in text
-    assert Plan.from_json(json.loads(json.dumps(result.plan.to_json()))).servers[0].nodes == 2
-    # a one-node server's plan.json has no "nodes" (plans written before read the same)
-    assert "nodes" not in compile_config(compose_config(SLURM)).plan.servers[0].to_json()
+    again = Plan.from_json(json.loads(json.dumps(result.plan.to_json()))).servers[0]
+    assert (again.nodes, again.rendezvous_port) == (2, server.rendezvous_port)
+    # a one-node server's plan.json has none of them (plans written before read the same)
+    one = compile_config(compose_config(SLURM)).plan.servers[0].to_json()
+    assert not {"nodes", "rendezvous_port", "follower_args"} & set(one)
 
 
-def test_multinode_is_refused_locally_and_for_an_engine_that_cannot_span_nodes():
-    local = compile_config(compose_config(["+experiment=eagle3_sweep"] + TWO_NODES[:3]))
-    found = [d for d in local.diagnostics if d.code == "TOPOLOGY_MULTINODE"]
-    assert {d.path for d in found} == {"hardware.tp", "hardware.nodes"}
-    assert any("cluster=slurm" in d.hint for d in found)
-    vllm = compile_config(compose_config(["cluster=slurm", "engine=vllm"] + TWO_NODES))
-    (d,) = [d for d in vllm.diagnostics if d.code == "TOPOLOGY_MULTINODE"]
-    assert "cannot run a vllm server across nodes" in d.message
+def test_multinode_is_refused_locally():
+    for engine in (["engine=sglang"], ["engine=vllm", "~engine.max_running_requests"]):
+        local = compile_config(compose_config(["+experiment=eagle3_sweep"] + engine
+                                              + TWO_NODES[:3]))
+        found = [d for d in local.diagnostics if d.code == "TOPOLOGY_MULTINODE"]
+        assert {d.path for d in found} == {"hardware.tp", "hardware.nodes"}
+        assert any("cluster=slurm" in d.hint for d in found)
+
+
+VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "cluster=slurm", "engine=vllm",
+                  "~engine.max_running_requests"] + TWO_NODES
+
+
+def test_a_vllm_server_spans_nodes_on_slurm_with_headless_followers():
+    result = compile_config(compose_config(VLLM_TWO_NODES))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    server = result.plan.servers[0]
+    argv = list(server.argv)
+    i = argv.index("--nnodes")
+    assert argv[i:i + 8] == ["--nnodes", "2", "--node-rank", "{node_rank}", "--master-addr",
+                             "{head}", "--master-port", str(server.rendezvous_port)]
+    assert "--headless" not in argv and server.follower_args == ("--headless",)
+    assert server.rendezvous_port > max(s.port for s in result.plan.servers)
+    assert [p.name for p in server.readiness.phases][:3] == ["launch", "join", "load_weights"]
+    assert server.to_json()["follower_args"] == ["--headless"]
+
+
+@pytest.mark.parametrize("overrides, path, says", [
+    # 3 GPUs on nodes of 2: 2 nodes, and vLLM wants dp x pp x tp divisible by --nnodes
+    (["hardware.gpus_per_node=2", "hardware.tp=1", "hardware.pp=3"], "hardware.tp",
+     "must evenly divide the world size dp 1 x pp 3 x tp 1 = 3"),
+    (["hardware.tp=4", "hardware.dp=2"], "hardware.dp", "--data-parallel-rpc-port"),
+    (["engine.extra_args=[--data-parallel-backend,ray]"], "engine.extra_args[0]",
+     "with --data-parallel-backend ray"),
+    (["engine.extra_args=['--distributed-executor-backend=ray']"], "engine.extra_args[0]",
+     "with --distributed-executor-backend ray"),
+    (["engine.extra_args=[--max-num-batched-tokens,8192,--master-port,1234]"],
+     "engine.extra_args[2]", "--master-port is specc's to set"),
+])
+def test_what_vllm_refuses_across_nodes_is_a_compile_error(overrides, path, says):
+    result = compile_config(compose_config(VLLM_TWO_NODES + [
+        "model_pair=llama3_8b_eagle3", "speculation=none", "sweep=null"] + overrides))
+    found = [d for d in result.diagnostics if d.severity == "error"]
+    assert [(d.code, d.path) for d in found] == [("TOPOLOGY_MULTINODE", path)], \
+        [d.line() for d in found]
+    assert says in found[0].message and found[0].hint
+
+
+def test_a_rendezvous_port_past_the_last_port_fails_the_compile(monkeypatch):
+    """The schema caps engine.base_port at 65000, so only a sweep of hundreds of servers
+    runs out of ports: the top is lowered here to reach the check with a small plan."""
+    from specc.compile import placement
+
+    plan = _compiled(TWO_NODES).plan
+    top = max(s.rendezvous_port for s in plan.servers)
+    monkeypatch.setattr(placement, "MAX_PORT", top - 1)
+    result = _compiled(TWO_NODES)
+    assert result.plan is None
+    (d,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert (d.code, d.path) == ("PLACEMENT_PORTS", "engine.base_port")
+    assert d.hint == f"set engine.base_port <= {plan.servers[0].port - 1}"
 
 
 def test_each_node_fills_in_its_own_rank_and_the_heads_address(monkeypatch):
@@ -333,6 +393,15 @@ def test_each_node_fills_in_its_own_rank_and_the_heads_address(monkeypatch):
     assert rank.fill(["--node-rank", "{node_rank}", "--dist-init-addr", "{head}:31000"],
                      rank="1", head="10.0.0.5") == ["--node-rank", "1", "--dist-init-addr",
                                                     "10.0.0.5:31000"]
+    # follower args go to every rank but 0
+    assert rank.fill(["serve", "{node_rank}"], rank="0", head="h", follower=["--headless"]) \
+        == ["serve", "0"]
+    assert rank.fill(["serve", "{node_rank}"], rank="2", head="h", follower=["--headless"]) \
+        == ["serve", "2", "--headless"]
+    assert rank.parse(["--head", "h", "--follower", "--headless", "--", "vllm", "--", "x"]) \
+        == ("h", ["--headless"], ["vllm", "--", "x"])
+    assert rank.parse(["--head", "h", "--follower", "--"]) is None
+    assert rank.parse(["--follower", "x", "--", "vllm"]) is None   # no head
     env = {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n3"}
     assert head_address(env, lookup=lambda node: {"n3": "127.0.0.13"}[node]) == "127.0.0.13"
     assert head_address(env, lookup=lambda node: None) == "n3"
@@ -345,6 +414,11 @@ def test_each_node_fills_in_its_own_rank_and_the_heads_address(monkeypatch):
                                    "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert argv[11:16] == rank_py + ["--head", "127.0.0.13"]
     assert argv[16:19] == ["--", sys.executable, "-m"]   # the engine, "python" resolved
+    # a vLLM server's follower args travel to each rank, which adds them on ranks > 0
+    vplan = compile_config(compose_config(VLLM_TWO_NODES)).plan
+    vsub = job_plan(vplan, [vplan.servers[0].id], {**env, "SPECC_HEAD_ADDR": "127.0.0.13"})
+    assert list(vsub.servers[0].argv[11:20]) == rank_py + [
+        "--head", "127.0.0.13", "--follower", "--headless", "--", "vllm"]
     # a rank is read from the task's own environment, never assumed
     monkeypatch.delenv("SLURM_NODEID", raising=False)
     monkeypatch.delenv("SLURM_PROCID", raising=False)

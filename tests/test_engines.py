@@ -171,3 +171,54 @@ def test_sglang_acceptance_recipe_follows_the_release():
     old = next(s for s in _servers(["+experiment=eagle3_sweep", "engine.version=0.5.9"])
                if not s.baseline).acceptance
     assert old.run is None and old.cumulative.scope == "cumulative"
+
+
+VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+                  "model_pair=llama3_8b_eagle3", "cluster=slurm", "hardware.gpus_per_node=4",
+                  "hardware.nodes=2", "hardware.tp=8", "cluster.nodes_per_server=2"]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_join_markers_match_the_lines_the_release_prints_and_no_other_phase(engine):
+    import re
+
+    join = get_engine(engine).join_phase
+    assert any(re.search(p, join.samples[0]) for p in join.begin)
+    assert any(re.search(p, join.samples[-1]) for p in join.end)
+    for m in get_engine(engine).phase_markers():   # no other phase begins on a join line
+        assert not any(re.search(p, line) for p in m.begin + m.end for line in join.samples)
+        assert not any(re.search(p, line) for p in join.begin + join.end for line in m.samples)
+
+
+def test_a_two_node_vllm_log_waits_in_join_then_loads():
+    """Both ranks log into the server's log: the follower's workers' lines must not move
+    rank 0's readiness on, and loading starts only after the join's end."""
+    from specc.run.readiness import Startup
+
+    (server, *_) = [s for s in _servers(VLLM_TWO_NODES) if s.baseline]
+    m = Startup(server.readiness, 0.0)
+    log = [
+        ("launch", "(EngineCore pid=11) INFO 05-02 10:00:01 [multiproc_executor.py:167] DP group "
+                   "leader: node_rank=0, node_rank_within_dp=0, master_addr=10.0.0.5"),
+        ("join", "(Worker_TP0 pid=12) INFO [parallel_state.py:1929] world_size=8 rank=0 "
+                 f"local_rank=0 distributed_init_method=tcp://10.0.0.5:{server.rendezvous_port} "
+                 "backend=nccl"),
+        ("join", "(Worker_TP0 pid=31) INFO [parallel_state.py:1929] world_size=8 rank=4 "
+                 f"local_rank=0 distributed_init_method=tcp://10.0.0.5:{server.rendezvous_port} "
+                 "backend=nccl"),
+        ("join", "(Worker_TP0 pid=31) INFO [parallel_state.py:2385] rank 4 in world size 8 is "
+                 "assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 4, ETP rank 4"),
+        ("join", "(Worker_TP0 pid=12) INFO [parallel_state.py:2385] rank 0 in world size 8 is "
+                 "assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 0, ETP rank 0"),
+        ("load_weights", "(Worker_TP0 pid=12) INFO [model_runner.py:301] Loading model from "
+                         "scratch..."),
+    ]
+    seen = []
+    for t, (_, line) in enumerate(log, 1):
+        m.line(float(t), line)
+        seen.append(m.phase)
+    assert seen == [phase for phase, _ in log] and not m.guess
+    # one node: no join phase, the rendezvous lines are plain progress
+    single = _servers(["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+                       "model_pair=llama3_8b_eagle3"])[0]
+    assert "join" not in [p.name for p in single.readiness.phases]

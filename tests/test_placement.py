@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specc.compile.placement import place
+from specc.compile.placement import MAX_PORT, place, rendezvous_ports
 
 NODE, PORT = 8, 30000
 
@@ -118,3 +118,35 @@ def test_placement_looks_at_each_wave_a_bounded_number_of_times(monkeypatch):
     slots, _ = place(sizes, gpus_per_node=NODE, base_port=PORT)
     waves = len({s.wave for s in slots})
     assert len(calls) <= len(sizes) + NODE * waves
+
+
+# ----------------------------------------------------------------------------- rendezvous ports
+@given(st.lists(st.tuples(st.integers(30000, 30100), st.sampled_from([1, 1, 2, 4])),
+                min_size=1, max_size=30))
+def test_rendezvous_ports_are_apart_from_every_server_port_and_from_each_other(servers):
+    ports, nodes = [p for p, _ in servers], [n for _, n in servers]
+    meets, errors = rendezvous_ports(ports, nodes, base_port=30000)
+    assert errors == []
+    assert [m is None for m in meets] == [n == 1 for n in nodes]   # one node: none
+    given_out = [m for m in meets if m is not None]
+    assert len(set(given_out)) == len(given_out) and not set(given_out) & set(ports)
+    assert all(m <= MAX_PORT for m in given_out)
+
+
+def test_rendezvous_ports_follow_the_highest_server_port():
+    assert rendezvous_ports([8000, 8001, 8002], [2, 1, 4], base_port=8000) == ([8003, None, 8004], [])
+
+
+def test_a_port_past_65535_is_an_error_naming_the_base_port_that_fits():
+    meets, errors = rendezvous_ports([65000 + i for i in range(500)], [2] * 500, base_port=65000)
+    (e,) = errors
+    assert meets == [] and (e.code, e.path) == ("PLACEMENT_PORTS", "engine.base_port")
+    assert "ports 65000-65999 (500 server port(s) and 500 rendezvous port(s)), past 65535" \
+        in e.message
+    assert e.hint == "set engine.base_port <= 64536"
+    # the hint's base fits exactly: every port of the plan, shifted down, ends at 65535
+    shifted, errors = rendezvous_ports([64536 + i for i in range(500)], [2] * 500, base_port=64536)
+    assert errors == [] and max(shifted) == MAX_PORT
+    # server ports alone past the top (one-node servers) are the same error
+    (e,) = rendezvous_ports([65000 + i for i in range(600)], [1] * 600, base_port=65000)[1]
+    assert "0 rendezvous port(s)" in e.message and e.hint == "set engine.base_port <= 64936"

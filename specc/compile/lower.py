@@ -73,6 +73,11 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         return None, unique(diags + found)
     if on_slurm:   # jobs of other waves may share a node
         slots = [replace(s, port=engine_cfg["base_port"] + i) for i, s in enumerate(slots)]
+    rendezvous, found = placement.rendezvous_ports(
+        [s.port for s in slots], [s.spec.nodes for s in matrix.servers],
+        base_port=engine_cfg["base_port"])
+    if found:
+        return None, unique(diags + found)
     host = hw.get("host", "localhost")
     # each client point's canonical JSON, as a JSON string: what its ids hash
     client_keys = [json.dumps(_canonical(b)) for b in matrix.client_points]
@@ -89,7 +94,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     server_times = estimate.ServerTimes(engine, matrix.client_points)
     for bench in matrix.client_points:   # rules of the point alone, whatever its server
         diags += rules.check_client(engine, bench)
-    for entry, slot in zip(matrix.servers, slots):
+    for entry, slot, meet in zip(matrix.servers, slots, rendezvous):
         spec: ServerSpec = entry.spec
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
         sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(entry.key)}"
@@ -104,10 +109,11 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             params=_params(spec, entry.axes), host=host, port=slot.port, gpus=slot.gpus,
             wave=slot.wave,
             argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
-                                   port=slot.port)),
+                                   port=slot.port, rendezvous_port=meet)),
             env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
-            secrets=tuple(secrets), nodes=spec.nodes))
+            secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
+            follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         sid_json = json.dumps(sid)
         model = engine.served_model(spec)
         if model not in point_params:

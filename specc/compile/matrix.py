@@ -174,7 +174,7 @@ def _same_server(engine: Engine, spec: ServerSpec, key: str, launched: dict, ser
     """The earlier, differently configured server the engine would run identically (same
     command and environment), else None; records this one's command."""
     env, _ = engine.env(spec, [])
-    ident = canonical([engine.argv(spec, host="", port=0), env])
+    ident = canonical([engine.argv(spec, host="", port=0, rendezvous_port=0), env])
     first = launched.setdefault(ident, key)
     if first != key and first in servers:
         return servers[first]

@@ -5,7 +5,8 @@ into the earliest wave with a contiguous run of free GPUs large enough for it
 (first fit), else opens a new wave. Servers of one wave run at once, so within a
 wave GPUs and ports never repeat; a server that needs more GPUs than a node has
 cannot be placed. A server's port is the engine's base port plus its index in
-its wave.
+its wave. A server spanning nodes also gets a rendezvous port (the head's port its
+ranks meet at): the next ports above every server port of the plan.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specc.diagnostics import Diagnostic, error
+
+#: The highest TCP port.
+MAX_PORT = 65535
 
 
 @dataclass(frozen=True)
@@ -91,3 +95,23 @@ def place(sizes, *, gpus_per_node: int, base_port: int,
         slots.append(Slot(wave=w, gpus=gpus, port=base_port + wave.servers))
         wave.servers += 1
     return slots, []
+
+
+def rendezvous_ports(ports, nodes, *, base_port: int) -> tuple[list[int | None], list[Diagnostic]]:
+    """Each server's rendezvous port (None on one node), given every server's port and node
+    count: the ports right above the plan's highest server port, one per multi-node server,
+    so none is a server's port (jobs of other waves may share the head's node). A port
+    past MAX_PORT, server or rendezvous, is an error naming how low the base must go."""
+    top = max(ports, default=base_port - 1)
+    out: list[int | None] = []
+    for n in nodes:
+        out.append(top + 1 if n > 1 else None)
+        top = out[-1] or top
+    highest = max([p for p in out if p is not None] + list(ports), default=base_port)
+    if highest <= MAX_PORT:
+        return out, []
+    return [], [error(
+        "PLACEMENT_PORTS", "engine.base_port",
+        f"the plan needs ports {base_port}-{highest} ({len(ports)} server port(s) and "
+        f"{sum(p is not None for p in out)} rendezvous port(s)), past {MAX_PORT}",
+        f"set engine.base_port <= {MAX_PORT - (highest - base_port)}")]

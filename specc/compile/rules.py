@@ -225,6 +225,9 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
                     "run it on Slurm (cluster=slurm, cluster.nodes_per_server="
                     f"{spec.nodes})" if engine.multinode
                     else f"use at most {hw['gpus_per_node']} GPUs per server")
+    elif need > hw["gpus_per_node"]:   # spanning nodes on Slurm: what the engine refuses there
+        for path, message, hint in engine.multinode_problems(spec):
+            yield error("TOPOLOGY_MULTINODE", path, message, hint)
     if hw["nodes"] > 1 and spec.cluster != "slurm":
         yield error("TOPOLOGY_MULTINODE", "hardware.nodes",
                     "the local executor runs every server on this machine (one node)",

@@ -49,6 +49,10 @@ def for_version(version: str, table):
 #: When a phase appears (see `PhaseMarker.when`).
 ALWAYS, DRAFT, MULTI_STEP = "always", "draft", "multi_step"
 
+#: Placeholders in a multi-node server's argv, filled in on each node by specc.run.rank:
+#: the node's rank, the first node's address.
+NODE_RANK, HEAD = "{node_rank}", "{head}"
+
 
 @dataclass(frozen=True)
 class PhaseMarker:
@@ -145,9 +149,11 @@ class Engine(ABC):
     flush_cache_env: dict[str, str] = {}
     #: Speculative decoding with pipeline parallelism is refused at startup.
     refuses_pp_speculation = False
-    #: One server can span nodes (on Slurm): argv takes nnodes and the node entry fills in
-    #: each node's rank and the head's address (multinode_argv).
+    #: One server can span nodes (on Slurm): argv takes the rendezvous port and carries
+    #: NODE_RANK and HEAD, which each node fills in (specc.run.rank).
     multinode = False
+    #: Spanning nodes, rank 0 waits here for every node (the readiness plan's first phase).
+    join_phase: PhaseMarker | None = None
     #: The config key that caps running requests.
     max_running_path = "engine.max_running_requests"
     #: Runs on GPUs (False: nothing to check for other GPU holders).
@@ -186,8 +192,19 @@ class Engine(ABC):
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
-    def argv(self, spec: ServerSpec, *, host: str, port: int) -> list[str]:
-        """The server's launch command."""
+    def argv(self, spec: ServerSpec, *, host: str, port: int,
+             rendezvous_port: int | None = None) -> list[str]:
+        """The server's launch command (rank 0's, spanning nodes: `rendezvous_port` is the
+        head's port the ranks meet at, planned for a server of more than one node)."""
+
+    def follower_args(self, spec: ServerSpec) -> list[str]:
+        """What ranks other than 0 of a multi-node server add to `argv`."""
+        return []
+
+    def multinode_problems(self, spec: ServerSpec) -> list[tuple[str, str, str]]:
+        """(config path, message, fix) for each reason the engine refuses this server
+        across spec.nodes nodes at launch (asked only of a multi-node server on Slurm)."""
+        return []
 
     def env(self, spec: ServerSpec, gpus: list[int], *,
             flush_cache: bool = False) -> tuple[dict, list[str]]:
@@ -270,10 +287,13 @@ class Engine(ABC):
         """
         est = self.phase_estimates(spec)
         steps = spec.speculation.get("num_steps")
+        markers = [m for m in self.phase_markers()
+                   if m.applies(draft=spec.uses_draft_model, num_steps=steps)]
+        if spec.nodes > 1 and self.join_phase:   # a multi-node server first waits for its nodes
+            markers.insert(0, self.join_phase)
         return [{"name": m.name, "begin": list(m.begin), "end": list(m.end),
-                 "estimate_s": est.get(m.name, 1.0)}
-                for m in self.phase_markers()
-                if m.applies(draft=spec.uses_draft_model, num_steps=steps)]
+                 "estimate_s": est.get(m.name, 5.0 if m is self.join_phase else 1.0)}
+                for m in markers]
 
     def budget(self, spec: ServerSpec, estimate_s: float) -> float:
         r = spec.readiness

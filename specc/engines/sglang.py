@@ -18,7 +18,8 @@ import json as _json
 
 from specc.plan import Acceptance, CounterRatio, ServerField
 
-from .base import ALWAYS, DRAFT, MULTI_STEP, Engine, PhaseMarker, flag_args, for_version
+from .base import (ALWAYS, DRAFT, HEAD, MULTI_STEP, NODE_RANK, Engine, PhaseMarker, flag_args,
+                   for_version)
 
 PINNED_VERSION = "0.5.23"
 OLDEST_VERSION = "0.5.0"
@@ -220,10 +221,6 @@ JOIN_PHASE = PhaseMarker("join", (r"Init parallel begin",), (r"Init parallel end
                          ("Init parallel begin.", "Init parallel ends. elapsed=0.52 s"),
                          ((_S + "distributed/bootstrap.py", 'logger.info("Init parallel begin.")'),
                           (_S + "distributed/bootstrap.py", 'f"Init parallel ends. elapsed=')))
-#: The rendezvous port (--dist-init-addr HEAD:PORT) is the server's port plus this.
-DIST_PORT_OFFSET = 1000
-#: Filled in on each node by specc.run.rank: the node's rank, the first node's address.
-NODE_RANK, HEAD = "{node_rank}", "{head}"
 
 
 def phase_markers(version: str = PINNED_VERSION) -> tuple[PhaseMarker, ...]:
@@ -378,6 +375,7 @@ class SGLang(Engine):
     rewrites_topk1_draft_tokens = True
     refuses_pp_speculation = True
     multinode = True
+    join_phase = JOIN_PHASE
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
     launch_budget_s = 300.0
     #: "Decode batch" every 40 decode steps (--decode-log-interval) and a "Prefill
@@ -388,7 +386,7 @@ class SGLang(Engine):
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
 
-    def argv(self, spec, *, host, port):
+    def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng, sp = spec.model_pair, spec.hardware, spec.engine, spec.speculation
         args = ["python", "-m", self.module] + flag_args([
             ("--model-path", mp["target"]["path"]),
@@ -410,8 +408,10 @@ class SGLang(Engine):
             ("--enable-metrics", bool(eng.get("enable_metrics"))),
         ])
         if spec.nodes > 1:   # each node's rank and the head's address: on the node
+            if rendezvous_port is None:
+                raise ValueError("a multi-node server needs its planned rendezvous port")
             args += flag_args([("--nnodes", spec.nodes), ("--node-rank", NODE_RANK),
-                               ("--dist-init-addr", f"{HEAD}:{port + DIST_PORT_OFFSET}")])
+                               ("--dist-init-addr", f"{HEAD}:{rendezvous_port}")])
         if spec.speculative:
             args += flag_args([
                 ("--speculative-algorithm", sp["algorithm"]),
@@ -426,15 +426,6 @@ class SGLang(Engine):
     @property
     def cuda_graph_max_bs_flag(self) -> str:
         return for_version(self.version, CUDA_GRAPH_MAX_BS_FLAG)
-
-    def phases(self, spec):
-        """A multi-node server first waits for its nodes (the join phase)."""
-        out = super().phases(spec)
-        if spec.nodes > 1:
-            m = JOIN_PHASE
-            out.insert(0, {"name": m.name, "begin": list(m.begin), "end": list(m.end),
-                           "estimate_s": 5.0})
-        return out
 
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)

@@ -21,9 +21,9 @@ class Sim(SGLang):
     def time_scale(self, spec) -> float:
         return float((spec.engine.get("sim") or {}).get("time_scale", 0.01))
 
-    def argv(self, spec, *, host, port):
+    def argv(self, spec, *, host, port, rendezvous_port=None):
         sim = spec.engine.get("sim") or {}
-        args = super().argv(spec, host=host, port=port)
+        args = super().argv(spec, host=host, port=port, rendezvous_port=rendezvous_port)
         args += flag_args([
             # SGLang 0.5.23's run-scoped acceptance needs the /metrics counters
             ("--enable-metrics", not spec.engine.get("enable_metrics")),

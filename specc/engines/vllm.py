@@ -1,9 +1,9 @@
 """Everything specc knows about vLLM, in one place, keyed by vLLM release.
 
 Pinned: vLLM 0.33.0, read from the released wheel's source
-(``vllm/config/speculative.py``, ``vllm/config/vllm.py``,
+(``vllm/config/speculative.py``, ``vllm/config/vllm.py``, ``vllm/config/parallel.py``,
 ``vllm/engine/arg_utils.py``, ``vllm/v1/spec_decode/metrics.py``,
-``vllm/entrypoints/``). Facts that differ in older releases carry the first
+``vllm/distributed/parallel_state.py``, ``vllm/entrypoints/``). Facts that differ in older releases carry the first
 release they hold for; the early-2026 range (before 0.17.0) had an EAGLE-3
 target allow-list. ``tests/drift`` checks every flag this file emits against
 0.33.0's own ``vllm serve`` parser and the markers, metrics and endpoints
@@ -16,7 +16,7 @@ import json
 
 from specc.plan import Acceptance, CacheFlush, CounterRatio
 
-from .base import ALWAYS, Engine, PhaseMarker, flag_args, for_version
+from .base import ALWAYS, HEAD, NODE_RANK, Engine, PhaseMarker, flag_args, for_version
 
 PINNED_VERSION = "0.33.0"
 OLDEST_VERSION = "0.10.0"
@@ -71,6 +71,29 @@ PHASES_0_17: tuple[PhaseMarker, ...] = (
                   '"Starting vLLM server on %s"'),
                  ("uvicorn/lifespan/on.py", "Application startup complete."))),
 )
+#: A multi-node server's rendezvous (distributed/parallel_state.py
+#: init_distributed_environment): with --nnodes > 1 every worker logs its world rank and
+#: tcp://MASTER_ADDR:MASTER_PORT, then blocks in torch.distributed.init_process_group
+#: until every rank of every node has joined; the model-parallel groups built next need
+#: all ranks too, and each worker logs its place in them at the end. Rank 0's workers
+#: wait here for the headless nodes; a node that never joins stalls the server here.
+JOIN_PHASE = PhaseMarker(
+    "join", (r"world_size=\d+ rank=\d+ local_rank=\d+ distributed_init_method=",),
+    (r"rank \d+ in world size \d+ is assigned as",), ALWAYS,
+    ("world_size=8 rank=0 local_rank=0 distributed_init_method=tcp://10.0.0.5:8002 "
+     "backend=nccl",
+     "rank 0 in world size 8 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 0, "
+     "ETP rank 0, EP rank N/A, EPLB rank N/A"),
+    ((_V + "distributed/parallel_state.py",
+      '"world_size=%d rank=%d local_rank=%d distributed_init_method=%s backend=%s"'),
+     (_V + "distributed/parallel_state.py",
+      "if parallel_config.nnodes > 1:\n            ip = parallel_config.master_addr\n"
+      "            port = parallel_config.master_port"),
+     (_V + "distributed/parallel_state.py", '"rank %s in world size %s is assigned as "'),
+     (_V + "v1/worker/gpu_worker.py", "    init_distributed_environment(\n"
+      "        parallel_config.world_size,\n        rank,\n        init_method,\n"
+      "        local_rank,\n        backend,\n        timeout,\n    )\n\n"
+      "    ensure_model_parallel_initialized(")))
 #: Before 0.17.0 (early 2026; read from logs and docs, not source).
 PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
     PhaseMarker("load_weights", (r"Starting to load model",), (r"Model loading took",)),
@@ -136,6 +159,25 @@ SOURCE_EVIDENCE = (
     ("endpoint /v1/models", _V + "entrypoints/openai/models/api_router.py",
      '@router.get("/v1/models")'),
     ("fatal_patterns: EngineCore failed", _V + "v1/engine/core.py", '"EngineCore failed to start."'),
+    # spanning nodes (engine/arg_utils.py, config/parallel.py, entrypoints/cli/serve.py)
+    ("multi-node flags --nnodes/--node-rank/--master-addr/--master-port", _V + "engine/arg_utils.py",
+     'parallel_group.add_argument("--master-addr", **parallel_kwargs["master_addr"])\n'
+     '        parallel_group.add_argument("--master-port", **parallel_kwargs["master_port"])\n'
+     '        parallel_group.add_argument("--nnodes", "-n", **parallel_kwargs["nnodes"])\n'
+     '        parallel_group.add_argument("--node-rank", "-r", **parallel_kwargs["node_rank"])'),
+    ("--nnodes needs the mp data-parallel backend", _V + "engine/arg_utils.py",
+     'if self.nnodes > 1 and self.data_parallel_backend != "mp":'),
+    ("--nnodes must divide the world size dp x pp x tp x pcp", _V + "engine/arg_utils.py",
+     "world_size = self.data_parallel_size * world_size_within_dp\n"
+     "            if world_size % self.nnodes != 0:"),
+    ("--nnodes needs the mp executor backend", _V + "config/parallel.py",
+     '"nnodes > 1 can only be set when distributed executor "'),
+    ("ranks > 0 run --headless: no API server", _V + "entrypoints/cli/serve.py",
+     "if args.headless:"),
+    ("ranks > 0 run --headless: no API server", _V + "entrypoints/cli/serve.py",
+     '"Launching vLLM (v%s) headless multiproc executor, "'),
+    ("data parallelism across nodes meets at --data-parallel-rpc-port", _V + "entrypoints/cli/serve.py",
+     "port = parallel_config.data_parallel_rpc_port\n    handshake_address = get_tcp_uri(host, port)"),
     ("fatal_patterns: Engine core initialization failed", _V + "v1/engine/utils.py",
      '"Engine core initialization failed. "'),
 ) + tuple((f"metric {METRIC_PREFIX}{c}_total", _V + "v1/spec_decode/metrics.py",
@@ -176,6 +218,10 @@ class VLLM(Engine):
     flush_cache_path = FLUSH_CACHE_PATH
     flush_cache_env = {DEV_MODE_ENV: "1"}
     target_unsupported_fix = "use vllm >= 0.17.0 (engine.version), or engine=sglang for this pair"
+    #: `vllm serve --nnodes N --node-rank R --master-addr HEAD --master-port P`, ranks > 0
+    #: `--headless` (engine/arg_utils.py, entrypoints/cli/serve.py; 0.33.0).
+    multinode = True
+    join_phase = JOIN_PHASE
 
     @property
     def algorithm_targets(self) -> dict:
@@ -199,7 +245,7 @@ class VLLM(Engine):
             cfg["max_model_len"] = mp["context_length"]
         return cfg
 
-    def argv(self, spec, *, host, port):
+    def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng = spec.model_pair, spec.hardware, spec.engine
         sc = self.speculative_config(spec)
         args = ["vllm", "serve", mp["target"]["path"]] + flag_args([
@@ -215,7 +261,53 @@ class VLLM(Engine):
             ("--speculative-config",
              json.dumps(sc, sort_keys=True, separators=(",", ":")) if sc else None),
         ])
+        if spec.nodes > 1:   # each node's rank and the head's address: on the node
+            if rendezvous_port is None:
+                raise ValueError("a multi-node server needs its planned rendezvous port")
+            args += flag_args([("--nnodes", spec.nodes), ("--node-rank", NODE_RANK),
+                               ("--master-addr", HEAD), ("--master-port", rendezvous_port)])
         return args + [str(a) for a in eng.get("extra_args") or []]
+
+    def follower_args(self, spec):
+        """Ranks > 0 run workers only: without --headless each would start its own API
+        server and engine core (entrypoints/cli/serve.py run_headless)."""
+        return ["--headless"] if spec.nodes > 1 else []
+
+    def multinode_problems(self, spec):
+        """What 0.33 refuses (engine/arg_utils.py create_engine_config, config/parallel.py)
+        or what specc cannot plan, for a server across spec.nodes nodes."""
+        hw, nodes = spec.hardware, spec.nodes
+        tp, dp, pp = hw["tp"], hw.get("dp", 1), hw.get("pp", 1)
+        out = []
+        world = tp * dp * pp
+        if world % nodes:
+            out.append(("hardware.tp",
+                        f"vLLM refuses --nnodes {nodes}: it must evenly divide the world size "
+                        f"dp {dp} x pp {pp} x tp {tp} = {world} (ValueError at launch)",
+                        f"use a tp x dp x pp that is a multiple of {nodes}, or "
+                        f"hardware.gpus_per_node >= {world} (one node)"))
+        if dp > 1:
+            out.append(("hardware.dp",
+                        f"vLLM's data parallelism across nodes meets at a second head port "
+                        f"(--data-parallel-rpc-port, default 29550) that specc does not plan: "
+                        f"dp {dp} cannot span {nodes} nodes",
+                        "set hardware.dp=1 and raise tp or pp, or run dp servers of one node"))
+        args = [str(a) for a in spec.engine.get("extra_args") or []]
+        for i, a in enumerate(args):
+            flag, _, value = a.partition("=")
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            if flag in ("--data-parallel-backend", "-dpb", "--distributed-executor-backend") \
+                    and value == "ray":
+                out.append((f"engine.extra_args[{i}]",
+                            f"vLLM refuses --nnodes {nodes} with {flag} ray (multi-node needs "
+                            "the mp backend)", f"remove {flag} ray from engine.extra_args"))
+            elif flag in ("--nnodes", "-n", "--node-rank", "-r", "--master-addr",
+                          "--master-port", "--headless"):
+                out.append((f"engine.extra_args[{i}]",
+                            f"{flag} is specc's to set on a multi-node server (each node's "
+                            "rank, the head's address and planned port)",
+                            f"remove {flag} from engine.extra_args"))
+        return out
 
     def derived_context_length(self, model_config):
         # vLLM's own derivation is not modelled yet: SGLang's rule, as before this method.
@@ -282,5 +374,6 @@ class VLLM(Engine):
                                       f"{DEV_MODE_ENV}=1 (engine.env sets {DEV_MODE_ENV}={given})")
 
     def source_evidence(self) -> list[tuple[str, str, str]]:
-        out = [(f"phase {m.name}", path, text) for m in PHASES_0_17 for path, text in m.evidence]
+        out = [(f"phase {m.name}", path, text)
+               for m in PHASES_0_17 + (JOIN_PHASE,) for path, text in m.evidence]
         return out + list(SOURCE_EVIDENCE)

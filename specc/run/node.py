@@ -143,17 +143,19 @@ def head_address(environ=os.environ, lookup=slurm_node_addr) -> str:
 
 def across_nodes(server: Server, head: str) -> Server:
     """A multi-node server launched as one `srun` task per node of this job (its node
-    rank filled in by each task, on its node: specc.run.rank), all ranks logging into
-    the server's log; --kill-on-bad-exit ends every rank when one fails, and srun's exit
-    is the server's."""
+    rank filled in by each task, on its node, and the plan's follower args added on
+    ranks > 0: specc.run.rank), all ranks logging into the server's log;
+    --kill-on-bad-exit ends every rank when one fails, and srun's exit is the server's."""
     from specc.run.lifecycle import resolve_argv
 
     n = str(server.nodes)
     srun = ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=1"]   # srun passes whole lines (not --unbuffered): ranks interleave by line
     rank = [sys.executable, "-m", "specc.run.rank"]
+    follower = [x for a in server.follower_args for x in ("--follower", a)]
     return replace(server, argv=tuple(rank + ["--group", "--"] + srun + rank
-                                      + ["--head", head, "--"] + resolve_argv(server.argv)))
+                                      + ["--head", head, *follower, "--"]
+                                      + resolve_argv(server.argv)))
 
 
 def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:

@@ -136,6 +136,37 @@ def test_every_emitted_launch_command_is_accepted_by_the_pinned_engines_parser(e
         f"that specc/engines/{engine}.py emits:\n  " + "\n  ".join(lines))
 
 
+#: A vLLM server of 8 GPUs on nodes of 4: two ranks, the follower --headless.
+VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+                  "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048",
+                  "cluster=slurm", "hardware.gpus_per_node=4", "hardware.nodes=2",
+                  "hardware.tp=8", "cluster.nodes_per_server=2"]
+
+
+def test_a_two_node_vllm_servers_head_and_follower_commands_read_as_meant():
+    """Each rank's command as specc.run.rank makes it on its node (placeholders filled in,
+    the follower args added on rank 1), through 0.33's own `vllm serve` parser: the rank,
+    the head's address and planned port, and --headless only on the follower."""
+    from specc.run.rank import fill
+
+    result = compile_config(_compose(VLLM_TWO_NODES))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    head = "10.0.0.5"
+    servers = []
+    for s in result.plan.servers:
+        assert s.nodes == 2 and s.rendezvous_port
+        for rank in ("0", "1"):
+            servers.append({
+                "id": f"{s.id} rank {rank}",
+                "argv": fill(list(s.argv), rank=rank, head=head, follower=list(s.follower_args)),
+                "expect": {"nnodes": 2, "node_rank": int(rank), "master_addr": head,
+                           "master_port": s.rendezvous_port, "headless": rank != "0"}})
+    report = parse_with_real_parser("vllm", "vllm_parse.py", servers)
+    assert report["version"] == get_engine("vllm").pinned_version
+    assert not report["rejected"], report["rejected"]
+    assert report["servers"] == len(servers) >= 2
+
+
 def test_the_checked_commands_exercise_every_optional_flag():
     """The variants above really switch the adapters' optional flags on."""
     flags = {engine: {a for s in compiled_servers(engine) for a in s["argv"] if a.startswith("--")}

@@ -383,3 +383,64 @@ def test_a_rank_that_crashes_on_another_node_fails_the_server(cluster, tmp_path)
         for r in got.values()), got
     assert not ours_in_squeue(cluster, run_dir)
     assert_no_process_left(run_dir)
+
+
+#: A vLLM server of 8 GPUs on nodes of 4: rank 0 serves, rank 1 runs --headless.
+VLLM_TWO_NODES = ["engine=vllm", "model_pair=llama3_8b_eagle3", "speculation=none",
+                  "model_pair.context_length=2048", "benchmark.num_prompts=4",
+                  "benchmark.input_len=32", "benchmark.output_len=16", "cluster=slurm",
+                  "cluster.poll_interval_s=0.5", "hardware.gpus_per_node=4", "hardware.nodes=2",
+                  "hardware.tp=8", "cluster.nodes_per_server=2"]
+
+#: Stands in for `vllm` on every node: records the command it was started with, and where.
+RECORDER = """#!{python}
+import json, os, sys
+out = os.path.join({out!r}, "rank-" + os.environ["SLURM_NODEID"] + ".json")
+with open(out, "w") as f:
+    json.dump({{"argv": sys.argv[1:], "node": os.environ.get("SLURMD_NODENAME")}}, f)
+"""
+
+
+def test_a_two_node_vllm_server_gets_the_head_command_on_rank_0_and_headless_on_rank_1(
+        cluster, tmp_path):
+    """vLLM cannot run here (no GPU, no CUDA build), so the program `vllm` is swapped, and
+    only it: a recorder named `vllm` first on PATH. Everything else is the real path of a
+    2-node vLLM plan: `inv run` submits the compiled job with sbatch, the node entry finds
+    the head's address (Slurm's NodeAddr of the job's first node) and launches one srun task
+    per node through specc.run.rank, which fills in each task's rank and adds --headless
+    on rank 1. The recorder then exits, so the server fails its points: only the commands
+    are checked here (vLLM's parser reads them in tests/drift)."""
+    from specc.compile.emit import write_outputs
+    from specc.compile.pipeline import compile_config
+    from specc.run.rank import fill
+
+    run_dir, bin_dir, out = tmp_path / "run", tmp_path / "bin", tmp_path / "recorded"
+    bin_dir.mkdir()
+    out.mkdir()
+    (bin_dir / "vllm").write_text(RECORDER.format(python=PY, out=str(out)))
+    (bin_dir / "vllm").chmod(0o755)
+    config = compose_config(VLLM_TWO_NODES)
+    config["engine"]["base_port"] = free_port_block(8)
+    result = compile_config(config)
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    write_outputs(run_dir, result.plan, result.diagnostics, title="slurm test",
+                  cluster=result.cluster)
+    (server,) = result.plan.servers
+    assert server.nodes == 2 and server.follower_args == ("--headless",)
+    code, log = run_driver(run_dir, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert code != 0   # the recorder serves nothing
+    got = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("rank-*.json")}
+    assert sorted(got) == [0, 1], (got, log[-3000:])
+    assert got[0]["node"] != got[1]["node"]   # one rank per node
+    head = cluster.run("scontrol", "show", "node", got[0]["node"]).stdout.split(
+        "NodeAddr=")[1].split()[0]
+    assert head.startswith("127.0.0.1")   # the job's first node, as Slurm addresses it
+    argv = list(server.argv)
+    assert ["vllm", *got[0]["argv"]] == fill(argv, rank="0", head=head)
+    assert ["vllm", *got[1]["argv"]] == fill(argv, rank="1", head=head) + ["--headless"]
+    i = got[1]["argv"].index("--node-rank")
+    assert got[1]["argv"][i:i + 6] == ["--node-rank", "1", "--master-addr", head,
+                                       "--master-port", str(server.rendezvous_port)]
+    assert "--headless" not in got[0]["argv"]
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)

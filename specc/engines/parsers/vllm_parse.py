@@ -1,6 +1,7 @@
 """Parse vLLM launch commands with the installed vllm's own `vllm serve` parser.
 
-stdin: {"servers": [{"id": str, "argv": [...]}]}; stdout: {"package": "vllm",
+stdin: {"servers": [{"id": str, "argv": [...], "expect": {dest: value} (optional: what
+the parser must read into these arguments)}]}; stdout: {"package": "vllm",
 "version": str, "servers": n, "rejected": [{"id", "error"}]}. Exit 0 if all accepted,
 1 if any was rejected, 2 if vllm cannot be imported.
 
@@ -74,6 +75,10 @@ def main():
                 unknown = set(sc) - fields if fields else set()
                 if unknown:
                     raise ValueError(f"unknown --speculative-config keys {sorted(unknown)}")
+            for dest, want in (s.get("expect") or {}).items():
+                got = getattr(args, dest, "<no such argument>")
+                if got != want:
+                    raise ValueError(f"parsed {dest}={got!r}, expected {want!r}")
         except (Rejected, ValueError, TypeError) as e:
             report["rejected"].append({"id": s["id"], "error": f"{e}"[:400]})
     print(json.dumps(report))
