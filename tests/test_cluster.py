@@ -170,6 +170,27 @@ def test_a_local_plan_compiled_over_a_slurm_run_dir_runs_locally(sweep, tmp_path
     assert Plan.load(tmp_path / "plan.json").cluster is None and not is_slurm_run(tmp_path)
 
 
+def test_a_slurm_plan_of_an_older_specc_is_never_run_on_this_machine(sweep, tmp_path):
+    """Before the cluster record, the jobs were in slurm/cluster.json beside a plan.json that
+    reads as a local plan: `specc run` refuses it (compile again), status/down still go to
+    Slurm, and a new compile into the run dir removes the old file."""
+    from specc.run.slurm import is_slurm_run
+
+    local = compile_config(compose_config(["+experiment=eagle3_sweep"]))
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t")
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "cluster.json").write_text("{}")
+    res = subprocess.run([sys.executable, "-m", "specc", "run", "--plan",
+                          str(tmp_path / "plan.json")], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error PLAN_UNREADABLE at {tmp_path / 'plan.json'}: compiled for Slurm by an older "
+        "specc (its jobs are in slurm/cluster.json, not in the plan); compile the experiment again"]
+    assert is_slurm_run(tmp_path) and not (tmp_path / "state.json").exists()
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t")
+    assert not (tmp_path / "slurm" / "cluster.json").exists() and not is_slurm_run(tmp_path)
+
+
 def test_down_still_knows_a_slurm_run_whose_plan_json_is_gone(sweep, tmp_path):
     """`specc down` must cancel submitted jobs even when plan.json was damaged: the driver's
     record (slurm/jobs.json) says the run went to Slurm."""
@@ -180,6 +201,23 @@ def test_down_still_knows_a_slurm_run_whose_plan_json_is_gone(sweep, tmp_path):
     assert not is_slurm_run(tmp_path)
     jobs_path(tmp_path).write_text("{}")
     assert is_slurm_run(tmp_path)
+
+
+def test_a_hydra_multirun_gives_each_run_dir_its_own_jobs(tmp_path):
+    """`specc -m ... cluster=slurm`: every run dir's plan.json holds its own jobs (sized for
+    its own points) and its scripts beside it; nothing is shared between run dirs."""
+    sweep = tmp_path / "sweep"
+    res = subprocess.run([sys.executable, "-m", "specc", "-m", *SLURM,
+                          "benchmark.output_len=64,512", f"hydra.sweep.dir={sweep}"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    plans = [Plan.load(sweep / str(i) / "plan.json") for i in (0, 1)]
+    assert [p.benchmarks[0].params["output_len"] for p in plans] == [64, 512]
+    for i, plan in enumerate(plans):
+        assert [j.servers for j in plan.cluster.jobs] == [(s.id,) for s in plan.servers]
+        for job in plan.cluster.jobs:
+            assert f"--job {job.name}" in (sweep / str(i) / job.script).read_text()
+    assert plans[0].cluster.jobs[0].points_s < plans[1].cluster.jobs[0].points_s
 
 
 # ----------------------------------------------------------------------------- scripts

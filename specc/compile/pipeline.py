@@ -87,8 +87,7 @@ def compile_config(config: dict) -> Compilation:
     if plan is not None and diags:
         plan = dataclasses.replace(
             plan, diagnostics=tuple(d.to_json() for d in diags) + tuple(plan.diagnostics))
-    placed = []
-    if plan is not None:   # the Slurm jobs go into the plan: a node needs nothing else
-        cluster, placed = compile_cluster(config, plan)
+    cluster, placed = compile_cluster(config, plan) if plan is not None else (None, [])
+    if cluster is not None:   # the Slurm jobs go into the plan: a node needs nothing else
         plan = dataclasses.replace(plan, cluster=cluster)
     return Compilation(config, plan, diags + found + placed)

@@ -95,8 +95,13 @@ def review_section(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Where specc before the plan's `cluster` record kept a Slurm plan's jobs.
+OLD_JOBS_FILE = Path("slurm") / "cluster.json"
+
+
 def write_scripts(run_dir: Path, plan: Plan) -> None:
     """One batch script per job of a Slurm plan (the jobs themselves are in plan.json)."""
+    (run_dir / OLD_JOBS_FILE).unlink(missing_ok=True)   # this plan.json replaces its plan
     if not plan.cluster:
         return
     (run_dir / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
