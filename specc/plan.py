@@ -367,9 +367,8 @@ class Cluster(Record):
 
     def _check(self):
         out = [] if self.name == "slurm" else [f"name {self.name!r}: only 'slurm' is submitted to"]
-        names = [j.name for j in self.jobs]
-        out += [f"job {n!r} appears {names.count(n)} times" for n in sorted(set(names))
-                if names.count(n) > 1]
+        names = Counter(j.name for j in self.jobs)   # one state file and script per name
+        out += [f"job {n!r} appears {k} times" for n, k in names.items() if k > 1]
         return out
 
     def job(self, name: str) -> SlurmJob:

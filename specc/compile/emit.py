@@ -168,8 +168,8 @@ def plan_json_chunks(plan: Plan) -> Iterator[str]:
     """plan.json: the value of `Plan.to_json()`, laid out so it grows by one line per point.
 
     One top-level key per line, `version` first; inside `servers`, `benchmarks` and the
-    cluster record's `jobs` one entry per line; everything else compact JSON (no indentation: at 10^5 points the
-    indented file was 80 MB and most of the compile). Any JSON reader reads it,
+    cluster record's `jobs` one entry per line; everything else compact JSON (no
+    indentation: at 10^5 points the indented file was 80 MB and most of the compile). Any JSON reader reads it,
     `Plan.load` round-trips it, and `grep <benchmark id> plan.json` shows that entry."""
     top = _fields(plan)
     sep = "{"
