@@ -27,8 +27,7 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     if busy:   # an executor runs from this plan.json: never rewrite it under it
         print(f"error RUN_DIR_BUSY: {busy}", file=sys.stderr)
         return exits.BUSY
-    text = write_outputs(run_dir, result.plan, result.diagnostics, title=title,
-                         cluster=result.cluster)
+    text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
     if not result.ok:
         for d in result.diagnostics:
             if d.severity == "error":
@@ -40,10 +39,10 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
         print(text)
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
           f"review: {run_dir / 'review.md'}")
-    if config.get("execute") and result.cluster:
+    if config.get("execute") and result.plan.cluster:
         from specc.run.slurm import execute_slurm
 
-        return execute_slurm(result.plan, run_dir, result.cluster)
+        return execute_slurm(result.plan, run_dir)
     if config.get("execute"):
         from specc.run.executor import execute_plan
 

@@ -17,6 +17,7 @@ import json
 import re
 import types
 import typing
+from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
@@ -325,6 +326,61 @@ class Dropped(Record):
     points: int = 1
 
 
+# -- where the plan runs ------------------------------------------------------------------
+@dataclass(frozen=True)
+class SlurmJob(Record):
+    """One sbatch job: its servers (one, or a packed wave) and how Slurm sizes it."""
+    name: str
+    servers: tuple[str, ...]
+    nodes: int
+    gpus: int
+    gpus_per_node: int
+    #: sbatch --time as written in the script, and in seconds.
+    time_limit: str
+    time_limit_s: int
+    #: What the limit must cover: the readiness deadline + the points' estimated time.
+    need_s: float
+    deadline_s: float
+    points_s: float
+    #: The batch script, relative to the run dir.
+    script: str
+
+    def _check(self):
+        out = [] if self.servers else ["servers: at least one"]
+        if self.nodes < 1:
+            out.append("nodes must be >= 1")
+        return out
+
+
+@dataclass(frozen=True)
+class Cluster(Record):
+    """A `cluster=slurm` plan's settings and jobs (a plan without one runs on this machine)."""
+    name: str
+    gpus_per_node: int
+    nodes_per_server: int
+    partition: str | None = None
+    account: str | None = None
+    #: cluster.time_limit as configured (None: each job's limit is computed).
+    time_limit: str | None = None
+    pack: bool = False
+    sbatch_args: tuple[str, ...] = ()
+    container_image: str | None = None
+    container_mounts: tuple[str, ...] = ()
+    #: A job pending longer is cancelled (None: wait as long as Slurm keeps it).
+    pending_timeout_s: float | None = None
+    poll_interval_s: float = 1.0
+    jobs: tuple[SlurmJob, ...] = ()
+
+    def _check(self):
+        out = [] if self.name == "slurm" else [f"name {self.name!r}: only 'slurm' is submitted to"]
+        names = Counter(j.name for j in self.jobs)   # one state file and script per name
+        out += [f"job {n!r} appears {k} times" for n, k in names.items() if k > 1]
+        return out
+
+    def job(self, name: str) -> SlurmJob:
+        return next(j for j in self.jobs if j.name == name)
+
+
 @dataclass(frozen=True)
 class Plan(Record):
     experiment: str
@@ -337,7 +393,11 @@ class Plan(Record):
     facts: dict = field(default_factory=dict)
     estimates: dict = field(default_factory=dict)
     fail_fast: bool = False
+    #: The Slurm jobs (cluster=slurm); None, and left out of plan.json: runs on this machine.
+    cluster: Cluster | None = None
     version: int = PLAN_VERSION
+
+    OMITTED_AT_DEFAULT = ("cluster",)
 
     def _check(self):
         ids = {s.id for s in self.servers}
@@ -346,6 +406,14 @@ class Plan(Record):
         bench_ids = {b.id for b in self.benchmarks}
         out += [f"benchmark {b.id}: no baseline point {b.baseline!r}" for b in self.benchmarks
                 if b.baseline is not None and b.baseline not in bench_ids]
+        if self.cluster is not None:   # each server runs in exactly one job
+            placed = Counter(sid for j in self.cluster.jobs for sid in j.servers)
+            out += [f"cluster job {j.name}: no server {sid!r}" for j in self.cluster.jobs
+                    for sid in j.servers if sid not in ids]
+            out += [f"cluster: server {sid} is in {n} jobs" for sid, n in placed.items()
+                    if n > 1 and sid in ids]
+            out += [f"cluster: server {s.id} is in no job" for s in self.servers
+                    if s.id not in placed]
         return out
 
     # -- lookups ---------------------------------------------------------------

@@ -51,21 +51,24 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
             "retry_failed": "forget failed points first so they run again"})
 def run(c, plan, retry_failed=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
-    from specc.compile.sbatch import read_cluster
+    from specc.compile.sbatch import OLD_JOBS_FILE
     from specc.run.executor import execute_plan
     from specc.plan import Plan
 
     path = Path(plan)
     try:
         p = Plan.load(path)
-        cluster = read_cluster(path)
-    except (OSError, ValueError) as e:   # PlanError, or a slurm/cluster.json of another plan
+    except (OSError, ValueError) as e:   # PlanError is a ValueError
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2)
-    if cluster and cluster.get("name") == "slurm":
+    if not p.cluster and (path.parent / OLD_JOBS_FILE).exists():   # never run it here instead
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: compiled for Slurm by an older specc (its "
+                   f"jobs are in {OLD_JOBS_FILE}, not in the plan); compile the experiment again",
+                   code=2)
+    if p.cluster:   # the plan's Slurm jobs: submitted and followed from here
         from specc.run.slurm import execute_slurm
 
-        code = execute_slurm(p, path.resolve().parent, cluster, retry_failed=retry_failed)
+        code = execute_slurm(p, path.resolve().parent, retry_failed=retry_failed)
     else:
         code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
     if code:

@@ -16,7 +16,7 @@ from specc.compile.cluster import (CLUSTER_RULES, format_time_limit,
                                    parse_time_limit)
 from specc.compile.emit import write_outputs
 from specc.compile.pipeline import compile_config
-from specc.compile.sbatch import read_cluster, script
+from specc.compile.sbatch import script
 from specc.config import schema
 from specc.plan import Plan
 from specc.run.node import JobResults, on_node, read_rows, results_path
@@ -41,21 +41,21 @@ def _codes(result):
 
 
 # ----------------------------------------------------------------------------- compile
-def test_a_local_plan_has_no_cluster_section():
+def test_a_local_plan_has_no_cluster_record():
     result = compile_config(compose_config(["+experiment=eagle3_sweep"]))
-    assert result.cluster is None
+    assert result.plan.cluster is None and "cluster" not in result.plan.to_json()
     assert len({s.port for s in result.plan.servers}) == 1   # one server a wave, one port
 
 
 def test_each_server_is_one_job_with_its_own_port(sweep):
-    c = sweep.cluster
-    assert [j["servers"] for j in c["jobs"]] == [[s.id] for s in sweep.plan.servers]
-    assert all(j["nodes"] == 1 and j["gpus_per_node"] == 8 for j in c["jobs"])
+    c = sweep.plan.cluster
+    assert [j.servers for j in c.jobs] == [(s.id,) for s in sweep.plan.servers]
+    assert all(j.nodes == 1 and j.gpus_per_node == 8 for j in c.jobs)
     ports = [s.port for s in sweep.plan.servers]
     assert len(set(ports)) == len(ports)   # jobs of different waves can share a node
-    for j in c["jobs"]:   # automatic limit: deadline + 2 x points + margin, whole minutes
-        assert j["time_limit_s"] >= j["deadline_s"] + 2 * j["points_s"] + 300
-        assert j["time_limit_s"] % 60 == 0
+    for j in c.jobs:   # automatic limit: deadline + 2 x points + margin, whole minutes
+        assert j.time_limit_s >= j.deadline_s + 2 * j.points_s + 300
+        assert j.time_limit_s % 60 == 0
 
 
 def test_pack_makes_one_job_per_wave():
@@ -63,8 +63,9 @@ def test_pack_makes_one_job_per_wave():
                                             "cluster.pack=true"]))
     assert result.ok
     waves = result.plan.waves
-    assert [j["servers"] for j in result.cluster["jobs"]] == [[s.id for s in w] for w in waves]
-    assert result.cluster["jobs"][0]["gpus_per_node"] == sum(len(s.gpus) for s in waves[0])
+    jobs = result.plan.cluster.jobs
+    assert [list(j.servers) for j in jobs] == [[s.id for s in w] for w in waves]
+    assert jobs[0].gpus_per_node == sum(len(s.gpus) for s in waves[0])
 
 
 @pytest.mark.parametrize("value,seconds", [(90, 5400), ("90", 5400), ("10:30", 630),
@@ -98,7 +99,7 @@ def test_a_server_larger_than_the_allowed_nodes_is_refused():
 
 def test_gpus_that_do_not_split_evenly_over_nodes_are_refused(sweep):
     cluster = {**sweep.config["cluster"], "gpus_per_node": 8, "nodes_per_server": 4}
-    job = {**sweep.cluster["jobs"][0], "gpus": 20, "nodes": 3, "servers": ["s"]}
+    job = {**sweep.plan.cluster.jobs[0].to_json(), "gpus": 20, "nodes": 3, "servers": ["s"]}
     found = [d for rule in CLUSTER_RULES for d in rule(cluster, [job], sweep.plan)]
     assert [d.code for d in found] == ["SLURM_GPUS_PER_NODE"]
 
@@ -117,41 +118,119 @@ def test_bad_cluster_settings_are_schema_errors_with_a_fix(override, path):
         or path == "cluster.name"
 
 
-def test_the_review_shows_each_job(sweep, tmp_path):
-    text = write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+def test_the_review_shows_each_job_and_plan_json_holds_them(sweep, tmp_path):
+    text = write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
     assert "## Slurm jobs" in text
-    for job in sweep.cluster["jobs"]:
-        assert job["name"] in text.split("## Slurm jobs")[1] and job["time_limit"] in text
-    assert read_cluster(tmp_path / "plan.json")["jobs"] == sweep.cluster["jobs"]
-    assert Plan.load(tmp_path / "plan.json") == sweep.plan   # plan.json is the plan, unchanged
+    for job in sweep.plan.cluster.jobs:
+        assert job.name in text.split("## Slurm jobs")[1] and job.time_limit in text
+    assert Plan.load(tmp_path / "plan.json") == sweep.plan   # the jobs too: nothing beside it
+    assert sorted(p.name for p in (tmp_path / "slurm").iterdir()) == sorted(
+        ["logs"] + [Path(j.script).name for j in sweep.plan.cluster.jobs])
 
 
-def test_a_cluster_file_of_another_plan_is_refused(sweep, tmp_path):
-    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
-    other = compile_config(compose_config(SLURM + ["benchmark.output_len=64"]))
-    (tmp_path / "plan.json").write_text(other.plan.dumps())
-    with pytest.raises(ValueError, match="another plan.json"):
-        read_cluster(tmp_path / "plan.json")
+def _hand_edited(tmp_path, sweep, edit) -> Path:
+    """The sweep's run dir with plan.json's cluster record edited by hand."""
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    data = json.loads((tmp_path / "plan.json").read_text())
+    edit(data["cluster"])
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    return tmp_path / "plan.json"
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda c: c["jobs"][1]["servers"].__setitem__(0, "nope"),
+     "cluster job {job}: no server 'nope'; cluster: server {server} is in no job"),
+    (lambda c: c["jobs"][1].pop("script"), "plan.cluster.jobs[1].script: missing"),
+    (lambda c: c.__setitem__("poll_interval_s", "fast"),
+     "plan.cluster.poll_interval_s: expected a number, got str"),
+    (lambda c: c["jobs"][0].__setitem__("servers", c["jobs"][1]["servers"]),
+     "cluster: server {server} is in 2 jobs; cluster: server {first} is in no job"),
+])
+def test_a_hand_edited_cluster_record_is_one_line_and_exit_2(sweep, tmp_path, edit, says):
+    """The strict reader checks the jobs like every other record, before anything is submitted."""
+    job, first = sweep.plan.cluster.jobs[1], sweep.plan.cluster.jobs[0]
+    plan = _hand_edited(tmp_path, sweep, edit)
+    res = subprocess.run([sys.executable, "-m", "specc", "run", "--plan", str(plan)], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"error PLAN_UNREADABLE at {plan}: "
+        + ("plan: " if "cluster:" in says or "cluster job" in says else "")
+        + says.format(job=job.name, server=job.servers[0], first=first.servers[0])]
+    assert not (tmp_path / "results.jsonl").exists() and not (tmp_path / "slurm" / "jobs.json").exists()
 
 
 def test_a_local_plan_compiled_over_a_slurm_run_dir_runs_locally(sweep, tmp_path):
-    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+    from specc.run.slurm import is_slurm_run
+
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    assert is_slurm_run(tmp_path)
     local = compile_config(compose_config(["+experiment=eagle3_sweep"]))
-    write_outputs(tmp_path, local.plan, local.diagnostics, title="t", cluster=local.cluster)
-    assert read_cluster(tmp_path / "plan.json") is None
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t")
+    assert Plan.load(tmp_path / "plan.json").cluster is None and not is_slurm_run(tmp_path)
+
+
+def test_a_slurm_plan_of_an_older_specc_is_never_run_on_this_machine(sweep, tmp_path):
+    """Before the cluster record, the jobs were in slurm/cluster.json beside a plan.json that
+    reads as a local plan: `specc run` refuses it (compile again), status/down still go to
+    Slurm, and a new compile into the run dir removes the old file."""
+    from specc.run.slurm import is_slurm_run
+
+    local = compile_config(compose_config(["+experiment=eagle3_sweep"]))
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t")
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "cluster.json").write_text("{}")
+    res = subprocess.run([sys.executable, "-m", "specc", "run", "--plan",
+                          str(tmp_path / "plan.json")], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        f"error PLAN_UNREADABLE at {tmp_path / 'plan.json'}: compiled for Slurm by an older "
+        "specc (its jobs are in slurm/cluster.json, not in the plan); compile the experiment again"]
+    assert is_slurm_run(tmp_path) and not (tmp_path / "state.json").exists()
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t")
+    assert not (tmp_path / "slurm" / "cluster.json").exists() and not is_slurm_run(tmp_path)
+
+
+def test_down_still_knows_a_slurm_run_whose_plan_json_is_gone(sweep, tmp_path):
+    """`specc down` must cancel submitted jobs even when plan.json was damaged: the driver's
+    record (slurm/jobs.json) says the run went to Slurm."""
+    from specc.run.slurm import is_slurm_run, jobs_path
+
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    (tmp_path / "plan.json").write_text("{")
+    assert not is_slurm_run(tmp_path)
+    jobs_path(tmp_path).write_text("{}")
+    assert is_slurm_run(tmp_path)
+
+
+def test_a_hydra_multirun_gives_each_run_dir_its_own_jobs(tmp_path):
+    """`specc -m ... cluster=slurm`: every run dir's plan.json holds its own jobs (sized for
+    its own points) and its scripts beside it; nothing is shared between run dirs."""
+    sweep = tmp_path / "sweep"
+    res = subprocess.run([sys.executable, "-m", "specc", "-m", *SLURM,
+                          "benchmark.output_len=64,512", f"hydra.sweep.dir={sweep}"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    plans = [Plan.load(sweep / str(i) / "plan.json") for i in (0, 1)]
+    assert [p.benchmarks[0].params["output_len"] for p in plans] == [64, 512]
+    for i, plan in enumerate(plans):
+        assert [j.servers for j in plan.cluster.jobs] == [(s.id,) for s in plan.servers]
+        for job in plan.cluster.jobs:
+            assert f"--job {job.name}" in (sweep / str(i) / job.script).read_text()
+    assert plans[0].cluster.jobs[0].points_s < plans[1].cluster.jobs[0].points_s
 
 
 # ----------------------------------------------------------------------------- scripts
 def test_every_script_is_bash_n_clean_and_runs_the_node_entry(sweep, tmp_path):
-    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
-    for job in sweep.cluster["jobs"]:
-        path = tmp_path / job["script"]
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    for job in sweep.plan.cluster.jobs:
+        path = tmp_path / job.script
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
         text = path.read_text()
-        assert f"#SBATCH --job-name={job['name']}" in text
-        assert f"#SBATCH --time={job['time_limit']}" in text
+        assert f"#SBATCH --job-name={job.name}" in text
+        assert f"#SBATCH --time={job.time_limit}" in text
         assert "#SBATCH --no-requeue" in text
-        assert f"--server {job['servers'][0]}" in text
+        assert f"--plan plan.json --job {job.name}\n" in text
 
 
 def _record_argv(tmp_path: Path, name: str) -> Path:
@@ -170,21 +249,23 @@ def test_the_script_hands_every_value_over_exactly(tmp_path, image):
     """Run the script itself (from the run dir, as sbatch would) against stand-ins for python
     and srun: the node entry gets exactly the plan's arguments, nothing is executed from a value."""
     mounts = ["/data:/data", "/a$(touch${IFS}PWNED):/b"]
+    from dataclasses import replace
+
     result = _compiled()
-    cluster = {**result.cluster, "container_image": image, "container_mounts": mounts,
-               "sbatch_args": ["--comment=$(touch${IFS}PWNED)"]}
-    job = cluster["jobs"][1]
+    plan = replace(result.plan, cluster=replace(
+        result.plan.cluster, container_image=image, container_mounts=tuple(mounts),
+        sbatch_args=("--comment=$(touch${IFS}PWNED)",)))
+    job = plan.cluster.jobs[1]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "run.sbatch").write_text(script(result.plan, cluster, job))
+    (run_dir / "run.sbatch").write_text(script(plan, job))
     python, srun = _record_argv(tmp_path, "python"), _record_argv(tmp_path, "srun")
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
            "SPECC_PYTHON": str(tmp_path / "bin" / "python")}
     done = subprocess.run(["bash", "run.sbatch"], cwd=run_dir, env=env, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
-    node = ["-m", "specc.run.node", "--plan", "plan.json", "--job", job["name"],
-            "--server", job["servers"][0]]
+    node = ["-m", "specc.run.node", "--plan", "plan.json", "--job", job.name]
     if image is None:
         assert json.loads(python.read_text()) == node
     else:
@@ -232,8 +313,29 @@ def test_a_job_uses_the_gpus_slurm_gave_it(sweep):
     assert on_node(servers, {"CUDA_VISIBLE_DEVICES": "3"}) == servers   # not in a job
 
 
+def test_the_node_entry_runs_the_servers_the_plan_gives_its_job(sweep, tmp_path, monkeypatch,
+                                                                capsys):
+    from specc.run import node
+
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    ran = []
+    monkeypatch.setattr(node, "run_job", lambda plan, run_dir, servers, *, job: ran.append(
+        (run_dir, servers, job)) or 0)
+    job = sweep.plan.cluster.jobs[2]
+    assert node.main(["--plan", str(tmp_path / "plan.json"), "--job", job.name]) == 0
+    assert ran == [(tmp_path, list(job.servers), job.name)]
+    assert node.main(["--plan", str(tmp_path / "plan.json"), "--job", "nope"]) == 2
+    assert f"error: no Slurm job 'nope' in {tmp_path / 'plan.json'} (its jobs: " \
+        f"{sweep.plan.cluster.jobs[0].name}, " in capsys.readouterr().err
+    local = compile_config(compose_config(["+experiment=eagle3_sweep"]))
+    write_outputs(tmp_path, local.plan, local.diagnostics, title="t")
+    assert node.main(["--plan", str(tmp_path / "plan.json"), "--job", job.name]) == 2
+    assert "(its jobs: none, it runs on one machine)" in capsys.readouterr().err
+    assert len(ran) == 1
+
+
 def test_a_slurm_plan_off_a_login_node_says_so(sweep, tmp_path):
-    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
     res = subprocess.run([sys.executable, "-m", "invoke", "run", "--plan",
                           str(tmp_path / "plan.json")], cwd=REPO, env=env, capture_output=True,
@@ -265,14 +367,14 @@ def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_pat
     from specc.run.progress import SweepProgress
     from specc.run.slurm import Driver
 
-    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t", cluster=sweep.cluster)
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text("#!/bin/sh\nexit 1\n")   # no accounting here
     (bin_dir / "sacct").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     progress = SweepProgress(len(sweep.plan.benchmarks), stream=io.StringIO(), live=False)
-    driver = Driver(sweep.plan, tmp_path, sweep.cluster, progress)
+    driver = Driver(sweep.plan, tmp_path, progress)
     lost, done = driver.jobs[0], driver.jobs[1]
     for job, jid in ((lost, "41"), (done, "42")):
         job.id, job.state = jid, "RUNNING"
@@ -312,9 +414,9 @@ def test_a_server_larger_than_a_node_spans_nodes_on_slurm(tmp_path):
     assert min(meets) > max(ports) and len(set(meets)) == len(meets)
     assert server.follower_args == ()   # every SGLang rank runs the same command
     assert [p.name for p in server.readiness.phases][:3] == ["launch", "join", "load_weights"]
-    job = result.cluster["jobs"][0]
-    assert (job["nodes"], job["gpus"], job["gpus_per_node"]) == (2, 8, 4)
-    text = script(result.plan, result.cluster, job)
+    job = result.plan.cluster.jobs[0]
+    assert (job.nodes, job.gpus, job.gpus_per_node) == (2, 8, 4)
+    text = script(result.plan, job)
     assert "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=4" in text
     again = Plan.from_json(json.loads(json.dumps(result.plan.to_json()))).servers[0]
     assert (again.nodes, again.rendezvous_port) == (2, server.rendezvous_port)

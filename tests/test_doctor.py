@@ -85,6 +85,27 @@ def test_sim_plans_are_checked_by_the_simulators_parser(compose):
     assert check_plan(plan) == []
 
 
+TWO_NODES = ["cluster=slurm", "hardware.gpus_per_node=4", "hardware.nodes=2", "hardware.tp=8",
+             "cluster.nodes_per_server=2"]
+
+
+def test_a_slurm_plan_is_checked_as_its_first_node_launches_it(compose, tmp_path):
+    """A multi-node server's rank and head are filled in on Slurm's nodes: the parser gets
+    them as rank 0's, not the placeholders (which no engine's --node-rank accepts)."""
+    assert check_plan(_plan(compose, SWEEP + ["engine=sim", "cluster=slurm"])) == []
+    assert check_plan(_plan(compose, SWEEP + ["engine=sim"] + TWO_NODES)) == []
+    plan = _plan(compose, SWEEP + TWO_NODES)
+    seen = tmp_path / "payload.json"
+    py = tmp_path / "python"
+    report = json.dumps({"package": "sglang", "version": "0.5.23", "rejected": []})
+    py.write_text(f"#!/bin/sh\ncat >{seen}\necho '{report}'\n")
+    py.chmod(0o755)
+    assert check_plan(plan, python=str(py)) == []
+    argv = json.loads(seen.read_text())["servers"][0]["argv"]
+    i = argv.index("--node-rank")
+    assert argv[i + 1] == "0" and not any("{" in a for a in argv)
+
+
 def test_inv_doctor_exits_2_with_the_lines(compose, tmp_path):
     from specc.compile.emit import write_outputs
 

@@ -78,6 +78,50 @@ def test_a_wrong_plan_is_one_clear_error_naming_its_path(plan_dict, edit, messag
     assert _error(d).startswith(message)
 
 
+@pytest.fixture(scope="module")
+def slurm_plan_dict():
+    from conftest import compose_config
+
+    result = compile_config(compose_config(["+experiment=eagle3_sweep", "cluster=slurm"]))
+    assert result.ok
+    return result.plan.to_json()
+
+
+def test_a_slurm_plan_holds_its_jobs_and_a_local_plan_has_no_cluster_key(plan_dict,
+                                                                         slurm_plan_dict):
+    from specc.compile.emit import plan_json
+
+    assert "cluster" not in plan_dict   # local plans read and write as before
+    plan = Plan.from_json(copy.deepcopy(slurm_plan_dict))
+    assert plan.to_json() == slurm_plan_dict
+    assert Plan.from_json(json.loads(plan_json(plan))) == plan
+    assert [j.servers for j in plan.cluster.jobs] == [(s.id,) for s in plan.servers]
+    job = plan.cluster.jobs[0]
+    assert job.script == f"slurm/{job.name}.sbatch" and job.time_limit_s >= job.need_s
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["jobs"][0].update(gpu=8), "plan.cluster.jobs[0]: unknown key 'gpu'"),
+    (lambda c: c["jobs"][0].update(nodes="2"),
+     "plan.cluster.jobs[0].nodes: expected an integer, got str"),
+    (lambda c: c.update(sbatch_args="--qos=high"),
+     "plan.cluster.sbatch_args: expected a list, got str"),
+    (lambda c: c.update(name="k8s"), "plan.cluster: name 'k8s': only 'slurm' is submitted to"),
+    (lambda c: c["jobs"][1].update(name=c["jobs"][0]["name"]),
+     "plan.cluster: job 'kimi-k2.5-baseline-tp8-9473b4' appears 2 times"),
+    (lambda c: c["jobs"][0].update(servers=["nope"]),
+     "plan: cluster job kimi-k2.5-baseline-tp8-9473b4: no server 'nope'; cluster: server "
+     "kimi-k2.5-baseline-tp8-9473b4 is in no job"),
+    (lambda c: c["jobs"].pop(), "plan: cluster: server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 is "
+     "in no job"),
+])
+def test_a_wrong_cluster_record_is_one_clear_error_naming_its_path(slurm_plan_dict, edit,
+                                                                    message):
+    d = copy.deepcopy(slurm_plan_dict)
+    edit(d["cluster"])
+    assert _error(d) == message
+
+
 def test_a_plan_of_another_version_says_to_compile_again(plan_dict):
     d = dict(plan_dict, version=1)
     assert _error(d) == (f"plan version 1 is not {PLAN_VERSION}: it was written by another "
@@ -99,7 +143,8 @@ def test_a_wrong_plan_is_refused_with_one_line_and_exit_2(plan_dict, tmp_path):
 def test_the_runtime_never_imports_an_engine_adapter_or_the_compiler():
     """What lets a Slurm node or a remote host run a plan with nothing but the plan."""
     code = ("import sys, specc.run.executor, specc.run.point, specc.run.readiness, "
-            "specc.run.acceptance, specc.run.lifecycle, specc.run.state\n"
+            "specc.run.acceptance, specc.run.lifecycle, specc.run.state, specc.run.node, "
+            "specc.run.slurm\n"
             "print(sorted(m for m in sys.modules if m.startswith(('specc.engines', "
             "'specc.compile', 'specc.config'))))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,7 +1,7 @@
 """Where the plan runs: the Slurm jobs a `cluster=slurm` plan submits, and the rules on them.
 
-Pure (config + Plan in, the `cluster` section of slurm/cluster.json and diagnostics out).
-`cluster=local` has no section: the executor runs the waves on this machine.
+Pure (config + Plan in, the plan's `cluster` record and diagnostics out).
+`cluster=local` has no record: the executor runs the waves on this machine.
 With `cluster=slurm` each server and its points are one job (or, with `pack`,
 each wave is one job: its servers fit one node with disjoint GPUs and ports),
 sized in nodes and GPUs per node, with a time limit that covers the server's
@@ -15,7 +15,7 @@ import math
 import re
 
 from specc.diagnostics import Diagnostic, error
-from specc.plan import Plan
+from specc.plan import Cluster, Plan
 
 #: Seconds added to an automatic time limit for teardown and Slurm's own start-up.
 AUTO_MARGIN_S = 300.0
@@ -169,12 +169,14 @@ def slurm_time_limit(cluster: dict, jobs: list[dict], plan: Plan):
 CLUSTER_RULES = (slurm_nodes, slurm_gpus_per_node, slurm_time_limit)
 
 
-def compile_cluster(cfg: dict, plan: Plan) -> tuple[dict | None, list[Diagnostic]]:
-    """(the cluster section, written to slurm/cluster.json, or None for local; diagnostics)."""
+def compile_cluster(cfg: dict, plan: Plan) -> tuple[Cluster | None, list[Diagnostic]]:
+    """(the plan's cluster record, or None for local; diagnostics)."""
     cluster = cfg.get("cluster") or {"name": "local"}
     if cluster["name"] != "slurm":
         return None, []
-    section = {k: cluster.get(k) for k in _KEYS}
+    section = {k: cluster[k] for k in _KEYS if k in cluster}
+    if section.get("time_limit") is not None:   # 90 (minutes) and "90" are one sbatch value
+        section["time_limit"] = str(section["time_limit"])
     section["jobs"] = jobs(cluster, plan)
     found = [d for rule in CLUSTER_RULES for d in rule(cluster, section["jobs"], plan)]
-    return section, found
+    return Cluster.from_json(section, "cluster"), found

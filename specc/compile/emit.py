@@ -167,9 +167,9 @@ _PER_LINE = ("servers", "benchmarks")
 def plan_json_chunks(plan: Plan) -> Iterator[str]:
     """plan.json: the value of `Plan.to_json()`, laid out so it grows by one line per point.
 
-    One top-level key per line, `version` first; inside `servers` and `benchmarks` one
-    entry per line; everything else compact JSON (no indentation: at 10^5 points the
-    indented file was 80 MB and most of the compile). Any JSON reader reads it,
+    One top-level key per line, `version` first; inside `servers`, `benchmarks` and the
+    cluster record's `jobs` one entry per line; everything else compact JSON (no
+    indentation: at 10^5 points the indented file was 80 MB and most of the compile). Any JSON reader reads it,
     `Plan.load` round-trips it, and `grep <benchmark id> plan.json` shows that entry."""
     top = _fields(plan)
     sep = "{"
@@ -182,6 +182,9 @@ def plan_json_chunks(plan: Plan) -> Iterator[str]:
                 yield entry if first else ",\n" + entry
                 first = False
             yield "]"
+        elif key == "cluster":   # its settings, then one Slurm job per line (jobs come last)
+            head = _ENCODE({k: v for k, v in _fields(value).items() if k != "jobs"})
+            yield f'{sep}"cluster":{head[:-1]},"jobs":[\n' + ",\n".join(_entries(value.jobs)) + "]}"
         else:
             yield f"{sep}{_ENCODE_STR(key)}:{_ENCODE(value)}"
         sep = ",\n"
@@ -434,23 +437,22 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
     return "\n".join(lines)
 
 
-def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
-                  cluster: dict | None = None) -> str:
+def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) -> str:
     """Write review.md always; plan.json and plan.sh only for a valid plan. Returns the review.
 
-    `cluster` (a Slurm plan's jobs) goes to slurm/cluster.json beside plan.json, with one
-    batch script per job under slurm/ and a job table in the review."""
+    A Slurm plan (its `cluster` record holds the jobs) also gets one batch script per
+    job under slurm/ and a job table in the review."""
     from specc.compile import sbatch
 
     run_dir.mkdir(parents=True, exist_ok=True)
     text = review(plan, diagnostics, title=title)
-    if plan is not None and cluster:
-        text += "\n" + sbatch.review_section(plan, cluster)
+    if plan is not None and plan.cluster:
+        text += "\n" + sbatch.review_section(plan)
     atomic_write(run_dir / "review.md", text)
     if plan is not None and not any(d.severity == "error" for d in diagnostics):
         atomic_write(run_dir / "plan.json", _blocks(plan_json_chunks(plan)))
         atomic_write(run_dir / "plan.sh", _blocks(plan_sh_chunks(plan)), mode=0o755)
-        sbatch.write_cluster(run_dir, plan, cluster)
+        sbatch.write_scripts(run_dir, plan)
     return text
 
 

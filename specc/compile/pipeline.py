@@ -19,8 +19,6 @@ class Compilation:
     config: dict
     plan: Plan | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    #: The Slurm jobs (written to slurm/cluster.json); None: the plan runs on this machine.
-    cluster: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -90,4 +88,6 @@ def compile_config(config: dict) -> Compilation:
         plan = dataclasses.replace(
             plan, diagnostics=tuple(d.to_json() for d in diags) + tuple(plan.diagnostics))
     cluster, placed = compile_cluster(config, plan) if plan is not None else (None, [])
-    return Compilation(config, plan, diags + found + placed, cluster)
+    if cluster is not None:   # the Slurm jobs go into the plan: a node needs nothing else
+        plan = dataclasses.replace(plan, cluster=cluster)
+    return Compilation(config, plan, diags + found + placed)

@@ -1,10 +1,11 @@
 """Preflight (`inv doctor --plan PATH`): is the engine a plan targets the one installed where
 its servers will run, and does that engine's own parser accept every launch command?
 
-For each engine program the plan launches, on this machine (specc runs servers
-here: multi-node plans are refused at compile time), it finds the Python that
+For each engine program the plan launches, on this machine (run it where the
+servers run: for a Slurm plan, a node of its partition), it finds the Python that
 program runs under, reads the installed engine's release, and feeds every
-server's argv to the engine's real argument parser
+server's argv (a multi-node server's as its rank 0 runs it) to the engine's real
+argument parser
 (``specc/engines/parsers/<engine>_parse.py`` run under that Python). Nothing is
 launched. Each problem is one diagnostic line; none means the plan can start.
 The simulator's commands are parsed by the simulator's own parser.
@@ -50,6 +51,14 @@ def engine_python(argv0: str) -> str | None:
     return exe if os.path.basename(exe).startswith("python") else None
 
 
+def _argv(server) -> list[str]:
+    """The launch command as its first node runs it: a multi-node server's `{node_rank}` and
+    `{head}` are filled in on Slurm's nodes (specc.run.rank), so they are parsed as rank 0."""
+    from specc.run.rank import fill
+
+    return fill(list(server.argv), rank="0", head="127.0.0.1")
+
+
 class _Rejected(Exception):
     pass
 
@@ -66,7 +75,7 @@ def _sim_problems(plan) -> list[Diagnostic]:
         parser = build_parser()
         parser.error = _raise   # argparse would print usage and exit
         try:
-            parser.parse_args(list(s.argv[3:]))
+            parser.parse_args(_argv(s)[3:])
         except _Rejected as e:
             out.append(error("DOCTOR_REJECTED", f"servers.{s.id}.argv",
                              f"the simulator's parser rejects the launch command: {e}",
@@ -99,7 +108,7 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S)
             return out
         groups.setdefault(py, []).append(s)
     for py, servers in groups.items():
-        payload = json.dumps({"servers": [{"id": s.id, "argv": list(s.argv)} for s in servers]})
+        payload = json.dumps({"servers": [{"id": s.id, "argv": _argv(s)} for s in servers]})
         try:
             proc = subprocess.run([py, str(PARSERS / script)], input=payload, capture_output=True,
                                   text=True, timeout=timeout_s)

@@ -1,5 +1,6 @@
-"""`python -m specc.run.node --plan plan.json --server ID [--server ID ...]`: one Slurm job's
-part of a plan, on the job's first node, from the run dir on the shared filesystem.
+"""`python -m specc.run.node --plan plan.json --job NAME`: one Slurm job's part of a plan
+(the job's servers, as the plan's `cluster` record lists them), on the job's first node,
+from the run dir on the shared filesystem.
 
 It runs the job's server(s) with specc's own executor (launch, readiness, points,
 teardown; the benchmark client runs here, on the server's first node) and keeps
@@ -159,9 +160,9 @@ def across_nodes(server: Server, head: str) -> Server:
 
 
 def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
-    """The plan cut down to this job's servers and their points, placed on this node.
-    A point whose baseline runs in another job loses the link here: the driver, which
-    sees both rows, computes its speedup."""
+    """The plan cut down to this job's servers and their points, placed on this node (no
+    Slurm jobs: it runs here). A point whose baseline runs in another job loses the link
+    here: the driver, which sees both rows, computes its speedup."""
     servers = on_node([plan.server(sid) for sid in server_ids], environ)
     if any(s.nodes > 1 for s in servers):
         head = head_address(environ)
@@ -169,7 +170,7 @@ def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
     keep = set(server_ids)
     mine = [b for b in plan.benchmarks if b.server in keep]
     ids = {b.id for b in mine}
-    return replace(plan, servers=tuple(servers), benchmarks=tuple(
+    return replace(plan, servers=tuple(servers), cluster=None, benchmarks=tuple(
         b if b.baseline is None or b.baseline in ids else replace(b, baseline=None)
         for b in mine))
 
@@ -240,10 +241,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m specc.run.node", description=main.__doc__)
     ap.add_argument("--plan", required=True)
-    ap.add_argument("--server", action="append", required=True,
-                    help="a server of the plan (repeat for a packed job)")
-    ap.add_argument("--job", help="the job's name (its state file: slurm/state/JOB.json; "
-                                  "default: the first server's id)")
+    ap.add_argument("--job", required=True,
+                    help="a job of the plan's cluster record (its state file: slurm/state/JOB.json)")
     args = ap.parse_args(argv)
     path = Path(args.plan).resolve()
     try:
@@ -251,12 +250,13 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as e:
         print(f"error PLAN_UNREADABLE at {args.plan}: {e}", file=sys.stderr)
         return exits.INVALID
-    known = {s.id for s in plan.servers}
-    unknown = [s for s in args.server if s not in known]
-    if unknown:
-        print(f"error: no server {', '.join(map(repr, unknown))} in {args.plan}", file=sys.stderr)
+    names = [j.name for j in plan.cluster.jobs] if plan.cluster else []
+    if args.job not in names:
+        known = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        print(f"error: no Slurm job {args.job!r} in {args.plan} (its jobs: "
+              f"{known or 'none, it runs on one machine'})", file=sys.stderr)
         return exits.INVALID
-    return run_job(plan, path.parent, args.server, job=args.job or args.server[0])
+    return run_job(plan, path.parent, list(plan.cluster.job(args.job).servers), job=args.job)
 
 
 if __name__ == "__main__":

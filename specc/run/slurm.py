@@ -1,6 +1,6 @@
 """The Slurm driver: submits a plan's jobs from the login node and follows each to its end.
 
-    execute_slurm(plan, run_dir, cluster)   what `inv run` / execute=true call for cluster=slurm
+    execute_slurm(plan, run_dir)   what `inv run` / execute=true call for a plan with Slurm jobs
 
 Only Slurm's own commands, which read the same across versions: `sbatch
 --parsable` to submit (every job at once; Slurm queues what it cannot start
@@ -176,19 +176,18 @@ class Interrupted(Exception):
 
 
 class Driver:
-    def __init__(self, plan: Plan, run_dir: Path, cluster: dict, progress, *,
-                 now=time.time):
+    def __init__(self, plan: Plan, run_dir: Path, progress, *, now=time.time):
         self.plan = plan
         self.run_dir = Path(run_dir).resolve()
-        self.cluster = cluster
+        self.cluster = plan.cluster
         self.progress = progress
         self.now = now
         self.results = ResultLog(self.run_dir / "results.jsonl")
         self.state = RunState(self.run_dir / "state.json")
         self.comment = str(self.run_dir)
-        self.poll_s = float(cluster.get("poll_interval_s") or 1.0)
-        self.jobs = [Job(j["name"], list(j["servers"]), j["script"], j["time_limit"])
-                     for j in cluster["jobs"]]
+        self.poll_s = self.cluster.poll_interval_s
+        self.jobs = [Job(j.name, list(j.servers), j.script, j.time_limit)
+                     for j in self.cluster.jobs]
         self.bench = {b.id: b for b in plan.benchmarks}
         self.offsets: dict[str, tuple[int, int]] = {}   # per-server results file: (inode, size)
         self.stop_signal: int | None = None
@@ -322,7 +321,7 @@ class Driver:
                     self.progress.server_phase(sid, "pending", job.submitted_at,
                                                f"job {job.id}: {q.reason}")
                     self._server(sid, status="pending", job_state="PENDING", reason=q.reason)
-            limit = self.cluster.get("pending_timeout_s")
+            limit = self.cluster.pending_timeout_s
             if limit and job.submitted_at and self.now() - job.submitted_at > limit:
                 job.cancelled_by = "pending_timeout"
                 self.end(job, "PENDING", f"slurm job {job.id} still pending after {limit:g} s "
@@ -597,7 +596,7 @@ def _summary(row: dict) -> str:
     return ", ".join(parts)
 
 
-def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: bool = False) -> int:
+def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> int:
     """Submit and follow the plan's jobs; print the results table. Exit code per CONTRACT.md."""
     run_dir = Path(run_dir).resolve()
     missing = [c for c in ("sbatch", "squeue", "scancel") if not shutil.which(c)]
@@ -612,7 +611,7 @@ def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: boo
         return exits.INVALID
     try:
         with rundir.locked(run_dir, command="specc run (Slurm driver)"):
-            code = _drive(plan, run_dir, cluster, retry_failed)
+            code = _drive(plan, run_dir, retry_failed)
     except rundir.RunDirBusy as e:   # one driver (or executor) per run dir
         print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
         return exits.BUSY
@@ -623,13 +622,13 @@ def execute_slurm(plan: Plan, run_dir: Path, cluster: dict, *, retry_failed: boo
     return code
 
 
-def _drive(plan: Plan, run_dir: Path, cluster: dict, retry_failed: bool) -> int:
+def _drive(plan: Plan, run_dir: Path, retry_failed: bool) -> int:
     """The driver under the run dir's lock, Ctrl-C and SIGTERM cancelling every job."""
     from specc.run.progress import SweepProgress
 
     code = exits.OK
     with SweepProgress(len(plan.benchmarks)) as progress:
-        driver = Driver(plan, run_dir, cluster, progress)
+        driver = Driver(plan, run_dir, progress)
 
         def on_signal(signum, _frame):
             driver.stop_signal = signum
@@ -677,10 +676,17 @@ def _report(run_dir: Path) -> None:
 
 # ----------------------------------------------------------------------------- inv status / down
 def is_slurm_run(run_dir: Path) -> bool:
-    """A run dir compiled with cluster=slurm (slurm/cluster.json beside plan.json)."""
-    from specc.compile.sbatch import cluster_path
+    """A run dir whose plan.json has Slurm jobs (its `cluster` record), or was compiled for
+    Slurm by an older specc. A plan.json that cannot be read leaves the driver's record to
+    say so: `down` must still cancel the jobs."""
+    from specc.compile.sbatch import OLD_JOBS_FILE
 
-    return cluster_path(run_dir).exists()
+    if (Path(run_dir) / OLD_JOBS_FILE).exists():
+        return True
+    try:
+        return "cluster" in json.loads((Path(run_dir) / "plan.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return jobs_path(run_dir).exists()
 
 
 def _ours(run_dir: Path) -> tuple[dict, dict[str, QueueEntry]]:
