@@ -106,6 +106,7 @@ class _SpeccLaunch:
               f"{', '.join(j.job_id for j in jobs)}; sweep dir {sweep_dir}; each job's output in "
               f"{Path(str(jobs[0].paths.stdout)).parent.parent}/<job id>/", flush=True)
         codes = self._wait(jobs, run_dirs, initial_job_idx)
+        self._gone(jobs)
         returns = []
         for overrides, run_dir, code in zip(job_overrides, run_dirs, codes):
             remote_jobs.append((sweep_dir, run_dir, code))
@@ -158,6 +159,27 @@ class _SpeccLaunch:
             for s, h in old.items():
                 signal.signal(s, h)
         return [codes[i] for i in range(len(jobs))]
+
+    def _gone(self, jobs) -> None:
+        """Return only once Slurm holds none of the jobs: a job's result is written a moment
+        before its process exits, and `specc` ending means nothing of the sweep still runs."""
+        if self._EXECUTOR != "slurm":
+            return
+        import subprocess
+
+        ids = ",".join(sorted({j.job_id.split("_")[0] for j in jobs}))
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                left = subprocess.run(["squeue", "-h", "-j", ids, "-o", "%i"], capture_output=True,
+                                      text=True, timeout=30).stdout.split()
+            except (OSError, subprocess.SubprocessError):
+                return   # nothing to ask: the jobs' results are in already
+            if not left:
+                return
+            time.sleep(0.2)
+        print(f"warning SUBMITIT_JOBS_LEFT: Slurm still holds {', '.join(left)} "
+              f"{CANCEL_WAIT_S:.0f} s after their results came in", file=sys.stderr)
 
     def _code(self, idx: int, job, run_dir: Path) -> int:
         """The job's specc exit code, or 3 with one line when it ended without one."""
