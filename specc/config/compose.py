@@ -284,7 +284,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
             print(secrets.redact(f"error CONFIG_INTERPOLATION at <config>: "
                                  f"{' '.join(str(exc).split())}", seen), file=sys.stderr)
             codes.append(2)
-            return
+            return 2
         plain.pop("hydra", None)
         seen.update(secrets.scrub_config(plain)[1])
         _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
