@@ -221,3 +221,20 @@ def wait_for(pred, timeout: float, interval: float = 0.05):
             return v
         time.sleep(interval)
     return pred()
+
+
+# ----------------------------------------------------------------------------- multirun
+def tiny_experiments(conf_dir: Path, ports: dict[str, int], env: dict | None = None) -> Path:
+    """Experiments NAME (one simulated server, one point of 4 tiny requests) in
+    conf_dir/experiment/, each on its own port (`--config-dir conf_dir +experiment=a,b`):
+    jobs on fake Slurm nodes share this host. env: NAME -> the server's extra env."""
+    (Path(conf_dir) / "experiment").mkdir(parents=True, exist_ok=True)
+    for name, port in ports.items():
+        extra = "".join(f"\n    {k}: '{v}'" for k, v in ((env or {}).get(name) or {}).items())
+        (Path(conf_dir) / "experiment" / f"{name}.yaml").write_text(
+            "# @package _global_\ndefaults:\n  - override /engine: sim\n  - _self_\n"
+            f"experiment: {name}\nbaseline: false\nhardware: {{tp: 1}}\n"
+            f"engine:\n  base_port: {port}\n  sim: {{time_scale: 0.002}}\n  env:{extra or ' {}'}\n"
+            "model_pair: {context_length: 2048}\n"
+            "benchmark: {output_len: 16, input_len: 32, num_prompts: 4, min_requests: 4}\n")
+    return Path(conf_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -176,6 +177,61 @@ def duplicate_key_lines(argv: list[str]) -> list[str]:
     return lines
 
 
+#: hydra-submitit-launcher's launchers -> specc's subclass of each (hydra_plugins/specc_submitit).
+_SUBMITIT = {"submitit_slurm": "SlurmLauncher", "submitit_local": "LocalLauncher"}
+_PIP = "pip install 'specc[slurm]', or pip install hydra-submitit-launcher"
+
+
+class LaunchRefused(Exception):
+    """A launcher refused the sweep before submitting anything: one line per problem (exit 2)."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+#: Jobs that a launcher ran in other processes (hydra-submitit-launcher: each job in its own
+#: Slurm allocation), as (sweep dir, run dir, exit code): Hydra drops a job's return value
+#: on the way back, so specc's launcher leaves them here for run() to fold in.
+remote_jobs: list[tuple[Path, Path, int]] = []
+
+
+def submitit_launcher(argv: list[str]) -> str | None:
+    """`submitit_slurm` / `submitit_local` when the command line chooses that launcher."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+~") == "hydra/launcher" and value in _SUBMITIT:
+            return value
+    return None
+
+
+def submitit_problems(argv: list[str], launcher: str) -> list[str]:
+    """What stops a submitit multirun before Hydra starts: the plugin not installed, no `-m`
+    (Hydra would run the one job right here), a secret on the command line (the jobs'
+    overrides are pickled into the sweep dir's .submitit/ for the nodes to read)."""
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        return [f"error LAUNCHER_MISSING at hydra/launcher: {launcher} needs the "
+                f"hydra-submitit-launcher package, which is not installed (fix: {_PIP})"]
+    lines = []
+    if not ({"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(argv)):
+        lines.append(f"error LAUNCHER_NEEDS_MULTIRUN at hydra/launcher: hydra/launcher={launcher} "
+                     "is used only by a multirun; without -m Hydra runs the job on this machine "
+                     f"(fix: add -m: specc -m hydra/launcher={launcher} ...)")
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if arg.startswith("-") or not value or re.fullmatch(r"\$\{[^}]*\}", value):
+            continue
+        if secrets.scan_overrides([arg]):
+            lines.append(f"error SECRET_IN_OVERRIDE at {key.lstrip('+~')}: hydra/launcher={launcher} "
+                         "writes every override into the sweep dir's .submitit/ for the jobs to "
+                         "read, so a secret given here would be stored there (fix: export it in "
+                         "the shell that runs specc, which the jobs inherit, and leave the value "
+                         "off the command line)")
+    return lines
+
+
 def _available(group: str) -> str:
     return ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
 
@@ -188,6 +244,9 @@ def run(argv: list[str], job, finish_sweep) -> int:
     """
     hidden = secrets.scan_overrides(argv)
     problems = duplicate_key_lines(argv)
+    launcher = submitit_launcher(argv)
+    if launcher:
+        problems += submitit_problems(argv, launcher)
     if problems:
         for line in problems:
             print(secrets.redact(line, hidden), file=sys.stderr)
@@ -210,6 +269,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     codes: list[int] = []
     sweep: dict = {}
     seen = set(hidden)   # every secret value met, for the sweep's multirun.yaml
+    remote_jobs.clear()
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
     def _main(cfg) -> None:
@@ -224,7 +284,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
             print(secrets.redact(f"error CONFIG_INTERPOLATION at <config>: "
                                  f"{' '.join(str(exc).split())}", seen), file=sys.stderr)
             codes.append(2)
-            return
+            return 2
         plain.pop("hydra", None)
         seen.update(secrets.scrub_config(plain)[1])
         _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
@@ -234,13 +294,22 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
             sweep.setdefault("jobs", []).append(run_dir)
         codes.append(job(plain, run_dir, {"multirun": multirun,
                                           "overrides": list(hc.overrides.task)}))
+        return codes[-1]   # for a launcher that ran this job in another process
 
     old_argv = sys.argv
     sys.argv = [old_argv[0], *_hydra_argv(argv)]
+    launcher = submitit_launcher(argv)
+    if launcher:   # specc's subclass: waits for every job, cancels them all on Ctrl-C
+        sys.argv.append(f"hydra.launcher._target_=hydra_plugins.specc_submitit."
+                        f"{_SUBMITIT[launcher]}")
     try:
         _main()
     except SystemExit as exc:   # --help, --cfg and friends
         return int(exc.code or 0)
+    except LaunchRefused as exc:
+        for line in exc.lines:
+            print(secrets.redact(line, seen), file=sys.stderr)
+        return 2
     except Exception as exc:
         line = _hydra_error_line(exc, argv)
         if "CONFIG_UNKNOWN_OPTION" in line and "use one of" not in line:
@@ -250,7 +319,12 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
         return 2
     finally:
         sys.argv = old_argv
+    for sweep_dir, run_dir, code in remote_jobs:
+        sweep["dir"] = sweep_dir
+        if run_dir.is_dir():   # a job that died before Hydra made its dir has nothing to combine
+            sweep.setdefault("jobs", []).append(run_dir)
+        codes.append(code)
     if sweep:
         _scrub_saved_configs([sweep["dir"] / "multirun.yaml"], seen)
-        codes.append(finish_sweep(sweep["dir"], sweep["jobs"]))
+        codes.append(finish_sweep(sweep["dir"], sweep.get("jobs", [])))
     return max(codes, default=0)
