@@ -379,6 +379,12 @@ def _execute_locked(plan: Plan, run_dir: Path, ctx, retry_failed: bool,
                     stopper: interrupts.Stopper) -> int:
     if stopper.stopping:
         return exits.INTERRUPTED
+    plan, problems = lifecycle.on_visible_gpus(plan)
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        print("nothing was launched", file=sys.stderr)
+        return exits.INVALID
     problems = _engine_problems(plan, run_dir)
     if problems:
         for line in problems:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
@@ -65,6 +65,29 @@ def port_holder(port: int) -> str:
     except (psutil.Error, OSError):
         pass
     return "another process"
+
+
+def on_visible_gpus(plan, environ=os.environ):
+    """(plan, problems): the plan's GPU slots taken as indices into the CUDA_VISIBLE_DEVICES
+    this executor was given (a user's `CUDA_VISIBLE_DEVICES=4,5,6,7 specc ...`, a Slurm
+    allocation's GPUs under hydra/launcher=submitit_slurm), so a server planned on GPU 0
+    runs on the first GPU granted, never on a GPU someone else holds. Unset: as planned."""
+    visible = [g.strip() for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if not visible:
+        return plan, []
+    servers, problems = [], []
+    for s in plan.servers:
+        if any(g >= len(visible) for g in s.gpus):
+            problems.append(
+                f"error GPUS_NOT_VISIBLE at servers.{s.id}: planned on GPUs "
+                f"{','.join(map(str, s.gpus))} but CUDA_VISIBLE_DEVICES={','.join(visible)} "
+                f"gives this executor {len(visible)} GPU(s) (fix: compile with "
+                f"hardware.gpus_per_node={len(visible)}, or give it more GPUs)")
+            continue
+        mine = [visible[g] for g in s.gpus]
+        gpus = tuple(int(g) for g in mine) if all(g.isdigit() for g in mine) else s.gpus
+        servers.append(replace(s, gpus=gpus, env={**s.env, "CUDA_VISIBLE_DEVICES": ",".join(mine)}))
+    return (plan if problems else replace(plan, servers=tuple(servers))), problems
 
 
 def gpu_holders(ctx, gpus) -> tuple[list[str], str | None]:
