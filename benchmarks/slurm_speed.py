@@ -81,7 +81,7 @@ def job_times(run_dir: Path) -> list[dict]:
         node = json.loads((run_dir / "slurm/state" / f"{name}.json").read_text())
         ex = node["executor"]
         srv = next(iter(node["servers"].values()))
-        out.append({"submitted": rec["submitted_at"], "running_seen": rec["started_at"],
+        out.append({"name": name, "submitted": rec["submitted_at"], "running_seen": rec["started_at"],
                     "node_started": ex["started_at"], "server_launched": srv["started_at"],
                     "server_stopped": srv["stopped_at"], "node_finished": ex["finished_at"],
                     "end_seen": rec["ended_at"], "nodes": rec["nodes"]})
@@ -90,6 +90,31 @@ def job_times(run_dir: Path) -> list[dict]:
 
 def med(xs) -> float:
     return statistics.median(xs)
+
+
+def sweep_breakdown(run_dir: Path) -> dict:
+    """Where a sweep's Slurm time goes: per job, submit -> the driver sees it RUNNING and
+    submit -> its node entry runs (the jobs Slurm started at once); for each job that waited
+    for a node, the node's previous job's node entry end -> this one's start (freed-node
+    pickup: the entry's exit, Slurm's completion and the next job's launch)."""
+    jobs = sorted(job_times(run_dir), key=lambda j: j["node_started"])
+    t0 = min(j["submitted"] for j in jobs)
+    first, pickup, last_end = [], [], {}
+    for j in jobs:
+        prev = last_end.get(j["nodes"])
+        if prev is not None and prev <= j["node_started"]:
+            pickup.append(j["node_started"] - prev)
+        else:
+            first.append(j)
+        last_end[j["nodes"]] = j["node_finished"]
+    return {"submit_to_running_seen": [round(j["running_seen"] - j["submitted"], 2) for j in first],
+            "submit_to_node_entry": [round(j["node_started"] - j["submitted"], 2) for j in first],
+            "freed_node_pickup": [round(x, 2) for x in pickup],
+            "node_entry_to_server_launch": round(med(j["server_launched"] - j["node_started"]
+                                                     for j in jobs), 2),
+            "server_stop_to_node_end": round(med(j["node_finished"] - j["server_stopped"]
+                                                 for j in jobs), 2),
+            "last_end_seen": round(max(j["end_seen"] for j in jobs) - t0, 1)}
 
 
 def main() -> int:
@@ -119,6 +144,9 @@ def main() -> int:
         print(f"  {args.nodes} nodes / one node: {figures['sweep']['ratio_vs_one_node']:.3f}  "
               f"(target <= 0.35); / local: {figures['sweep']['ratio_vs_local']:.3f}; "
               f"nodes used: {', '.join(nodes_used)}")
+        for name in ("slurm_all_nodes", "slurm_one_node"):
+            figures["sweep"][f"{name}_parts_s"] = parts = sweep_breakdown(tmp / name)
+            print(f"  {name}: " + "; ".join(f"{k} {v}" for k, v in parts.items()))
 
         # 2. one server: slurm vs local, alternating
         local, slurm, parts = [], [], []
