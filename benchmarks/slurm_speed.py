@@ -23,8 +23,10 @@ outside.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -61,13 +63,18 @@ def cluster_env(nodes: int, tmp: Path) -> tuple[dict, Path | None]:
     return env, root
 
 
+#: run dir -> (epoch seconds at the CLI's start, at its exit)
+SPANS: dict[Path, tuple[float, float]] = {}
+
+
 def run(args, run_dir: Path, env: dict) -> float:
     """Wall seconds of `python -m specc ARGS execute=true` into run_dir (must exit 0)."""
-    t0 = time.monotonic()
+    t0, start = time.monotonic(), time.time()
     p = subprocess.run([sys.executable, "-m", "specc", *args, f"hydra.run.dir={run_dir}",
                         f"engine.base_port={free_port_block(8)}", "execute=true"],
                        cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
+    SPANS[run_dir] = (start, time.time())
     if p.returncode:
         sys.exit(f"{' '.join(args)} exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return wall
@@ -81,15 +88,71 @@ def job_times(run_dir: Path) -> list[dict]:
         node = json.loads((run_dir / "slurm/state" / f"{name}.json").read_text())
         ex = node["executor"]
         srv = next(iter(node["servers"].values()))
-        out.append({"submitted": rec["submitted_at"], "running_seen": rec["started_at"],
+        out.append({"name": name, "id": rec["id"], "submitted": rec["submitted_at"], "running_seen": rec["started_at"],
                     "node_started": ex["started_at"], "server_launched": srv["started_at"],
                     "server_stopped": srv["stopped_at"], "node_finished": ex["finished_at"],
                     "end_seen": rec["ended_at"], "nodes": rec["nodes"]})
     return out
 
 
+def ctld_times(root: Path | None) -> dict[str, dict]:
+    """Slurm's own view from slurmctld's log (ms timestamps, this host's local time): per job
+    id, when it was allocated its node and when it completed; {} for a cluster we did not
+    start."""
+    out: dict[str, dict] = {}
+    try:
+        text = (root / "log/slurmctld.log").read_text(errors="replace") if root else ""
+    except OSError:
+        return out
+    for m in re.finditer(r"^\[([0-9T:.-]+)\] (?:sched: Allocate JobId=(\d+)|"
+                         r"_job_complete: JobId=(\d+) done)", text, re.M):
+        t = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+        out.setdefault(m.group(2) or m.group(3), {})["allocated" if m.group(2) else
+                                                     "completed"] = t
+    return out
+
+
 def med(xs) -> float:
     return statistics.median(xs)
+
+
+def sweep_breakdown(run_dir: Path, ctld: dict) -> dict:
+    """Where a sweep's Slurm time goes: the CLI's start -> the first submission (compile);
+    per job, submit -> the driver sees it RUNNING and submit -> its node entry runs (the
+    jobs Slurm started at once); for each job that waited for a node, the node's previous
+    job's node entry end -> this one's start (freed-node pickup: the entry's exit, Slurm's
+    completion and the next job's launch); the driver seeing the last job end -> the CLI's
+    exit (the report)."""
+    jobs = sorted(job_times(run_dir), key=lambda j: j["node_started"])
+    t0 = min(j["submitted"] for j in jobs)
+    first, pickup, slurm_pickup, last = [], [], [], {}
+    for j in jobs:
+        prev = last.get(j["nodes"])
+        if prev is not None and prev["node_finished"] <= j["node_started"]:
+            pickup.append(j["node_started"] - prev["node_finished"])
+            a, c = ctld.get(j["id"], {}), ctld.get(prev["id"], {})
+            if "allocated" in a and "completed" in c:
+                slurm_pickup.append((c["completed"] - prev["node_finished"],
+                                     a["allocated"] - c["completed"],
+                                     j["node_started"] - a["allocated"]))
+        else:
+            first.append(j)
+        last[j["nodes"]] = j
+    alloc = [ctld.get(j["id"], {}).get("allocated") for j in first]
+    slurm = {} if None in alloc else {
+        "submit_to_allocated": [round(a - j["submitted"], 2) for a, j in zip(alloc, first)],
+        "allocated_to_node_entry": [round(j["node_started"] - a, 2) for a, j in zip(alloc, first)],
+        "pickup_split":   # (entry end -> Slurm: completed, -> next allocated, -> its entry runs)
+            [tuple(round(x, 2) for x in p) for p in slurm_pickup]}
+    return {"submit_to_running_seen": [round(j["running_seen"] - j["submitted"], 2) for j in first],
+            "submit_to_node_entry": [round(j["node_started"] - j["submitted"], 2) for j in first],
+            "freed_node_pickup": [round(x, 2) for x in pickup], **slurm,
+            "node_entry_to_server_launch": round(med(j["server_launched"] - j["node_started"]
+                                                     for j in jobs), 2),
+            "server_stop_to_node_end": round(med(j["node_finished"] - j["server_stopped"]
+                                                 for j in jobs), 2),
+            "cli_start_to_first_submit": round(t0 - SPANS[run_dir][0], 2),
+            "last_end_seen_to_exit": round(SPANS[run_dir][1] - max(j["end_seen"] for j in jobs), 2)}
 
 
 def main() -> int:
@@ -119,6 +182,10 @@ def main() -> int:
         print(f"  {args.nodes} nodes / one node: {figures['sweep']['ratio_vs_one_node']:.3f}  "
               f"(target <= 0.35); / local: {figures['sweep']['ratio_vs_local']:.3f}; "
               f"nodes used: {', '.join(nodes_used)}")
+        for name in ("slurm_all_nodes", "slurm_one_node"):
+            figures["sweep"][f"{name}_parts_s"] = parts = sweep_breakdown(tmp / name,
+                                                                          ctld_times(root))
+            print(f"  {name}: " + "; ".join(f"{k} {v}" for k, v in parts.items()))
 
         # 2. one server: slurm vs local, alternating
         local, slurm, parts = [], [], []

@@ -536,3 +536,30 @@ def test_plan_sh_does_not_launch_a_multi_node_server_on_this_machine(tmp_path):
     assert f"plan.sh: {plan.servers[0].id} spans 2 nodes: run the plan on Slurm" in text
     (tmp_path / "plan.sh").write_text(text)
     assert subprocess.run(["bash", "-n", str(tmp_path / "plan.sh")]).returncode == 0
+
+
+# ----------------------------------------------------------------------------- driver timing
+def test_the_report_warm_up_imports_plotting_at_lowest_priority_in_its_own_thread():
+    """The driver warms the report's imports while Slurm schedules: in its own thread, at
+    nice 19 for that thread alone (the driver's main thread keeps its priority)."""
+    code = """
+import os, sys, threading
+calls = []
+real = os.setpriority
+os.setpriority = lambda which, who, prio: (calls.append((which, who, prio)), real(which, who, prio))
+before = os.getpriority(os.PRIO_PROCESS, 0)
+from specc.run.slurm import warm_report
+assert "matplotlib.figure" not in sys.modules and "specc.report" not in sys.modules
+t = warm_report()
+t.join(60)
+assert "matplotlib.figure" in sys.modules and "specc.report" in sys.modules, "not imported"
+assert calls == [(os.PRIO_PROCESS, t.native_id, 19)], (calls, t.native_id)
+assert t.native_id != threading.get_native_id()
+assert os.getpriority(os.PRIO_PROCESS, 0) == before, "the driver itself was niced"
+print("ok")
+"""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("per-thread nice values are Linux's")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
