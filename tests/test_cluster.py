@@ -334,6 +334,25 @@ def test_the_node_entry_runs_the_servers_the_plan_gives_its_job(sweep, tmp_path,
     assert len(ran) == 1
 
 
+def test_the_node_entry_refuses_before_launching_when_the_engine_there_cannot_run_it(
+        sweep, tmp_path):
+    """The executor's preflight runs on the node too: this test venv has no SGLang, so the
+    job exits 2 with the doctor's line (the driver's reason for its points: the job log's
+    tail), and nothing was launched or written."""
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    job = sweep.plan.cluster.jobs[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    res = subprocess.run([sys.executable, "-m", "specc.run.node", "--plan",
+                          str(tmp_path / "plan.json"), "--job", job.name], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("error DOCTOR_ENGINE_MISSING") and "Traceback" not in res.stderr
+    assert lines[-1].startswith("nothing was launched on this node")
+    assert not (tmp_path / "servers").exists() and not (tmp_path / "slurm" / "results").exists()
+    assert not (tmp_path / "slurm" / "state").exists()
+
+
 def test_a_slurm_plan_off_a_login_node_says_so(sweep, tmp_path):
     write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
     env = {**os.environ, "PATH": str(Path(sys.executable).parent)}

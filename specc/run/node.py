@@ -175,6 +175,18 @@ def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
         for b in mine))
 
 
+def engine_problems(plan: Plan, server_ids: list[str]) -> list[str]:
+    """The executor's preflight, on the node: the engine installed where the job landed (a
+    node's own install, a container image) is the release the plan was compiled for, and
+    its parser accepts each launch command as rank 0 runs it; else the job's points fail
+    with the doctor's line as their reason instead of a crash deep in a launch."""
+    from specc.run.doctor import check_plan
+
+    mine = tuple(plan.server(s) for s in server_ids)
+    return [d.line() for d in check_plan(replace(plan, servers=mine, cluster=None, benchmarks=(),
+                                                 dropped=()))]
+
+
 def run_job(plan: Plan, run_dir: Path, server_ids: list[str], *, job: str,
             stream=None) -> int:
     """Run the job's servers side by side to the end; the exit code Slurm records."""
@@ -184,6 +196,13 @@ def run_job(plan: Plan, run_dir: Path, server_ids: list[str], *, job: str,
     from specc.run.progress import SweepProgress
 
     run_dir = Path(run_dir)
+    problems = engine_problems(plan, server_ids)
+    if problems:
+        for line in problems:
+            print(line, file=sys.stderr)
+        print(f"nothing was launched on {os.environ.get('SLURMD_NODENAME') or 'this node'}: the "
+              "engine here would not run this plan as written", file=sys.stderr, flush=True)
+        return exits.INVALID
     stopping = threading.Event()
     sub = job_plan(plan, server_ids)
     results = JobResults(run_dir, server_ids, stopping.is_set)
