@@ -13,10 +13,12 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import compose_config
 from executor_helpers import PY, REPO, free_port_block, wait_for
@@ -399,15 +401,34 @@ with open(out, "w") as f:
 """
 
 
+def _real_vllm_python() -> Path:
+    """The interpreter of the drift check's venv holding the released vLLM (built once and
+    cached; tests/drift builds it first in a full run)."""
+    from specc.engines import get_engine
+
+    sys.path.insert(0, str(REPO / "tests" / "drift"))
+    try:
+        from venvs import RegistryUnreachable, ensure_venv
+    finally:
+        sys.path.pop(0)
+    version = get_engine("vllm").pinned_version
+    try:
+        return ensure_venv("vllm", version, log=print)
+    except RegistryUnreachable as e:
+        pytest.skip(f"package registry unreachable, cannot fetch vllm=={version}: {e}")
+
+
 def test_a_two_node_vllm_server_gets_the_head_command_on_rank_0_and_headless_on_rank_1(
         cluster, tmp_path):
-    """vLLM cannot run here (no GPU, no CUDA build), so the program `vllm` is swapped, and
-    only it: a recorder named `vllm` first on PATH. Everything else is the real path of a
+    """vLLM cannot serve here (no GPU, no CUDA build), so the program `vllm` is swapped, and
+    only it: a recorder named `vllm` first on PATH, run by the interpreter of a venv that
+    holds the released vLLM. So the node entry's preflight reads the real release and parses
+    both commands with vLLM's own parser on the node. Everything else is the real path of a
     2-node vLLM plan: `inv run` submits the compiled job with sbatch, the node entry finds
     the head's address (Slurm's NodeAddr of the job's first node) and launches one srun task
     per node through specc.run.rank, which fills in each task's rank and adds --headless
     on rank 1. The recorder then exits, so the server fails its points: only the commands
-    are checked here (vLLM's parser reads them in tests/drift)."""
+    are checked here."""
     from specc.compile.emit import write_outputs
     from specc.compile.pipeline import compile_config
     from specc.run.rank import fill
@@ -415,14 +436,13 @@ def test_a_two_node_vllm_server_gets_the_head_command_on_rank_0_and_headless_on_
     run_dir, bin_dir, out = tmp_path / "run", tmp_path / "bin", tmp_path / "recorded"
     bin_dir.mkdir()
     out.mkdir()
-    (bin_dir / "vllm").write_text(RECORDER.format(python=PY, out=str(out)))
+    (bin_dir / "vllm").write_text(RECORDER.format(python=_real_vllm_python(), out=str(out)))
     (bin_dir / "vllm").chmod(0o755)
     config = compose_config(VLLM_TWO_NODES)
     config["engine"]["base_port"] = free_port_block(8)
     result = compile_config(config)
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
-    write_outputs(run_dir, result.plan, result.diagnostics, title="slurm test",
-                  cluster=result.cluster)
+    write_outputs(run_dir, result.plan, result.diagnostics, title="slurm test")
     (server,) = result.plan.servers
     assert server.nodes == 2 and server.follower_args == ("--headless",)
     code, log = run_driver(run_dir, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
