@@ -144,3 +144,35 @@ def test_a_point_does_not_start_when_the_port_changed_hands(guard, tmp_path, mon
     # the leader's kernel start time, recorded at launch for `specc down` to check
     assert isinstance(entry["create_time"], float)
     assert abs(entry["create_time"] - entry["started_at"]) < 5
+
+
+def test_a_taken_rendezvous_port_fails_preflight_naming_it(tmp_path):
+    """A multi-node server's ranks meet at its rendezvous port on the head node (where the
+    executor runs): held by another process, the server would hang in its join phase until
+    the budget ran out; preflight names the holder instead and launches nothing."""
+    from executor_helpers import SimGuard, set_server_env
+
+    guard = SimGuard(tmp_path)
+    base = guard.port(1)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        meet = holder.getsockname()[1]
+
+        def edit(plan):
+            plan["servers"][0]["rendezvous_port"] = meet
+            set_server_env(plan, 0)
+
+        plan = compile_plan(tmp_path / "run", port=base, edit=edit)
+        try:
+            code = execute(plan, tmp_path / "run")
+        finally:
+            left = guard.check()
+    assert left == [] and code == 3
+    sid = plan.servers[0].id
+    rows = [r for r in results(tmp_path / "run") if r["server"] == sid]
+    assert rows and all(r["status"] == "failed" for r in rows)
+    assert all(f"rendezvous port {meet} (where the server's nodes meet) is already in use by "
+               f"pid {os.getpid()}" in r["reason"] for r in rows)
+    assert not (tmp_path / "run" / plan.servers[0].log).exists()   # never launched
+    assert state(tmp_path / "run")["servers"][sid]["status"] == "failed"

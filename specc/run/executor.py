@@ -65,6 +65,10 @@ class Executor:
         if lifecycle.port_in_use(server.host, server.port):
             return (f"port {server.port} is already in use by {lifecycle.port_holder(server.port)}"
                     f"; stop it or change engine.base_port")
+        meet = server.rendezvous_port   # a multi-node server's ranks meet here, on this (the head) node
+        if meet and lifecycle.port_in_use(server.host, meet):
+            return (f"rendezvous port {meet} (where the server's nodes meet) is already in use "
+                    f"by {lifecycle.port_holder(meet)}; stop it or change engine.base_port")
         if not self.plan.engine_info.get("uses_gpus", True):
             return None   # e.g. the simulator: no GPUs to check
         problems, note = lifecycle.gpu_holders(self.ctx, server.gpus)
