@@ -1,6 +1,6 @@
 """Hydra multirun through hydra-submitit-launcher, without Slurm: its `submitit_local` executor
 runs each job in its own process, as `submitit_slurm` runs it in its own allocation (that one
-is tested on a real Slurm in tests/slurm/test_submitit_slurm.py). What travels back to the
+is tested on a real Slurm in tests/slurm/test_slurm.py). What travels back to the
 login process: each job's exit code (a failed point is still exit 3) and its run dir for the
 combined report; what is refused before anything is submitted: one line each, exit 2."""
 

@@ -120,7 +120,17 @@ def venv_dir(engine: str, version: str) -> Path:
 
 
 def ensure_venv(engine: str, version: str, log=lambda msg: None) -> Path:
-    """The venv's python for `engine`==`version`, built if missing or stale."""
+    """The venv's python for `engine`==`version`, built if missing or stale. One builder at a
+    time (a lock file beside it): pytest-xdist workers and concurrent runs share the cache."""
+    import fcntl
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{engine}-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_venv(engine, version, log)
+
+
+def _ensure_venv(engine: str, version: str, log) -> Path:
     root = venv_dir(engine, version)
     py = root / "bin" / "python"
     stamp = root / ".complete"
