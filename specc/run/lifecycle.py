@@ -84,10 +84,15 @@ def on_visible_gpus(plan, environ=os.environ):
                 f"gives this executor {len(visible)} GPU(s) (fix: compile with "
                 f"hardware.gpus_per_node={len(visible)}, or give it more GPUs)")
             continue
-        mine = [visible[g] for g in s.gpus]
-        gpus = tuple(int(g) for g in mine) if all(g.isdigit() for g in mine) else s.gpus
-        servers.append(replace(s, gpus=gpus, env={**s.env, "CUDA_VISIBLE_DEVICES": ",".join(mine)}))
+        servers.append(on_gpus(s, [visible[g] for g in s.gpus]))
     return (plan if problems else replace(plan, servers=tuple(servers))), problems
+
+
+def on_gpus(server, ids: list[str]):
+    """The server on these CUDA device ids: its CUDA_VISIBLE_DEVICES, and its `gpus` too where
+    they are indices (UUIDs or MIG ids keep the planned numbers: no index to check holders by)."""
+    gpus = tuple(int(g) for g in ids) if all(g.isdigit() for g in ids) else server.gpus
+    return replace(server, gpus=gpus, env={**server.env, "CUDA_VISIBLE_DEVICES": ",".join(ids)})
 
 
 def gpu_holders(ctx, gpus) -> tuple[list[str], str | None]:

@@ -40,6 +40,7 @@ from pathlib import Path
 from specc import exits
 from specc.plan import Plan, Server
 from specc.results import ResultLog, parse_rows
+from specc.run.lifecycle import on_gpus
 from specc.run.state import RunState
 
 #: Exit code of a job its node entry crashed in (a traceback is in the job's log).
@@ -116,8 +117,7 @@ def on_node(servers: list[Server], environ=os.environ) -> list[Server]:
         if len(mine) < len(s.gpus):
             out.append(s)   # fewer GPUs than planned: the engine says so at launch
             continue
-        gpus = tuple(int(g) for g in mine) if all(g.isdigit() for g in mine) else s.gpus
-        out.append(replace(s, env={**s.env, "CUDA_VISIBLE_DEVICES": ",".join(mine)}, gpus=gpus))
+        out.append(on_gpus(s, mine))
     return out
 
 
