@@ -214,3 +214,52 @@ def test_resolve_paths_expands_home_and_makes_local_paths_absolute(compose, tmp_
     assert out["sweep"]["model_pair.draft.path"] == [str(tmp_path / "models" / "llama"), "org/x"]
     assert out["sweep"]["benchmark"] == [{"dataset_path": str(tmp_path / "q.jsonl")}]
     assert cfg["benchmark"]["dataset_path"] == "data/p.jsonl"     # the input is left alone
+
+
+# --- each default said once --------------------------------------------------------------
+
+def test_keys_a_config_leaves_out_take_the_shipped_defaults(compose):
+    """The conf's default options are the one place client, readiness and server defaults are
+    said: compile fills what a config leaves out, so the plan holds every value (a config
+    without min_requests used to get 4 prompts from a literal in the matrix, not conf's 80)."""
+    from specc.compile.pipeline import compile_config
+
+    cfg = compose(["model_pair.context_length=2048", "speculation=none"])
+    for key in ("min_requests", "seed", "warmup_requests", "range_ratio", "hf_split",
+                "temperature", "ignore_eos", "repeats", "timeout_s"):
+        del cfg["benchmark"][key]
+    del cfg["readiness"]["probe_timeout_s"]
+    del cfg["server"]
+    plan = compile_config(cfg).plan
+    (bench,) = plan.benchmarks
+    shipped = schema.shipped_defaults("benchmark/default.yaml")
+    assert shipped["min_requests"] == 80 and bench.params["num_prompts"] == 80
+    for key in ("seed", "warmup_requests", "range_ratio", "hf_split", "temperature",
+                "ignore_eos", "repeats", "timeout_s"):
+        assert bench.params[key] == shipped[key], key
+    assert plan.servers[0].readiness.probe.timeout_s == \
+        schema.shipped_defaults("readiness/default.yaml")["probe_timeout_s"]
+
+
+def test_changing_a_shipped_default_changes_every_reader(compose, tmp_path, monkeypatch):
+    """One source: a default changed in the conf dir reaches the plan, the point runner's
+    params and bench_serving's command alike."""
+    import shutil
+
+    from specc.compile.pipeline import compile_config
+    from specc.config import compose as compose_mod
+
+    conf = tmp_path / "conf"
+    shutil.copytree(compose_mod.CONF_DIR, conf)
+    path = conf / "benchmark" / "default.yaml"
+    path.write_text(path.read_text().replace("warmup_requests: 1", "warmup_requests: 3")
+                    .replace("range_ratio: 1.0", "range_ratio: 0.5"))
+    monkeypatch.setattr(compose_mod, "CONF_DIR", conf)
+    cfg = compose(["model_pair.context_length=2048", "speculation=none",
+                   "benchmark.driver=bench_serving", "benchmark.dataset=random"])
+    del cfg["benchmark"]["warmup_requests"], cfg["benchmark"]["range_ratio"]
+    (bench,) = compile_config(cfg).plan.benchmarks
+    assert (bench.params["warmup_requests"], bench.params["range_ratio"]) == (3, 0.5)
+    argv = list(bench.argv)
+    assert argv[argv.index("--warmup-requests") + 1] == "3"
+    assert argv[argv.index("--random-range-ratio") + 1] == "0.5"

@@ -153,8 +153,8 @@ def _num_prompts(bench: dict) -> int:
     and ``min_output_tokens`` tokens, and one full wave at the point's concurrency."""
     if bench.get("num_prompts"):
         return bench["num_prompts"]
-    by_tokens = -(-bench.get("min_output_tokens", 0) // bench["output_len"])
-    return max(bench.get("min_requests", 4), by_tokens, bench["concurrency"])
+    by_tokens = -(-bench["min_output_tokens"] // bench["output_len"])
+    return max(bench["min_requests"], by_tokens, bench["concurrency"])
 
 
 def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:

@@ -273,7 +273,7 @@ def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
 
 def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """A probe timeout under the engine's own health-check time calls a busy server dead."""
-    timeout = spec.readiness.get("probe_timeout_s", 30.0)
+    timeout = spec.readiness["probe_timeout_s"]
     if timeout < engine.health_timeout_s:
         yield error("READINESS_PROBE_TIMEOUT", "readiness.probe_timeout_s",
                     f"probe timeout {timeout:g} s is shorter than {engine.name}'s own health check "
@@ -429,7 +429,7 @@ def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
         # parse cached (per length, a sweep over lengths re-read it for every point)
         promptsets.load(kind, path=path, output_len=1,
                         categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
-                        hf_split=bench.get("hf_split", "test"))
+                        hf_split=bench["hf_split"])
     except promptsets.CategoryError as e:
         yield error("BENCH_DATASET_CATEGORY", "benchmark.categories", str(e),
                     "name categories the set has, or set benchmark.categories=null")
@@ -455,9 +455,9 @@ def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
         yield error("BENCH_TARGET_CI", "benchmark.target_ci",
                     f"target_ci {target} is not a positive relative half-width",
                     "set benchmark.target_ci=0.02 (+-2%), or null for a fixed sample")
-    elif target is not None and bench.get("max_requests", 0) < bench["num_prompts"]:
+    elif target is not None and bench["max_requests"] < bench["num_prompts"]:
         yield error("BENCH_MAX_REQUESTS", "benchmark.max_requests",
-                    f"max_requests {bench.get('max_requests')} is below the first batch of "
+                    f"max_requests {bench['max_requests']} is below the first batch of "
                     f"{bench['num_prompts']} requests", f"set benchmark.max_requests >= "
                     f"{bench['num_prompts']}")
     if bench.get("driver") == "bench_serving" and bench["dataset"] not in (

@@ -470,6 +470,46 @@ def validate_value(path: str, value) -> str | None:
     return errs[0].message if errs else None
 
 
+# --- defaults ----------------------------------------------------------------------------
+
+#: Sections whose keys a config may leave out, and the shipped option that says each key's
+#: default: the one place it is said. Compile fills the gaps, so the plan holds every value
+#: and no later reader (rules, adapters, the point runner) carries a default of its own.
+DEFAULTED = {"benchmark": "benchmark/default.yaml", "readiness": "readiness/default.yaml",
+             "server": "server/default.yaml"}
+#: The simulator's own section (engine=sim), from its option's `sim` mapping.
+SIM_DEFAULTS = "engine/sim.yaml"
+
+
+@lru_cache(maxsize=None)
+def _shipped(conf_dir: str, relpath: str) -> dict:
+    import yaml
+
+    with open(os.path.join(conf_dir, relpath)) as f:
+        return yaml.safe_load(f) or {}
+
+
+def shipped_defaults(relpath: str) -> dict:
+    """The keys of a shipped config option (relative to the conf dir), as YAML says them."""
+    from specc.config.compose import CONF_DIR
+
+    return dict(_shipped(str(CONF_DIR), relpath))
+
+
+def with_defaults(config: dict) -> dict:
+    """A schema-valid config with every key of the DEFAULTED sections (and engine.sim on the
+    simulator) present: what the config leaves out, the shipped option says."""
+    cfg = dict(config)
+    for section, relpath in DEFAULTED.items():
+        given = cfg.get(section) if isinstance(cfg.get(section), dict) else {}
+        cfg[section] = {**shipped_defaults(relpath), **given}
+    engine = cfg.get("engine")
+    if isinstance(engine, dict) and engine.get("name") == "sim":
+        cfg["engine"] = {**engine, "sim": {**shipped_defaults(SIM_DEFAULTS)["sim"],
+                                           **(engine.get("sim") or {})}}
+    return cfg
+
+
 # --- paths -------------------------------------------------------------------------------
 
 def _model_path(path):

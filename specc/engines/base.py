@@ -316,8 +316,7 @@ class Engine(ABC):
 
     def budget(self, spec: ServerSpec, estimate_s: float) -> float:
         r = spec.readiness
-        return round(max(estimate_s * r.get("phase_budget_factor", 3.0),
-                         r.get("phase_budget_floor_s", 120.0)), 1)
+        return round(max(estimate_s * r["phase_budget_factor"], r["phase_budget_floor_s"]), 1)
 
     def readiness(self, spec: ServerSpec) -> Readiness:
         """The plan's readiness section. Fatal patterns are literal strings."""
@@ -330,9 +329,8 @@ class Engine(ABC):
                                 budget_s=self.budget(spec, p["estimate_s"])))
         budgets = sum(p.budget_s for p in phases)
         return Readiness(
-            probe=Probe(method="GET", path=self.health_path, interval_s=r.get("probe_interval_s", 0.1),
-                        timeout_s=r.get("probe_timeout_s", 30.0),
-                        success_threshold=r.get("success_threshold", 1)),
+            probe=Probe(method="GET", path=self.health_path, interval_s=r["probe_interval_s"],
+                        timeout_s=r["probe_timeout_s"], success_threshold=r["success_threshold"]),
             answers=dict(self.answers),
             engine_health_timeout_s=self.health_timeout_s,
             ready_log=patterns(self.ready_line),
@@ -370,11 +368,11 @@ class Engine(ABC):
                 *(["--dataset-path", bench["dataset_path"]] if bench.get("dataset_path") else []),
                 "--random-input-len", str(bench["input_len"]),
                 "--random-output-len", str(bench["output_len"]),
-                "--random-range-ratio", str(bench.get("range_ratio", 1.0)),
+                "--random-range-ratio", str(bench["range_ratio"]),
                 "--num-prompts", str(num_prompts),
                 "--max-concurrency", str(bench["concurrency"]),
                 "--request-rate", "inf" if rate is None else str(rate),
-                "--seed", str(bench.get("seed", 0)),
-                "--warmup-requests", str(bench.get("warmup_requests", 1)),
+                "--seed", str(bench["seed"]),
+                "--warmup-requests", str(bench["warmup_requests"]),
                 "--output-file", output_file]
 
