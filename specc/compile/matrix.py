@@ -126,7 +126,8 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
 
 
 def spec_for(sections: dict, cluster: str = "local") -> ServerSpec:
-    sections = {**sections, "server": schema.server_section(sections)}
+    if len(sections.get("server") or ()) != len(schema.SERVER_KNOBS):   # every knob, once
+        sections = {**sections, "server": schema.server_section(sections)}
     mp = sections["model_pair"]
     eng = sections["engine"]
     context = get_engine(eng["name"], eng.get("version")).derived_context_length
