@@ -383,8 +383,8 @@ class FastClient:
             except BadResponse as e:
                 self.all.discard(conn)
                 rec.end = time.time()
-                finish(rec, api, conn.status or 200, conn.body, conn.ts, conn.offs,
-                       f"bad response: {e}")
+                # nothing in a misframed response is read as an answer
+                finish(rec, api, conn.status or 200, b"", [], [], f"bad response: {e}")
                 return
             except (ConnectionError, OSError) as e:
                 self.all.discard(conn)

@@ -36,21 +36,25 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
         text = bytes(body[:300]).decode("utf-8", "replace").strip().replace("\n", " ")
         rec.error = fail or f"HTTP {status}: {text[:200]}"
         return
+    if not ts:      # bytes without a read time (a body cut short): the end's
+        ts, offs = [rec.end], [len(body)]
     s = _Stream(api)
     try:
         s.read(body, ts, offs)
     except BadAnswer as e:
         s.err = str(e)
     rec.rid = s.rid
+    wrong = count_mismatch(s, rec.requested_output_tokens)
     chunk_times, chunk_counts = s.chunk_times, s.chunk_counts
     rec.chunk_times = chunk_times
     rec.chunk_count = len(chunk_times)
-    rec.output_tokens = s.usage if s.usage is not None else len(chunk_times)
+    # where the server's count and the stream disagree, the stream is the truth
+    rec.output_tokens = s.streamed() if wrong or s.usage is None else s.usage
     if chunk_times:
         rec.first_token_t = chunk_times[0]
         rec.ttft = chunk_times[0] - rec.start
         rec.chunk_gaps = [b - a for a, b in zip(chunk_times, chunk_times[1:])]
-        if None in s.tok_counts or None in chunk_counts:
+        if wrong or s.err or None in s.tok_counts or None in chunk_counts:
             rec.itls = spread_itls(rec.chunk_gaps, rec.output_tokens)
         else:
             rec.itls = per_token_itls(s.tok_times, s.tok_counts)
@@ -65,7 +69,7 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
         rec.error = "stream ended without [DONE]"
     elif not chunk_times:
         rec.error = "no output tokens"
-    elif (wrong := count_mismatch(s, rec.requested_output_tokens)) is not None:
+    elif wrong:
         rec.error = wrong
     elif rec.ignore_eos and rec.output_tokens < rec.requested_output_tokens:
         rec.error = (f"short output: {rec.output_tokens} of "
@@ -77,18 +81,18 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
 def count_mismatch(s: _Stream, requested: int) -> str | None:
     """Why a stream's token counts cannot be true, or None.
 
-    The streamed count is the truth: the running count the server put on its chunks
-    (each chunk with choices, or every /generate chunk), else the content chunks
-    received (each brings at least one token). The server's final count must equal
-    the running count, be no less than the chunks, and no more than was asked for."""
-    streamed = s.running if s.running is not None else len(s.chunk_times)
+    The streamed count is the truth: the running count the server put on its last
+    content chunk, else the content chunks received (each brings at least one token).
+    The server's final count may exceed it by one token without text (an end of
+    sequence), must be no less than the chunks, and no more than was asked for."""
+    streamed = s.streamed()
     reported = s.usage
     if reported is None:
         if requested and streamed > requested:
             return f"server streamed {streamed} content chunks for {requested} requested tokens"
         return None
     if (requested and reported > requested) or reported < len(s.chunk_times) or (
-            s.running is not None and reported != s.running):
+            s.running is not None and reported > s.running + 1):
         return (f"server reported {reported} completion tokens for {requested} requested "
                 f"and {streamed} streamed")
     return None
@@ -128,12 +132,16 @@ class _Stream:
         self.tok_times: list[float] = []     # chunks bench_serving's ITL counts, and their counts
         self.tok_counts: list = []
         self.usage: int | None = None        # the server's last count (final usage / meta_info)
-        self.running: int | None = None      # the count on the last chunk with choices
+        self.running: int | None = None      # the count on the last content chunk
         self.verify_ct = None
         self.rid = None
         self.done = False
         self.err: str | None = None
         self._last = 0                       # counts only grow
+
+    def streamed(self) -> int:
+        """Tokens streamed: the running count on the chunks, else one per content chunk."""
+        return self.running if self.running is not None else len(self.chunk_times)
 
     def count(self, value) -> int:
         n = token_count(value)
@@ -178,7 +186,7 @@ class _Stream:
                     self.rid = str(meta["id"])[:200]
                 ct = meta.get("completion_tokens")
                 if ct is not None:
-                    self.usage = self.running = ct = self.count(ct)
+                    self.usage = ct = self.count(ct)
                 if meta.get("spec_verify_ct") is not None:
                     self.verify_ct = meta["spec_verify_ct"]
                 text = _text(obj.get("text"), "text")
@@ -187,6 +195,7 @@ class _Stream:
                     self.tok_counts.append(ct)
                 if len(text) > prev_len:
                     prev_len = len(text)
+                    self.running = ct
                     self.chunk_times.append(ts[k])
                     self.chunk_counts.append(ct)
                 continue
@@ -203,8 +212,6 @@ class _Stream:
                 raise BadAnswer(f"server sent choices {short(choices)}, not a list")
             if not choices:
                 continue
-            if ct is not None:
-                self.running = ct
             c0 = _obj(choices[0], "choices[0]")
             if chat:
                 d = _obj(c0.get("delta"), "delta")
@@ -213,6 +220,7 @@ class _Stream:
             else:
                 content = _text(c0.get("text"), "text")
             if content:
+                self.running = ct
                 self.chunk_times.append(ts[k])
                 self.chunk_counts.append(ct)
                 self.tok_times.append(ts[k])
