@@ -18,6 +18,8 @@ accept length of 2.0 in its counters. Modes (the test says which):
   metrics_reset       /metrics: the counters go back between the point's two reads
   metrics_huge        /metrics: 10^12 tokens are generated during the point
   metrics_tiny        /metrics: the verify-pass counter moves by 1e-9 over the point
+                      (with a metrics_ mode, /server_info answers 404 unless info_ok)
+  info_ok             /server_info answers honestly even with a metrics_ mode
   info_nan            /server_info: avg_spec_accept_length is NaN (and no /metrics)
   info_deep           /server_info: 200,000 nested arrays (and no /metrics)
   bad_content_length  answers carry Content-Length "abc", no chunking
@@ -89,6 +91,8 @@ class Server:
                 return self.send(writer, 404, b"")
             return self.send(writer, 200, self.metrics().encode(), "text/plain")
         if path in ("/server_info", "/get_server_info"):
+            if any(k.startswith("metrics_") for k in m) and "info_ok" not in m:
+                return self.send(writer, 404, b"")   # the counters are all there is
             if "info_deep" in m:
                 return self.send(writer, 200, b"[" * 200_000 + b"]" * 200_000)
             avg = "NaN" if "info_nan" in m else str(float(TOKENS_PER_VERIFY))
