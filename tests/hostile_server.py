@@ -1,6 +1,10 @@
 """A misbehaving LLM server for the trust-boundary tests: a real process on a real port.
 
     python tests/hostile_server.py --port P --mode MODE[,MODE...]
+    HOSTILE_MODE=MODE python tests/hostile_server.py - <the simulator's flags>
+
+(The second form stands in for `python -m specc.sim` in a plan's launch command: the
+plan's flags still pass specc's preflight, which parses argv[3:] with the engine's parser.)
 
 It speaks SGLang's endpoints (/v1/chat/completions, /v1/completions, /generate
 streamed; /metrics, /server_info, /health_generate, /flush_cache) with raw asyncio
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 TOKENS_PER_VERIFY = 2      # the accept length the honest counters give
@@ -219,7 +224,7 @@ async def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", default="")
+    ap.add_argument("--mode", default=os.environ.get("HOSTILE_MODE", ""))
     args, _ = ap.parse_known_args(argv)
     srv = Server(parse_modes(args.mode))
     server = await asyncio.start_server(srv.handle, args.host, args.port, limit=1 << 20)

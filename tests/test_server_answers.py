@@ -228,11 +228,12 @@ def test_results_never_hold_nan_and_a_hand_edited_one_is_refused(tmp_path, capsy
 
 # ============================================================================ a whole `specc run`
 def _hostile_plan(run_dir: Path, mode: str, overrides=()):
-    """A compiled plan whose servers are the hostile server (its argv edited, as a user
-    could before `specc run`)."""
+    """A compiled plan whose servers are the hostile server (the launcher in its argv
+    edited, as a user could before `specc run`; the simulator's flags stay)."""
     def edit(d):
         for s in d["servers"]:
-            s["argv"] = [PY, str(HOSTILE), "--port", str(s["port"]), "--mode", mode]
+            s["argv"] = [PY, str(HOSTILE), "-", *s["argv"][3:]]
+            s["env"]["HOSTILE_MODE"] = mode
     compile_plan(run_dir, [*SPEC, *overrides], port=free_port_block(4), edit=edit)
     return run_dir / "plan.json"
 
@@ -255,5 +256,7 @@ def test_specc_run_against_a_hostile_server(tmp_path, mode, status, reason):
     assert len(rows) == 2 and {r["status"] for r in rows} == {status}, rows
     assert {r["reason"] for r in rows} == {reason}
     spec = [r for r in rows if r.get("accept_length_unknown")]
-    if mode == "metrics_nan":   # the sweep went on; the speculative row says why
+    if mode == "metrics_nan":   # the sweep went on; the speculative row says why, and so
         assert len(spec) == 1 and "read nan" in spec[0]["accept_length_unknown"]
+        assert ("accept length unknown: counter sglang:spec_verify_calls_total read nan"
+                in res.stdout)     # does the progress line
