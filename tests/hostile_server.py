@@ -22,6 +22,7 @@ accept length of 2.0 in its counters. Modes (the test says which):
   metrics_reset       /metrics: the counters go back between the point's two reads
   metrics_huge        /metrics: 10^12 tokens are generated during the point
   metrics_tiny        /metrics: the verify-pass counter moves by 1e-9 over the point
+  metrics_flood       /metrics: an endless answer
                       (with a metrics_ mode, /server_info answers 404 unless info_ok)
   info_ok             /server_info answers honestly even with a metrics_ mode
   info_nan            /server_info: avg_spec_accept_length is NaN (and no /metrics)
@@ -94,6 +95,13 @@ class Server:
         if path == "/metrics":
             if "info_nan" in m or "info_deep" in m:
                 return self.send(writer, 404, b"")
+            if "metrics_flood" in m:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+                line = b"# " + b"x" * 65000 + b"\n"
+                while True:                 # until the client hangs up
+                    writer.write(b"%x\r\n%s\r\n" % (len(line), line))
+                    await writer.drain()
             return self.send(writer, 200, self.metrics().encode(), "text/plain")
         if path in ("/server_info", "/get_server_info"):
             if any(k.startswith("metrics_") for k in m) and "info_ok" not in m:

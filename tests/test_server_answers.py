@@ -174,6 +174,7 @@ def test_honest_counters_give_the_run_accept_length(plan, tmp_path):
     ("metrics_reset", "counter sglang:generation_tokens_total went back from"),
     ("metrics_huge", "is outside [1, 4] for this speculation setting"),
     ("metrics_tiny", "counter sglang:spec_verify_calls_total moved by only 1e-09"),
+    ("metrics_flood", "/metrics: answer past 16777216 bytes"),
     ("info_nan", "/server_info: JSON holds NaN"),
     ("info_deep", "/server_info: JSON nested too deep"),
 ])

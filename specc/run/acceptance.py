@@ -13,7 +13,8 @@ import math
 import httpx
 
 from specc.plan import Acceptance, CounterRatio, ServerField
-from specc.run.answers import UNKNOWN_DEPTH_BOUND, BadAnswer, check_accept_length, loads
+from specc.run.answers import (UNKNOWN_DEPTH_BOUND, BadAnswer, check_accept_length,
+                                get_capped, loads)
 
 
 def prometheus_values(text: str) -> dict[str, float]:
@@ -34,14 +35,14 @@ def prometheus_values(text: str) -> dict[str, float]:
 async def read_counters(client: httpx.AsyncClient, url: str, recipe: CounterRatio) -> dict | None:
     """The recipe's two counters now; None when the endpoint does not answer 200.
     A counter the endpoint does not list yet is 0 (a labelled Prometheus counter
-    appears only once incremented)."""
+    appears only once incremented). BadAnswer past the byte cap or the time limit."""
     try:
-        r = await client.get(url + recipe.path, timeout=10.0)
+        status, body = await get_capped(client, url + recipe.path)
     except httpx.HTTPError:
         return None
-    if r.status_code != 200:
+    if status != 200:
         return None
-    values = prometheus_values(r.text)
+    values = prometheus_values(body.decode("utf-8", "replace"))
     return {name: values.get(name, 0.0) for name in (recipe.numerator, recipe.denominator)}
 
 
@@ -90,13 +91,15 @@ async def read_field(client: httpx.AsyncClient, url: str, source: ServerField,
     (None, None) if absent or 0 (nothing speculated yet); (None, why) if it cannot be true."""
     for path in source.paths:
         try:
-            r = await client.get(url + path, timeout=10.0)
+            status, body = await get_capped(client, url + path)
         except httpx.HTTPError:
             continue
-        if r.status_code != 200:
+        except BadAnswer as e:
+            return None, f"{path}: {e}"
+        if status != 200:
             continue
         try:
-            value = _dig(loads(r.content), source.field)
+            value = _dig(loads(body), source.field)
         except BadAnswer as e:
             return None, f"{path}: {e}"
         if value is None or (value == 0 and not isinstance(value, bool)):
@@ -121,14 +124,20 @@ class AcceptanceReading:
 
     async def start(self, client: httpx.AsyncClient, url: str) -> None:
         if self.recipe and self.recipe.run:
-            self.before = await read_counters(client, url, self.recipe.run)
+            try:
+                self.before = await read_counters(client, url, self.recipe.run)
+            except BadAnswer as e:
+                self.note = f"{self.recipe.run.path}: {e}"
 
     async def finish(self, client: httpx.AsyncClient, url: str) -> tuple[float | None, str | None]:
         if self.recipe is None:
             return None, None
-        notes = []
+        notes = [self.note] if self.note else []
         if self.recipe.run and self.before is not None:
-            after = await read_counters(client, url, self.recipe.run)
+            try:
+                after = await read_counters(client, url, self.recipe.run)
+            except BadAnswer as e:
+                after, notes = None, notes + [f"{self.recipe.run.path}: {e}"]
             value, why = counter_ratio(self.recipe.run, self.before, after, self.bound)
             if value is not None:
                 return value, "run"

@@ -22,6 +22,11 @@ BODY_BASE_BYTES = 1 << 20
 UNKNOWN_DEPTH_BOUND = 64.0
 
 
+#: A side read's answer (/metrics, /server_info) may hold this many bytes, and take this long.
+SIDE_READ_CAP = 16 << 20
+SIDE_READ_S = 30.0
+
+
 class BadAnswer(ValueError):
     """What a server sent is not a valid answer; the message says what was wrong."""
 
@@ -94,3 +99,25 @@ def check_accept_length(value, bound: float) -> tuple[float | None, str | None]:
     if value < 1.0 or value > bound:
         return None, f"{value:.6g} is outside [1, {bound:g}] for this speculation setting"
     return float(value), None
+
+
+async def get_capped(client, url: str, *, cap: int = SIDE_READ_CAP,
+                     total_s: float = SIDE_READ_S) -> tuple[int, bytes]:
+    """GET a server's side endpoint: (status, body). BadAnswer past ``cap`` bytes or
+    ``total_s`` seconds (a server that floods or drips cannot hold a point up);
+    httpx.HTTPError as httpx raises it."""
+    import asyncio
+
+    async def read() -> tuple[int, bytes]:
+        async with client.stream("GET", url, timeout=10.0) as r:
+            body = bytearray()
+            async for chunk in r.aiter_bytes():
+                body += chunk
+                if len(body) > cap:
+                    raise BadAnswer(f"answer past {cap} bytes")
+            return r.status_code, bytes(body)
+
+    try:
+        return await asyncio.wait_for(read(), total_s)
+    except asyncio.TimeoutError:
+        raise BadAnswer(f"no complete answer in {total_s:g} s") from None

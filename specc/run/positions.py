@@ -43,11 +43,13 @@ async def read(client, url: str, recipe: dict | None) -> dict | None:
     """The counters now; None without a recipe or an answer."""
     if not recipe:
         return None
+    from specc.run.answers import get_capped
+
     try:
-        r = await client.get(url + recipe.get("path", "/metrics"), timeout=10.0)
+        status, body = await get_capped(client, url + recipe.get("path", "/metrics"))
     except Exception:
         return None
-    return parse(r.text, recipe) if r.status_code == 200 else None
+    return parse(body.decode("utf-8", "replace"), recipe) if status == 200 else None
 
 
 def rates(before: dict | None, after: dict | None) -> list[float] | None:
