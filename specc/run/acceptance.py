@@ -46,6 +46,10 @@ async def read_counters(client: httpx.AsyncClient, url: str, recipe: CounterRati
     return {name: values.get(name, 0.0) for name in (recipe.numerator, recipe.denominator)}
 
 
+def _num(v: float) -> str:
+    return f"{v:.0f}" if v.is_integer() else f"{v:g}"
+
+
 def counter_ratio(recipe: CounterRatio, before: dict | None, after: dict | None,
                   bound: float = UNKNOWN_DEPTH_BOUND) -> tuple[float | None, str | None]:
     """(offset + delta(numerator) / delta(denominator), None); (None, None) without
@@ -60,8 +64,8 @@ def counter_ratio(recipe: CounterRatio, before: dict | None, after: dict | None,
             if not math.isfinite(v):
                 return None, f"counter {name} read {v}"
         if after[name] < before[name]:
-            return None, (f"counter {name} went back from {before[name]:g} to {after[name]:g} "
-                          "between the reads (a counter reset?)")
+            return None, (f"counter {name} went back from {_num(before[name])} to "
+                          f"{_num(after[name])} between the reads (a counter reset?)")
     den = after[recipe.denominator] - before[recipe.denominator]
     if den == 0:
         return None, None
