@@ -16,6 +16,7 @@ accept length of 2.0 in its counters. Modes (the test says which):
   usage_huge          the final usage is 10^12
   usage_text          completion_tokens is the string "16"
   no_chunk_usage      no per-chunk usage, only the final one
+  verify_ct_one       /generate: spec_verify_ct stays 1 (16 tokens in one verify pass)
   choices_dict        "choices" is an object, not a list
   metrics_nan         /metrics: the verify-pass counter reads NaN
   metrics_inf         /metrics: the generated-tokens counter reads +Inf
@@ -197,8 +198,9 @@ class Server:
 
     def event(self, api: str, i: int, chunk_usage: bool) -> bytes:
         if api == "generate":
+            verify = 1 if "verify_ct_one" in self.modes else max(1, i // TOKENS_PER_VERIFY)
             ev = {"text": "t" * i, "meta_info": {"id": "h", "completion_tokens": i,
-                                                 "spec_verify_ct": max(1, i // TOKENS_PER_VERIFY)}}
+                                                 "spec_verify_ct": verify}}
             return json.dumps(ev).encode()
         if api == "chat":
             choice = {"index": 0, "delta": {"content": "t"}}

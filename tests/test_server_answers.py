@@ -149,6 +149,7 @@ def _point(plan, port, run_dir, **params):
     bench = next(b for b in plan.benchmarks if plan.server(b.server).acceptance)
     server = dataclasses.replace(plan.server(bench.server), host="127.0.0.1", port=port)
     bench = dataclasses.replace(bench, params={**bench.params, **params})
+    run_dir.mkdir(parents=True, exist_ok=True)
     row = asyncio.run(run_point(server, bench, run_dir=run_dir))
     log = ResultLog(run_dir / "results.jsonl")
     log.append(row)         # a NaN here was a traceback and an abandoned sweep
@@ -195,6 +196,17 @@ def test_broken_counters_fall_back_to_the_servers_own_figure_with_a_note(plan, t
     assert row["metrics"]["accept_length"] == 2.0
     assert row["metrics"]["accept_length_scope"] == "cumulative"
     assert "went back from" in row["accept_length_note"]
+
+
+@pytest.mark.timeout(60)
+def test_a_request_verify_count_past_the_bound_is_left_out(plan, tmp_path):
+    """spec_verify_ct of 1 for 16 tokens is 16 tokens per pass; the setting allows 4."""
+    with hostile() as (_, port):
+        honest = _point(plan, port, tmp_path / "a", api="generate")
+    with hostile("verify_ct_one") as (_, port):
+        row = _point(plan, port, tmp_path / "b", api="generate")
+    assert honest["intervals"]["accept_length"][0] == pytest.approx(2.0, abs=0.2)
+    assert row["status"] == "ok" and "accept_length" not in row["intervals"]
 
 
 @pytest.mark.timeout(60)
