@@ -41,9 +41,14 @@ def hostile(mode: str = ""):
 
 
 def _load(url, *, api="chat", n=3, out=16, transport="auto", timeout_s=600.0):
+    """``transport``: "fast" (kernel receive stamps), "fast-user" (asyncio's protocol,
+    user-space stamps) or "httpx"."""
     prompts = load_prompts("random", num=n, input_len=16, output_len=out, seed=1)
+    kernel = transport != "fast-user"
+    transport = "fast" if transport == "fast-user" else transport
     return asyncio.run(run_load(url, prompts, api=api, model="m", concurrency=2, warmup=0,
-                                timeout_s=timeout_s, transport=transport))
+                                timeout_s=timeout_s, transport=transport,
+                                kernel_timestamps=kernel))
 
 
 def _no_tracebacks(caplog):
@@ -99,7 +104,7 @@ def test_a_field_of_the_wrong_type_is_named_not_a_client_error(mode, reason, cap
 
 # ============================================================================ framing, cap, depth
 @pytest.mark.timeout(60)      # timeout_s is 600: a request waiting it out fails this test
-@pytest.mark.parametrize("transport", ["fast", "httpx"])
+@pytest.mark.parametrize("transport", ["fast", "fast-user", "httpx"])
 @pytest.mark.parametrize("mode,reason", [
     ("bad_content_length", "bad Content-Length 'abc'"),
     ("bad_chunk_size", "bad chunk size"),
@@ -109,7 +114,7 @@ def test_bad_framing_fails_at_once(mode, reason, transport, caplog):
         res = _load(url, transport=transport)
     assert res.metrics["completed"] == 0
     for r in res.records:
-        if transport == "fast":
+        if transport != "httpx":
             assert r.error.startswith("bad response: ") and reason in r.error, r.error
         else:   # httpx's h11 names the framing error itself
             assert "RemoteProtocolError" in r.error, r.error
@@ -117,7 +122,7 @@ def test_bad_framing_fails_at_once(mode, reason, transport, caplog):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("transport", ["fast", "httpx"])
+@pytest.mark.parametrize("transport", ["fast", "fast-user", "httpx"])
 def test_a_flooding_stream_is_cut_at_the_body_cap(transport):
     from specc.run.answers import body_cap
 
