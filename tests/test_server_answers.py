@@ -102,6 +102,15 @@ def test_a_field_of_the_wrong_type_is_named_not_a_client_error(mode, reason, cap
     _no_tracebacks(caplog)
 
 
+@pytest.mark.timeout(60)
+def test_a_401_is_a_failed_request_with_the_servers_words():
+    with hostile("echo_401") as (url, _):
+        res = _load(url)
+    for r in res.records:
+        assert r.status == 401 and r.error.startswith("HTTP 401: {\"error\": \"Unauthorized")
+        assert "\n" not in r.error
+
+
 # ============================================================================ framing, cap, depth
 @pytest.mark.timeout(60)      # timeout_s is 600: a request waiting it out fails this test
 @pytest.mark.parametrize("transport", ["fast", "fast-user", "httpx"])
