@@ -286,4 +286,7 @@ def test_specc_run_against_a_hostile_server(tmp_path, mode, status, reason):
     if mode == "metrics_nan":   # the sweep went on; the speculative row says why, and so
         assert len(spec) == 1 and "read nan" in spec[0]["accept_length_unknown"]
         assert ("accept length unknown: counter sglang:spec_verify_calls_total read nan"
-                in out)     # does the progress line
+                in out)     # does the progress line, and the report
+        report = (tmp_path / "run" / "report.md").read_text()
+        assert (f"- {spec[0]['benchmark']}: accept length unknown: counter "
+                "sglang:spec_verify_calls_total read nan") in report
