@@ -231,7 +231,7 @@ def report(c, run):
 
 @task(help={"only": "compile, sim, loadgen, executor, stats, slurm (default: all)"})
 def bench(c, only=""):
-    """Rerunnable performance benchmarks; prints the figures the README quotes."""
+    """Rerunnable performance benchmarks; prints the figures docs/performance.md quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
                "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py",
