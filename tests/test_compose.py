@@ -9,7 +9,7 @@ import pytest
 from specc.config import compose as compose_mod
 from specc.compile.pipeline import compile_config
 
-CONF = Path(__file__).resolve().parent.parent / "specc" / "conf"
+CONF = Path(__file__).resolve().parent.parent / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 #: What each shipped experiment means on each engine, where it is not a clean compile:
 #: (error codes, or the warning codes it must carry). The incident's draft, shorter than the
