@@ -75,9 +75,19 @@ def _is_word(arg: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specc import secrets
+
+    old = sys.stdout, sys.stderr   # nothing specc prints may hold a secret
+    sys.stdout, sys.stderr = secrets.Scrubbed(sys.stdout), secrets.Scrubbed(sys.stderr)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        sys.stdout, sys.stderr = old
+
+
+def _main(argv: list[str]) -> int:
     from specc.report.combine import combine
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv and _is_word(argv[0]):
         from specc.tasks import namespace
 

@@ -1,4 +1,9 @@
-"""File writes every stage shares: atomic replace, durable appends."""
+"""File writes and reads every stage shares: atomic replace, durable appends, and bounded
+reads of files a user (or anyone) may have put in a run dir.
+
+Every text written here goes through `specc.secrets.scrub` first: no secret reaches a
+file specc writes, whoever put it in the text (a server echoing an Authorization header
+into an error body, a config value)."""
 
 from __future__ import annotations
 
@@ -15,13 +20,15 @@ def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *,
 
     `data` may be an iterable of str chunks (a plan of 10^5 points is written as it is
     encoded, never held whole in memory)."""
+    from specc.secrets import scrub
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     chunks = [data] if isinstance(data, (str, bytes)) else data
     try:
         with open(tmp, "wb") as f:
             for chunk in chunks:
-                f.write(chunk.encode("utf-8") if isinstance(chunk, str) else chunk)
+                f.write(scrub(chunk).encode("utf-8") if isinstance(chunk, str) else chunk)
             f.flush()
             os.fsync(f.fileno())
         if mode is not None:
@@ -44,7 +51,9 @@ def append_durable(path: Path | str, line: str) -> None:
     """Append one line with a single write(2) and fsync it: lost only if the machine dies
     before the call returns. A write that fails or falls short (the disk filled up
     mid-line) is cut back off and raised, so the file never ends in half of this line."""
-    raw = line.encode("utf-8")
+    from specc.secrets import scrub
+
+    raw = scrub(line).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size

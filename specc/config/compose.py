@@ -83,20 +83,6 @@ def _scrub_saved_configs(files, values) -> None:
             OmegaConf.save(OmegaConf.create(clean), f)
 
 
-class _Redacting:
-    """A text stream that hides known secret values in everything written through it
-    (Hydra's --cfg output, argparse's usage errors, its exception messages)."""
-
-    def __init__(self, stream, values):
-        self._stream, self._values = stream, values
-
-    def write(self, text):
-        return self._stream.write(secrets.redact(text, self._values))
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 #: Hydra's flags that take a value (`--cfg job`); `--info` takes one optionally.
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
                      "-cn", "--config-dir", "-cd", "--experimental-rerun"}
@@ -251,10 +237,9 @@ def run(argv: list[str], job, finish_sweep) -> int:
         for line in problems:
             print(secrets.redact(line, hidden), file=sys.stderr)
         return 2
-    if not hidden:
-        return _run(argv, job, finish_sweep, hidden)
+    secrets.remember(hidden)
     old = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Redacting(sys.stdout, hidden), _Redacting(sys.stderr, hidden)
+    sys.stdout, sys.stderr = secrets.Scrubbed(sys.stdout, hidden), secrets.Scrubbed(sys.stderr, hidden)
     try:
         return _run(argv, job, finish_sweep, hidden)
     finally:
@@ -287,6 +272,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
             return 2
         plain.pop("hydra", None)
         seen.update(secrets.scrub_config(plain)[1])
+        secrets.remember(seen)
         _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
         multirun = str(hc.mode) == "RunMode.MULTIRUN"
         if multirun:

@@ -56,6 +56,9 @@ class Executor:
         self.stop_all = False
         self.write_error: str | None = None   # the run dir stopped taking writes
         self.progress = progress or SweepProgress(len(plan.benchmarks))
+        for server in plan.servers:   # what `secrets.scrub` blanks in every file and line
+            lifecycle.secret_values(server)
+            lifecycle.auth_headers(server)
 
     # -- servers ----------------------------------------------------------------
     def _preflight(self, server: Server) -> str | None:
