@@ -464,8 +464,10 @@ class Plan(Record):
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
         """Read a plan.json; PlanError (a ValueError) says what is wrong and where in it."""
+        from specc.files import PLAN_BYTES, UnreadableFile, read_bounded, parse_json
+
         try:
-            data = json.loads(Path(path).read_text())
-        except ValueError as e:
-            raise PlanError(f"not JSON ({e})") from None
+            data = parse_json(read_bounded(path, PLAN_BYTES), "plan.json")
+        except UnreadableFile as e:
+            raise PlanError(str(e)) from None
         return cls.from_json(data)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specc.files import append_durable, atomic_write
+from specc.files import RECORDS_BYTES, append_durable, atomic_write, read_bounded, read_text
 
 STATUSES = ("ok", "failed")
 _FIELDS = ("benchmark", "server", "status", "reason", "metrics", "params")
@@ -96,7 +96,7 @@ def parse_rows(text: str, name: str = "results.jsonl") -> tuple[dict[str, Result
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):   # a line nested 10^5 deep is not a row either
             if i == last:
                 warnings.append(f"{name}: ignored an unparseable last line (line {i + 1}; "
                                 "truncated by an interrupted write?)")
@@ -115,9 +115,11 @@ def parse_rows(text: str, name: str = "results.jsonl") -> tuple[dict[str, Result
 def read_rows(path: Path) -> tuple[dict[str, ResultRow], list[str]]:
     """``parse_rows`` of a results.jsonl file; none and no warnings when it does not exist."""
     path = Path(path)
-    if not path.exists():
+    try:
+        text = read_text(path, RECORDS_BYTES)
+    except FileNotFoundError:
         return {}, []
-    return parse_rows(path.read_text(errors="replace"), path.name)
+    return parse_rows(text, path.name)
 
 
 def speedup(row: ResultRow, baseline: ResultRow | None) -> float | None:
@@ -152,7 +154,7 @@ def with_speedup(row: dict, baseline_row: dict | None) -> dict:
 def _is_row(line: str) -> bool:
     try:
         ResultRow.from_json(json.loads(line))
-    except (ValueError, RowError):
+    except (ValueError, RowError, RecursionError):
         return False
     return True
 
@@ -168,9 +170,10 @@ class ResultLog:
         self._load()
 
     def _load(self) -> None:
-        if not self.path.exists():
+        try:
+            data = read_bounded(self.path, RECORDS_BYTES)   # UnreadableFile: a FIFO, too big
+        except FileNotFoundError:
             return
-        data = self.path.read_bytes()
         cut = []
         if data and not data.endswith(b"\n"):
             # a line cut by a killed writer: drop it, it is the point that was in flight

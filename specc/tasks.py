@@ -25,8 +25,10 @@ def _run_dir(run: str) -> Path:
 
 def _plan_points(plan_file: Path) -> int:
     """How many points plan.json holds; Exit(2) with one line when it is not a plan."""
+    from specc.files import PLAN_BYTES, load_json
+
     try:
-        data = json.loads(plan_file.read_text())
+        data = load_json(plan_file, PLAN_BYTES)
         return len(data["benchmarks"])
     except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
@@ -80,6 +82,7 @@ def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
     from tabulate import tabulate
 
+    from specc.files import UnreadableFile
     from specc.run.lifecycle import is_leftover
     from specc.run.state import StateError, read_state
     from specc.results import ResultLog
@@ -110,7 +113,10 @@ def status(c, run):
     plan_file = d / "plan.json"
     if plan_file.exists():
         total = _plan_points(plan_file)
-        res = ResultLog(d / "results.jsonl").rows
+        try:
+            res = ResultLog(d / "results.jsonl").rows
+        except UnreadableFile as e:
+            raise Exit(f"error RUN_DIR_FILE: {e} (move it aside)", code=2)
         ok = sum(r["status"] == "ok" for r in res.values())
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 
@@ -124,9 +130,15 @@ def logs(c, run, server="", lines=40, follow=False):
     files += sorted((d / "slurm" / "logs").glob(f"{server or '*'}-*.out"))   # Slurm jobs' own
     if not files:
         raise Exit(f"error: no server logs in {d / 'servers'}", code=2)
+    from specc.files import LOG_TAIL_BYTES, UnreadableFile, read_text
+
     for f in files:
+        try:
+            text = read_text(f, LOG_TAIL_BYTES, tail=True)
+        except (UnreadableFile, OSError) as e:
+            raise Exit(f"error RUN_DIR_FILE: {e}", code=2)
         print(f"==> {f.name} <==")
-        print("\n".join(f.read_text(errors="replace").splitlines()[-lines:]))
+        print("\n".join(text.splitlines()[-lines:]))
     if follow:
         c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
 
@@ -217,7 +229,7 @@ def report(c, run):
     if (d / "plan.json").exists():
         try:
             report = write_report(d)
-        except (ReportError, OSError) as e:
+        except (ReportError, OSError, ValueError) as e:   # UnreadableFile is a ValueError
             why = f"{e.strerror} ({e.filename})" if isinstance(e, OSError) and e.strerror else e
             raise Exit(f"error REPORT: {why}", code=2)
         print(render_terminal(report))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from specc import exits
-from specc.files import RecordWriteError
+from specc.files import RecordWriteError, UnreadableFile
 from specc.run import interrupts, lifecycle, ownership, rundir
 from specc.run.point import failed_row, run_point, with_speedup
 from specc.plan import Plan, Server
@@ -361,6 +361,9 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
         except rundir.RunDirBusy as e:
             print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
             return exits.BUSY
+        except UnreadableFile as e:   # results.jsonl or state.json a FIFO, a device, huge
+            print(f"error RUN_DIR_FILE: {e} (move it aside)", file=sys.stderr)
+            return exits.INVALID
         except rundir.RunDirUnwritable as e:
             print(f"error RUN_DIR_UNWRITABLE: {e}; run the plan from a writable copy "
                   f"(mkdir NEW && cp {run_dir / 'plan.json'} NEW/ && specc run --plan "

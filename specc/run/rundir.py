@@ -43,14 +43,24 @@ def _holder(fd: int) -> str:
         return "another process (its lock file says nothing readable)"
 
 
+def _regular(fd: int, path: Path) -> int:
+    """fd, when it is a regular file's (a FIFO or device named .lock is not a lock)."""
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 def _open(path: Path) -> tuple[int, bool]:
     """(fd, writable): read-write if possible; read-only is enough for a flock."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644), True
+        return _regular(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644), path), True
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not path.exists():
             raise
-        return os.open(path, os.O_RDONLY), False
+        return _regular(os.open(path, os.O_RDONLY | os.O_NONBLOCK), path), False
 
 
 @contextmanager
@@ -105,7 +115,7 @@ def busy(run_dir: Path | str) -> str | None:
     For the compiler, which must not rewrite plan.json under a running executor."""
     path = Path(run_dir) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _regular(os.open(path, os.O_RDONLY | os.O_NONBLOCK), path)
     except OSError:
         return None   # no lock file: nobody ever held it
     try:
