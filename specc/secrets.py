@@ -102,13 +102,14 @@ def looks_secret(value) -> bool:
 _SCHEME = re.compile(r"(?i)(?:\bbearer\s+|authori[sz]ation[\"']?\s*[:=]\s*[\"']?"
                      r"(?:basic|token|digest)\s+)([^\s\"'\\,;<>]{4,})")
 _USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://([^/\s@:]+:[^/\s@]+|[^/\s@:]{8,})@")
-_KEY_VALUE = re.compile(r"([A-Za-z_][\w.\-]*)(=|:[ \t]*)([^\s&;,\"'\\<>]{4,})")
+_KEY_VALUE = re.compile(r"([A-Za-z_][\w.\-]*)(=|:[ \t]+)([^\s&;,\"'\\<>]{4,})")
 
 
-def _secret_key(key: str, sep: str) -> bool:
+def _secret_key(key: str, sep: str, value: str = "") -> bool:
     """`key=value` with a secret key; with `:` only a key or password (`first token: 0.5s`
-    is a report's text, `X-Api-Key: ...` a header)."""
-    if not is_secret(key):
+    is a report's text, `X-Api-Key: ...` a header). A lower-case word is prose, not a
+    credential (`key=value` in a hint)."""
+    if not is_secret(key) or re.fullmatch(r"[a-z]+\)?", value):
         return False
     return sep == "=" or _WORD_SPLIT.split(key)[-1].upper() != "TOKEN"
 
@@ -120,7 +121,7 @@ def embedded_secrets(value) -> list[str]:
     found = [m.group(1) for m in _SCHEME.finditer(value)]
     found += [m.group(1) for m in _USERINFO.finditer(value)]
     found += [m.group(3) for m in _KEY_VALUE.finditer(value)
-              if _secret_key(m.group(1), m.group(2)) and m.group(3).lower() not in (
+              if _secret_key(m.group(1), m.group(2), m.group(3)) and m.group(3).lower() not in (
                   "bearer", "basic", "token")]
     return [v for v in found if not REF.fullmatch(v) and v != REDACTED
             and not v.startswith(("<", "${"))]
@@ -375,7 +376,7 @@ def _blank_group(m: re.Match) -> str:
 
 
 def _blank_key_value(m: re.Match) -> str:
-    if m.group(3).lower() in ("bearer", "basic", "token") or not _secret_key(m.group(1), m.group(2)):
+    if m.group(3).lower() in ("bearer", "basic", "token") or not _secret_key(*m.groups()):
         return m.group(0)   # `Authorization: Bearer x`: the scheme's word is blanked instead
     return _blank_group(m)
 

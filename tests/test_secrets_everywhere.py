@@ -74,7 +74,7 @@ def test_a_server_echoing_the_key_in_a_401_leaks_it_nowhere(guard, tmp_path):
                  port=guard.port(1), edit=edit)
     env = {**os.environ, "API_KEY": key}
     proc = subprocess.run([sys.executable, "-m", "specc", "run", "--plan",
-                           str(run_dir / "plan.json")], cwd=REPO, env=env, capture_output=True,
+                           str(run_dir / "plan.json"), "--accept-edited"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=240)
     rows = results(run_dir)
     assert rows and all(r["status"] == "failed" for r in rows), (proc.stdout, proc.stderr)

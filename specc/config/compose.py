@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 import re
 import sys
 from pathlib import Path
@@ -83,6 +84,9 @@ def _scrub_saved_configs(files, values) -> None:
             OmegaConf.save(OmegaConf.create(clean), f)
 
 
+#: The sweep's id, in the environment of every job it launches.
+SWEEP_ID_ENV = "SPECC_SWEEP_ID"
+
 #: Hydra's flags that take a value (`--cfg job`); `--info` takes one optionally.
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
                      "-cn", "--config-dir", "-cd", "--experimental-rerun"}
@@ -108,8 +112,18 @@ def _hydra_argv(argv: list[str]) -> list[str]:
             if takes and i + 1 < len(argv):
                 flags.append(argv[i + 1])
                 i += 1
+            elif a in _INFO_FLAGS:   # a bare --info must not take specc's own override as its topic
+                flags.append("all")
         i += 1
     return [*flags, *overrides, *_INTERNAL]
+
+
+class UsageError(Exception):
+    """argparse's complaint about the command line (Hydra's parser), as one message."""
+
+
+def _usage_error(self, message):   # argparse.ArgumentParser.error, while Hydra parses
+    raise UsageError(message)
 
 
 def _duplicate_keys(value: str) -> list[str]:
@@ -228,6 +242,9 @@ def run(argv: list[str], job, finish_sweep) -> int:
 
     Returns the worst exit code: 0 ok, 2 invalid input, 3 execution failure.
     """
+    # one id per invocation, inherited by jobs a launcher runs elsewhere: two jobs of one
+    # sweep must not compile into one run dir
+    os.environ[SWEEP_ID_ENV] = f"{os.getpid()}-{time.time_ns()}"
     hidden = secrets.scan_overrides(argv)
     problems = duplicate_key_lines(argv)
     launcher = submitit_launcher(argv)
@@ -246,11 +263,19 @@ def run(argv: list[str], job, finish_sweep) -> int:
         sys.stdout, sys.stderr = old
 
 
+def dir_name(name) -> str:
+    """The experiment's name as one folder under outputs/: a name the schema refuses
+    (`../../x`, `/abs`) must not put the review outside it."""
+    safe = re.sub(r"[^A-Za-z0-9_.=+-]", "_", str(name)).lstrip(".")
+    return safe[:100] or "_"
+
+
 def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     import hydra
     from omegaconf import OmegaConf
 
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let errors reach us; we print them our way
+    OmegaConf.register_new_resolver("specc_dir_name", dir_name, replace=True)
     codes: list[int] = []
     sweep: dict = {}
     seen = set(hidden)   # every secret value met, for the sweep's multirun.yaml
@@ -277,9 +302,11 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
         multirun = str(hc.mode) == "RunMode.MULTIRUN"
         if multirun:
             sweep["dir"] = Path(hc.sweep.dir)
-            sweep.setdefault("jobs", []).append(run_dir)
+            if run_dir not in sweep.setdefault("jobs", []):   # colliding subdirs: once
+                sweep["jobs"].append(run_dir)
         codes.append(job(plain, run_dir, {"multirun": multirun,
-                                          "overrides": list(hc.overrides.task)}))
+                                          "overrides": list(hc.overrides.task),
+                                          "sweep_id": os.environ.get(SWEEP_ID_ENV, "")}))
         return codes[-1]   # for a launcher that ran this job in another process
 
     old_argv = sys.argv
@@ -288,8 +315,16 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     if launcher:   # specc's subclass: waits for every job, cancels them all on Ctrl-C
         sys.argv.append(f"hydra.launcher._target_=hydra_plugins.specc_submitit."
                         f"{_SUBMITIT[launcher]}")
+    import argparse
+
+    argparse_error = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _usage_error   # one line, not 7 of usage
     try:
         _main()
+    except UsageError as exc:
+        print(secrets.redact(f"error CONFIG_USAGE at <command line>: {exc} (fix: `specc --help` "
+                             "lists the flags; overrides are key=value)", seen), file=sys.stderr)
+        return 2
     except SystemExit as exc:   # --help, --cfg and friends
         return int(exc.code or 0)
     except LaunchRefused as exc:
@@ -305,6 +340,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
         return 2
     finally:
         sys.argv = old_argv
+        argparse.ArgumentParser.error = argparse_error
     for sweep_dir, run_dir, code in remote_jobs:
         sweep["dir"] = sweep_dir
         if run_dir.is_dir():   # a job that died before Hydra made its dir has nothing to combine

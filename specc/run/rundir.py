@@ -21,6 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOCK_NAME = ".lock"
+#: Run dirs this process holds the lock of (a second flock on a new descriptor would
+#: refuse its own holder).
+_HELD: set[str] = set()
+#: Which job of a multirun compiled into the run dir (two jobs' subdirs may collide).
+JOB_FILE = ".sweep-job.json"
 
 
 class RunDirBusy(Exception):
@@ -64,10 +69,17 @@ def _open(path: Path) -> tuple[int, bool]:
 
 
 @contextmanager
-def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True):
+def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True,
+           hand_down: bool = False):
     """Hold the run dir's lock; RunDirBusy if a live process holds it, RunDirUnwritable if
-    `need_write` and the run dir cannot be written (an executor must record what it runs)."""
+    `need_write` and the run dir cannot be written (an executor must record what it runs).
+    `hand_down`: code this process runs inside takes the lock as held (compile, then the
+    executor of `execute=true`); otherwise a second taker is refused, this process too."""
     run_dir = Path(run_dir)
+    key = os.path.realpath(run_dir)
+    if key in _HELD:   # this process holds it already (compile, then execute=true)
+        yield
+        return
     path = run_dir / LOCK_NAME
     try:
         fd, writable = _open(path)
@@ -92,7 +104,12 @@ def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True):
                 os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
             except OSError:
                 pass   # a full disk: the lock holds all the same; only its label is missing
-        yield
+        if hand_down:
+            _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
     finally:
         os.close(fd)   # releases the flock
 
@@ -125,4 +142,25 @@ def busy(run_dir: Path | str) -> str | None:
                 "choose another hydra.run.dir")
     finally:
         os.close(fd)
+    return None
+
+
+def claim_for_job(run_dir: Path | str, sweep_id: str, overrides: list[str]) -> str | None:
+    """Record that this multirun job owns run_dir; the RUN_DIR_TAKEN message when another job
+    of the same sweep (same id, other overrides) compiled into it first, else None. A rerun
+    of the same command is the same job, and a later sweep may reuse the dir."""
+    path = Path(run_dir) / JOB_FILE
+    try:
+        held = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        held = None
+    if (isinstance(held, dict) and held.get("sweep") == sweep_id
+            and held.get("overrides") != list(overrides)):
+        return (f"run dir {run_dir} already holds another job of this sweep "
+                f"({' '.join(map(str, held.get('overrides') or [])) or 'no overrides'}); "
+                "nothing was written (fix: make hydra.sweep.subdir unique per job, e.g. "
+                "its default ${hydra.job.num})")
+    from specc.files import atomic_write
+
+    atomic_write(path, json.dumps({"sweep": sweep_id, "overrides": list(overrides)}) + "\n")
     return None
