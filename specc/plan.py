@@ -30,7 +30,7 @@ ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
 
 
 #: What an id that names a file in the run dir may be (requests/<point>.jsonl, <job>.sbatch).
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]{0,200}$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]*$")
 
 
 def _inside(rel: str) -> bool:
@@ -523,6 +523,8 @@ class Plan(Record):
             data = parse_json(raw, "plan.json")
         except UnreadableFile as e:
             raise PlanError(str(e)) from None
+        recorded, unedited = digest_check(raw)
         if isinstance(data, dict):
-            data.pop("digest", None)
-        return (cls.from_json(data), *digest_check(raw))
+            said = data.pop("digest", None)   # rewritten by another tool: still its record
+            recorded = recorded or (said if isinstance(said, str) else None)
+        return cls.from_json(data), recorded, unedited

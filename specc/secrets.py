@@ -331,8 +331,9 @@ def scan_overrides(argv) -> set[str]:
             continue
         prev = None
         for tok in _TOKENS.findall(value):
-            if (prev is not None and is_secret(prev)) or looks_secret(tok):
-                found.add(tok)
+            if not tok.startswith("-") and (
+                    (prev is not None and is_secret(prev)) or looks_secret(tok)):
+                found.add(tok)   # (a flag is never the value: it names the next one)
             prev = tok
     return {v for v in found if len(v) >= MIN_REDACT_LEN}
 

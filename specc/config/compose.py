@@ -266,8 +266,7 @@ def run(argv: list[str], job, finish_sweep) -> int:
 def dir_name(name) -> str:
     """The experiment's name as one folder under outputs/: a name the schema refuses
     (`../../x`, `/abs`) must not put the review outside it."""
-    safe = re.sub(r"[^A-Za-z0-9_.=+-]", "_", str(name)).lstrip(".")
-    return safe[:100] or "_"
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", str(name)).lstrip(".") or "_"
 
 
 def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:

@@ -101,7 +101,9 @@ def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True,
                     "command": command or " ".join(sys.argv)[:300]}
             try:
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+                from specc.secrets import scrub   # the command line may hold a secret
+
+                os.pwrite(fd, scrub(json.dumps(info) + "\n").encode(), 0)
             except OSError:
                 pass   # a full disk: the lock holds all the same; only its label is missing
         if hand_down:
