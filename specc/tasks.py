@@ -8,6 +8,7 @@ dir is in use by another executor.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -22,7 +23,7 @@ def _run_dir(run: str) -> Path:
     d = Path(run)
     if not d.is_dir():
         raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
-    if not (d / "plan.json").is_file():
+    if not os.path.lexists(d / "plan.json"):   # a FIFO there is refused when read
         raise Exit(f"error RUN_DIR_INVALID at --run: {run!r} holds no plan.json, so it is not a "
                    "run dir (fix: the folder `specc` compiled into, e.g. outputs/<date>/<time>)",
                    code=2)

@@ -116,7 +116,58 @@ def test_a_fifo_server_log_is_refused_by_logs(run_dir):
 
 
 def test_a_lock_that_is_a_fifo_does_not_hang_down(run_dir):
+    (run_dir / ".lock").unlink(missing_ok=True)
     os.mkfifo(run_dir / ".lock")
     code, out, err = specc("down", "--run", run_dir)
     _one_line(code, out, err, "not a regular file")
     assert Path(run_dir / ".lock").is_fifo()
+
+
+# --- the machine: open files against concurrency (issue 22 item 5) ---------------------
+
+def _run_under_ulimit(plan, soft, hard):
+    """`specc run` in a child whose RLIMIT_NOFILE is (soft, hard): a real ulimit."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    proc = subprocess.run([sys.executable, "-m", "specc", "run", "--plan", str(plan),
+                           "--accept-edited"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, preexec_fn=limit)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _concurrency_plan(run_dir, concurrency):
+    import json
+
+    data = json.loads((run_dir / "plan.json").read_text())
+    for b in data["benchmarks"]:
+        b["params"]["concurrency"] = concurrency
+    (run_dir / "plan.json").write_text(json.dumps(data))
+    return run_dir / "plan.json"
+
+
+def test_a_concurrency_over_the_hard_open_file_limit_is_one_line_and_nothing_launches(run_dir):
+    plan = _concurrency_plan(run_dir, 3080)
+    code, out, err = _run_under_ulimit(plan, 1024, 1024)
+    assert code == 2, (out, err)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error")]
+    assert len(errors) == 1 and "OPEN_FILES_LIMIT at benchmark.concurrency: concurrency 3080" \
+        in errors[0] and "this shell allows 1024 (hard limit 1024)" in errors[0], err
+    assert "Traceback" not in err
+    assert not (run_dir / "servers").exists() and not (run_dir / "results.jsonl").exists()
+
+
+def test_the_soft_limit_is_raised_to_the_hard_one_when_that_is_enough():
+    """In a child: soft 1024, hard 4096, a plan at concurrency 3080 passes and the soft
+    limit is now the hard one."""
+    code = ("import resource, types\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096))\n"
+            "from specc.run.executor import open_files_problem\n"
+            "b = types.SimpleNamespace(params={'concurrency': 3080})\n"
+            "assert open_files_problem(types.SimpleNamespace(benchmarks=[b])) is None\n"
+            "print(resource.getrlimit(resource.RLIMIT_NOFILE))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "(4096, 4096)", out.stderr

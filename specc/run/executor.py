@@ -385,10 +385,40 @@ def _engine_problems(plan: Plan, run_dir: Path) -> list[str]:
     return [d.line() for d in check_plan(plan)]
 
 
+#: Descriptors beside one connection per concurrent request: logs, pipes, servers' probes,
+#: Python's own (a sweep at concurrency 1 measured ~40 here).
+FD_HEADROOM = 256
+
+
+def open_files_problem(plan: Plan) -> str | None:
+    """The load generator holds one socket per concurrent request: the open-file limit must
+    allow the plan's largest concurrency. The soft limit is raised to the hard one when that
+    is enough; else the one line that refuses the run (nothing launched). Without this, a
+    point at concurrency 3080 under `ulimit -n 1024` printed 3080 tracebacks."""
+    import resource
+
+    most = max((int(b.params.get("concurrency") or 1) for b in plan.benchmarks), default=0)
+    need = most + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return None
+    return (f"error OPEN_FILES_LIMIT at benchmark.concurrency: concurrency {most} needs about "
+            f"{need} open files and this shell allows {soft} (hard limit {hard}); nothing was "
+            f"launched (fix: `ulimit -n {need}` where specc runs, raising the hard limit in "
+            f"/etc/security/limits.conf if needed, or a concurrency up to {max(1, hard - FD_HEADROOM)})")
+
+
 def _execute_locked(plan: Plan, run_dir: Path, ctx, retry_failed: bool,
                     stopper: interrupts.Stopper) -> int:
     if stopper.stopping:
         return exits.INTERRUPTED
+    problem = open_files_problem(plan)
+    if problem:
+        print(problem, file=sys.stderr)
+        return exits.INVALID
     plan, problems = lifecycle.on_visible_gpus(plan)
     if problems:
         for line in problems:
