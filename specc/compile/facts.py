@@ -8,10 +8,8 @@ is kept (naming the file and the field) for the FACTS_INVALID rule to report.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
