@@ -78,7 +78,7 @@ def test_a_plan_naming_a_path_outside_its_run_dir_is_refused(tmp_path, edit, wor
 def test_a_refused_experiment_name_keeps_the_review_under_outputs(tmp_path):
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True)
-    text = (REPO / "specc" / "conf" / "experiment" / "eagle3_sweep.yaml").read_text()
+    text = (REPO / "conf" / "experiment" / "eagle3_sweep.yaml").read_text()
     (conf / "bad.yaml").write_text(text.replace("experiment: eagle3_sweep",
                                                 "experiment: ../../../escaped"))
     cwd = tmp_path / "work"
