@@ -14,6 +14,7 @@ tests); :mod:`specc.tune.search` corrects them by what each started server measu
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -44,6 +45,12 @@ def accept_length(rates, shape) -> float:
     return min(total, float(steps + 1))
 
 
+@functools.lru_cache(maxsize=65536)
+def _length(rates: tuple, shape: tuple) -> float:
+    return accept_length(rates, shape)
+
+
+@functools.lru_cache(maxsize=65536)
 def acceptance_from_length(length: float, shape) -> float:
     """The constant per-position acceptance at which `shape` accepts `length` tokens per
     pass (bisection on the model's monotone formula; clamped to what it can express)."""
@@ -87,7 +94,7 @@ def predicted_length(evidence: Evidence, shape) -> float | None:
     throughput weighs them (tokens / sum of passes: a harmonic mean)."""
     if not evidence.units:
         return None
-    passes = sum(w / accept_length(rates, shape) for w, rates in evidence.units)
+    passes = sum(w / _length(rates, shape) for w, rates in evidence.units)
     return sum(w for w, _ in evidence.units) / passes if passes else None
 
 
@@ -106,23 +113,29 @@ def sensitivity(shape, a: float) -> float:
     return (math.log(up) - math.log(down)) / (hi - lo)
 
 
+#: Below this d log E / d a the accept length hardly moves with acceptance (a wide tree
+#: accepts nearly every position): such a probe could not tell a good draft from a poor one.
+MIN_SENSITIVITY = 0.1
+
+
 def choose_probe(candidates, prior: float = PRIOR_ACCEPTANCE, margin: float = 0.03,
                  step_s=None, concurrencies=()):
-    """The first speculative server to start. Its acceptance must be readable from its
-    accept length (a wide tree accepts nearly every position whatever the rate, and then
-    says nothing), and it should be worth having: among the candidates the model ranks
-    within `margin` of the best at some concurrency (when a model is given), the one
-    with the largest sensitivity; without a model, the most sensitive overall."""
-    pool = list(candidates)
-    if step_s is not None and concurrencies:
-        worth = set()
+    """The first speculative server to start: the one the model, at the prior acceptance,
+    ranks within `margin` of the best at the most concurrencies (it is likely to be kept,
+    which matters when the budget is a third of the grid), among those whose accept length
+    says something about acceptance; ties go to the most sensitive."""
+    cands = list(candidates)
+    readable = [x for x in cands if sensitivity(_shape(x), prior) >= MIN_SENSITIVITY] or cands
+    cover = {x.server: 0 for x in cands}
+    if step_s is not None:
         for c in concurrencies:
             figs = {x.server: accept_length([prior], _shape(x)) / step_s(_shape(x), c)
-                    for x in candidates}
+                    for x in cands}
             top = max(figs.values())
-            worth |= {k for k, v in figs.items() if v >= top * (1 - margin)}
-        pool = [x for x in candidates if x.server in worth] or pool
-    return max(pool, key=lambda x: (sensitivity(_shape(x), prior), -pool.index(x)))
+            for k, v in figs.items():
+                cover[k] += v >= top * (1 - margin)
+    return max(readable, key=lambda x: (cover[x.server], sensitivity(_shape(x), prior),
+                                        -cands.index(x)))
 
 
 def _shape(c) -> tuple[int, int, int]:

@@ -72,6 +72,7 @@ class Search:
         self.starts: list[dict] = []          # {server, at, predicted}
         self.failed: dict[str, str] = {}
         self.stop_reason: str | None = None
+        self._cache: dict = {}                # predictions and evidence, until the next point
 
     # -- what the executor tells it ---------------------------------------------------
     def started(self, server: str, now: float, reason: str = "") -> None:
@@ -82,9 +83,11 @@ class Search:
 
     def observe(self, point: Point) -> None:
         self.points[(point.server, point.concurrency)] = point
+        self._cache.clear()
 
     def fail(self, server: str, why: str) -> None:
         self.failed[server] = why
+        self._cache.clear()
 
     # -- what it knows ---------------------------------------------------------------
     def measured(self, server: str) -> bool:
@@ -98,6 +101,11 @@ class Search:
 
     def evidence(self) -> predict.Evidence | None:
         """Acceptance from the started candidate whose accept length says most about it."""
+        if "evidence" not in self._cache:
+            self._cache["evidence"] = self._evidence()
+        return self._cache["evidence"]
+
+    def _evidence(self) -> predict.Evidence | None:
         best, best_sens = None, -1.0
         for sid in self._spec_measured():
             shape = _shape(self.cands[sid])
@@ -166,6 +174,12 @@ class Search:
         return found
 
     def predict(self, server: str, concurrency: int) -> float | None:
+        key = ("predict", server, concurrency)
+        if key not in self._cache:
+            self._cache[key] = self._predict(server, concurrency)
+        return self._cache[key]
+
+    def _predict(self, server: str, concurrency: int) -> float | None:
         ev = self.evidence()
         if ev is None:
             return None
@@ -220,28 +234,42 @@ class Search:
                 return self._stop("every candidate was started")
             return Start(left[0], "no acceptance measured yet: the next candidate in order")
         u = self.error()
-        gains: dict[str, float] = {}
-        for sid in self.cands:
-            if self.done(sid):
-                continue
-            total = 0.0
-            for c in self.ladder:
-                pred = self.predict(sid, c)
-                best = self.best_at(c)
-                ref = max(best.speedup if best else 0.0, 1.0)
-                if pred is not None and pred * (1 + u) > ref:
-                    total += pred * (1 + u) / ref - 1.0
-            if total > 0:
-                gains[sid] = total
+        ref = {c: max(b.speedup if (b := self.best_at(c)) else 0.0, 1.0) for c in self.ladder}
+        preds = {sid: {c: self.predict(sid, c) or 0.0 for c in self.ladder}
+                 for sid in self.cands if not self.done(sid)}
+        bar = {c: ref[c] * (1 + self.rec.margin) for c in self.ladder}   # worth a start
+        gains = {sid: g for sid, p in preds.items()
+                 if (g := sum(max(0.0, p[c] * (1 + u) / bar[c] - 1.0) for c in self.ladder)) > 0}
         if not gains:
-            return self._stop(f"separated: no unstarted candidate's prediction (+{u:.1%}) "
-                              "beats the best measured at any concurrency")
-        pick = max(gains, key=lambda s: (gains[s], -list(self.cands).index(s)))
-        where = [str(c) for c in self.ladder
-                 if (p := self.predict(pick, c)) is not None
-                 and p * (1 + u) > max(self.best_at(c).speedup if self.best_at(c) else 0, 1.0)]
+            return self._stop(f"separated: no unstarted candidate's prediction (+{u:.1%} "
+                              f"error) beats the best measured by more than "
+                              f"{self.rec.margin:.0%} at any concurrency")
+        plan = self._plan({s: preds[s] for s in gains}, ref,
+                          self.rec.max_starts - len(self.starts))
+        pick = max(plan, key=lambda s: (gains[s], -list(self.cands).index(s)))
+        where = [str(c) for c in self.ladder if preds[pick][c] * (1 + u) > bar[c]]
         return Start(pick, f"predicted to beat the best at concurrency {', '.join(where)} "
-                           f"(summed gain {gains[pick]:.1%} at +{u:.1%} error)")
+                           f"(summed gain {gains[pick]:.1%} at +{u:.1%} error)"
+                           + (f"; the starts left go to {len(plan)} candidates covering the "
+                              "ladder" if len(plan) > 1 else ""))
+
+    def _plan(self, preds: dict, ref: dict, left: int) -> tuple:
+        """The set of at most `left` contenders (one per concurrency at most) that leaves the
+        fewest concurrencies more than the margin below the best predicted, then the least
+        summed shortfall: with a budget, the starts are spent to cover the ladder."""
+        import itertools
+
+        k = max(1, min(left, len(self.ladder), len(preds)))
+        top = {c: max([ref[c]] + [p[c] for p in preds.values()]) for c in self.ladder}
+
+        def cost(group):
+            short = [1.0 - max([ref[c]] + [preds[s][c] for s in group]) / top[c]
+                     for c in self.ladder]
+            return (sum(x > self.rec.margin for x in short), sum(short))
+
+        if math.comb(len(preds), k) > 5000:   # large sets: the single best candidate
+            return (max(preds, key=lambda s: -cost((s,))[1]),)
+        return min(itertools.combinations(preds, k), key=cost)
 
     def _stop(self, reason: str) -> Stop:
         self.stop_reason = reason
