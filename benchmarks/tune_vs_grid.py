@@ -32,12 +32,21 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run(search: str, acceptance: float, out: Path) -> float:
     run_dir = out / f"{search}-a{acceptance:g}"
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "specc", "+experiment=llama3_tune", "engine=sim",
          f"search={search}", f"engine.sim.acceptance={acceptance}", "execute=true",
+         f"engine.base_port={free_port()}",
          f"hydra.run.dir={run_dir}"], cwd=out, capture_output=True, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.monotonic() - t0
