@@ -8,14 +8,15 @@ a fake clock.
 
 Prediction of an unstarted candidate x at concurrency c::
 
-    S(x, c) = E_x / (step(x, c) + overhead) * measured_step(base, c) * r
+    S(x, c) = E_x / (step(x, c) + overhead(c)) * measured_step(base, c) * r
 
 ``E_x``: its accept length from the measured acceptance (``predict``); ``step``: the
-calibrated model's step costs; ``overhead``: measured minus model step time of the
-measured server nearest to x in draft tokens per step (the baseline counts as one: a
-per-step cost the model lacks, such as the scheduler's, adds to every step); ``r``: what
-that server's throughput speedup measured beyond its step-time ratio (prefill, TTFT).
-A measured step time is the point's accept length over the tokens/s one stream sees.
+calibrated model's step costs; ``overhead``: the baseline's measured minus model step
+time at c (a per-step cost the model lacks, such as the scheduler's, adds to every
+step); ``r``: measured / this formula for the measured candidate nearest to x in draft
+tokens per step, at its own measured accept length (what the model misses for shapes
+like x's). A measured step time is the accept length over the tokens per second one
+stream sees.
 """
 
 from __future__ import annotations
@@ -150,27 +151,29 @@ class Search:
         length = 1.0 if server is None else self._measured_length(server, concurrency)
         return length / p.per_stream_tps if length else None
 
-    def correction(self, server: str, concurrency: int) -> tuple[float, float]:
-        """(overhead s, r): measured minus model step time, and the speedup measured beyond
-        the step-time ratio, of the measured server nearest to `server` in draft tokens
-        per step (the baseline counts as 1); (0, 1) when none was measured."""
+    def _raw(self, shape, concurrency: int, length: float) -> float:
+        """Speedup from the model's step costs plus the baseline's measured overhead."""
+        model = self.step_s(shape, concurrency)
+        base = self.measured_step(None, concurrency)
+        if base is None:
+            return length / model * self.step_s(None, concurrency)
+        overhead = base - self.step_s(None, concurrency)
+        return length / max(model + overhead, model / 2) * base
+
+    def residual(self, server: str, concurrency: int) -> float:
+        """Measured / raw prediction of the measured candidate nearest to `server` in draft
+        tokens per step (then in topk), at its own measured accept length; 1.0 if none."""
         shape = _shape(self.cands[server])
-        found, dist = (0.0, 1.0), math.inf
-        base = self.points.get((self.rec.baseline, concurrency))
-        for sid in [None, *self._spec_measured()]:
-            t = self.measured_step(sid, concurrency)
-            if t is None:
+        found, dist = 1.0, math.inf
+        for sid in self._spec_measured():
+            p = self.points.get((sid, concurrency))
+            length = self._measured_length(sid, concurrency)
+            if p is None or p.speedup is None or not length:
                 continue
-            other = (1, 1, 1) if sid is None else _shape(self.cands[sid])
+            other = _shape(self.cands[sid])
             d = abs(math.log(other[2] / shape[2])) + 0.01 * abs(math.log(other[1] / shape[1]))
             if d < dist:
-                p = self.points.get((sid, concurrency)) if sid else None
-                r = 1.0
-                if p is not None and p.speedup and base is not None and base.per_stream_tps \
-                        and p.per_stream_tps:
-                    r = p.speedup / (p.per_stream_tps / base.per_stream_tps)
-                model = self.step_s(None if sid is None else other, concurrency)
-                found, dist = (t - model, r), d
+                found, dist = p.speedup / self._raw(other, concurrency, length), d
         return found
 
     def predict(self, server: str, concurrency: int) -> float | None:
@@ -187,11 +190,7 @@ class Search:
         length = predict.predicted_length(ev, shape)
         if length is None:
             return None
-        overhead, r = self.correction(server, concurrency)
-        model = self.step_s(shape, concurrency)
-        step = max(model + overhead, model / 2)   # an overhead never halves the model's step
-        base = self.measured_step(None, concurrency) or self.step_s(None, concurrency)
-        return length / step * base * r
+        return self._raw(shape, concurrency, length) * self.residual(server, concurrency)
 
     def error(self) -> float:
         """The prediction error to allow: the margin, or the largest miss of the latest
