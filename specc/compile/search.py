@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from specc.compile import facts
-from specc.diagnostics import Diagnostic, error, warning
+from specc.diagnostics import Diagnostic, error
 from specc.plan import Candidate, Plan, Search
 
 #: A latency SLO key: a statistic of TTFT, ITL, TPOT or end-to-end latency, in ms.
@@ -54,12 +54,6 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                          "give all three in every swept setting"))
     if out:
         return None, out
-    notes = []
-    if (config.get("cluster") or {}).get("name") == "slurm":
-        notes.append(warning("TUNE_ON_SLURM", "cluster.name",
-                             "search=tune is not adaptive on Slurm yet: the driver submits "
-                             "every candidate's job, as search=grid does",
-                             "run the search on a node (cluster=local), or accept the grid"))
     ladder = sorted({int(b.params["concurrency"]) for b in plan.benchmarks})
     cands = tuple(Candidate(s.id, *shape) for s, shape in zip(candidates, shapes))
     from specc.tune import predict
@@ -81,7 +75,7 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                                tp=int(candidates[0].params.get("tp") or 1))
     probe = predict.choose_probe(cands, prior, margin, model, ladder)
     record = dataclasses.replace(record, probe=probe.server)
-    return dataclasses.replace(plan, search=record), notes
+    return dataclasses.replace(plan, search=record), []
 
 
 def _shape(params: dict) -> tuple[int, int, int] | None:

@@ -28,35 +28,58 @@ def model_for(plan):
     return predict.plan_steps(plan, tp=int(first.params.get("tp") or 1))
 
 
+class Tuner:
+    """The search, fed from a run dir's rows: asks it which server to start next. Used by
+    the executor (one server at a time) and the Slurm driver (one job at a time)."""
+
+    def __init__(self, plan, run_dir: Path, row_of, log):
+        from specc.tune.search import Search
+
+        self.plan, self.run_dir, self.row_of, self.log = plan, Path(run_dir), row_of, log
+        self.search = Search(plan.search, model_for(plan))
+        self.chosen: set[str] = set()
+
+    def next_server(self) -> str | None:
+        """The next server to start, or None (stop). A server whose points all finished in
+        an earlier run is not started again: its rows are fed back and the search asked on."""
+        from specc.tune.search import Stop
+
+        while True:
+            action = self.search.next_action(time.time())
+            if isinstance(action, Stop):
+                self.log(f"search: stop: {action.reason}")
+                return None
+            sid = action.server
+            earlier = all(self.row_of(b.id) for b in self.plan.benchmarks_of(sid))
+            self.search.started(sid, time.time(), action.reason + (
+                " (finished in an earlier run: not started again)" if earlier else ""))
+            self.chosen.add(sid)
+            if earlier:
+                self.feed(sid)
+                continue
+            self.log(f"search: start {self.plan.server(sid).label}: {action.reason}")
+            return sid
+
+    def feed(self, server_id: str) -> None:
+        feed(self.search, self.plan, self.row_of, self.run_dir, server_id)
+
+    def write(self) -> None:
+        write(self.run_dir, self.search.decision())
+
+
 async def run(ex) -> set[str]:
     """Run the search with executor `ex`; returns the servers it chose (each started once)."""
-    from specc.tune.search import Search, Stop
-
-    plan = ex.plan
-    search = Search(plan.search, model_for(plan))
-    chosen: set[str] = set()
+    tuner = Tuner(ex.plan, ex.run_dir, ex.results.get, ex.progress.log)
     try:
         while not ex.stop_all:
-            action = search.next_action(time.time())
-            if isinstance(action, Stop):
-                ex.progress.log(f"search: stop: {action.reason}")
+            sid = tuner.next_server()
+            if sid is None:
                 break
-            sid = action.server
-            server = plan.server(sid)
-            earlier = all(ex.results.finished(b.id) for b in plan.benchmarks_of(sid))
-            search.started(sid, time.time(), action.reason + (
-                " (finished in an earlier run: not started again)" if earlier else ""))
-            chosen.add(sid)
-            ex.progress.log(f"search: start {server.label}: {action.reason}")
-            await ex.run_server(server)
-            _feed(search, ex, server)
+            await ex.run_server(ex.plan.server(sid))
+            tuner.feed(sid)
     finally:
-        write(ex.run_dir, search.decision())
-    return chosen
-
-
-def _feed(search, ex, server) -> None:
-    feed(search, ex.plan, ex.results.get, ex.run_dir, server.id)
+        tuner.write()
+    return tuner.chosen
 
 
 def feed(search, plan, row_of, run_dir: Path, server_id: str) -> None:
