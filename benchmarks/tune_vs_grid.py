@@ -40,13 +40,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(search: str, acceptance: float, out: Path) -> float:
+def run(search: str, acceptance: float, out: Path, port: int) -> float:
+    """One run through the CLI; `port` is the same for tune and grid (server ids hash the
+    engine section, base port included: the two runs must name their servers alike)."""
     run_dir = out / f"{search}-a{acceptance:g}"
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "specc", "+experiment=llama3_tune", "engine=sim",
          f"search={search}", f"engine.sim.acceptance={acceptance}", "execute=true",
-         f"engine.base_port={free_port()}",
+         f"engine.base_port={port}",
          f"hydra.run.dir={run_dir}"], cwd=out, capture_output=True, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.monotonic() - t0
@@ -74,6 +76,8 @@ def compare(tune_dir: Path, grid_dir: Path) -> dict:
     rows = []
     for c, g in grid["best"].items():
         t = tune["best"][c]
+        if g.get("measured") is False:
+            sys.exit(f"the grid run measured no speculative point at concurrency {c}")
         g_best = 1.0 if g.get("baseline") else g["speedup"]
         if t.get("baseline"):
             got = 1.0
@@ -106,8 +110,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     ok = True
     for a in args.acceptance:
-        wall_tune = run("tune", a, out)
-        wall_grid = run("grid", a, out)
+        port = free_port()
+        wall_tune = run("tune", a, out, port)
+        wall_grid = run("grid", a, out, port)
         r = compare(out / f"tune-a{a:g}", out / f"grid-a{a:g}")
         print(f"\n== per-position acceptance {a:g} ==")
         print(f"server starts: tune {r['tune_starts']}, grid {r['grid_starts']} "
