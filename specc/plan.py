@@ -428,6 +428,56 @@ class Cluster(Record):
         return next(j for j in self.jobs if j.name == name)
 
 
+# -- how the servers are explored ------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate(Record):
+    """One speculative setting `search=tune` may start: its server and its draft shape."""
+    server: str
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+
+
+@dataclass(frozen=True)
+class Search(Record):
+    """`search=tune`: the candidates and the rules that decide which of them start
+    (docs/tune.md). A plan without one runs every server (`search=grid`)."""
+    name: str
+    baseline: str
+    candidates: tuple[Candidate, ...]
+    #: The ladder of client concurrencies every started server is measured at.
+    concurrencies: tuple[int, ...]
+    #: Started right after the baseline: its acceptance predicts every other candidate.
+    probe: str
+    #: Starts the search may take, the baseline included (the grid takes len(candidates)+1).
+    max_starts: int
+    #: The least relative error a prediction is assumed to have when racing.
+    margin: float
+    #: Paired intervals' confidence level (ties and separation).
+    level: float = 0.95
+    #: Acceptance assumed before anything is measured (what chose the probe).
+    prior_acceptance: float = 0.7
+    #: The GPU kind whose calibration gives the predictions' step costs (hardware.gpu).
+    gpu: str | None = None
+    #: Mean KV tokens per sequence while decoding (input_len + output_len / 2).
+    context: float | None = None
+    #: The draft model's facts (the plan's `facts` are the first server's: the baseline).
+    draft_facts: dict | None = None
+    #: Latency SLO, e.g. {"p99_ttft_ms": 200}: the capacity at it is reported.
+    slo: dict = field(default_factory=dict)
+
+    def _check(self):
+        out = [] if self.name == "tune" else [f"name {self.name!r}: only 'tune' is a search"]
+        ids = [c.server for c in self.candidates]
+        if len(ids) < 2:
+            out.append("candidates: at least two")
+        if self.probe not in ids:
+            out.append(f"probe {self.probe!r} is not a candidate")
+        if self.max_starts < 2:
+            out.append("max_starts must be >= 2 (the baseline and the probe)")
+        return out
+
+
 @dataclass(frozen=True)
 class Plan(Record):
     experiment: str
@@ -442,9 +492,11 @@ class Plan(Record):
     fail_fast: bool = False
     #: The Slurm jobs (cluster=slurm); None, and left out of plan.json: runs on this machine.
     cluster: Cluster | None = None
+    #: `search=tune` (docs/tune.md); None, and left out of plan.json: every server runs.
+    search: Search | None = None
     version: int = PLAN_VERSION
 
-    OMITTED_AT_DEFAULT = ("cluster",)
+    OMITTED_AT_DEFAULT = ("cluster", "search")
 
     def _check(self):
         ids = {s.id for s in self.servers}
@@ -462,6 +514,10 @@ class Plan(Record):
                     if n > 1 and sid in ids]
             out += [f"cluster: server {s.id} is in no job" for s in self.servers
                     if s.id not in placed]
+        if self.search is not None:
+            out += [f"search: no server {sid!r}" for sid in
+                    [self.search.baseline] + [c.server for c in self.search.candidates]
+                    if sid not in ids]
         return out
 
     # -- lookups ---------------------------------------------------------------

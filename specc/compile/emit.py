@@ -217,6 +217,10 @@ def plan_sh_chunks(plan: Plan) -> Iterator[str]:
 
 def _plan_sh_lines(plan: Plan) -> Iterator[str]:
     yield _SH_PRELUDE
+    if plan.search:
+        yield ("# search=tune: this script runs the whole grid (every candidate: the search's "
+               "worst case)\n# in plan order; the adaptive search runs in the executor "
+               "(specc run --plan plan.json).")
     benchmarks = _by_server(plan)
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
@@ -446,7 +450,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
 
     A Slurm plan (its `cluster` record holds the jobs) also gets one batch script per
     job under slurm/ and a job table in the review."""
-    from specc.compile import sbatch
+    from specc.compile import sbatch, search
 
     run_dir.mkdir(parents=True, exist_ok=True)
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
@@ -455,6 +459,8 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
         digest = _Digest()
         atomic_write(run_dir / "plan.json", _blocks(digest.sealed(plan_json_chunks(plan))))
     text = review(plan, diagnostics, title=title, digest=digest and digest.value)
+    if plan is not None and plan.search:
+        text += "\n" + search.review_section(plan)
     if plan is not None and plan.cluster:
         text += "\n" + sbatch.review_section(plan)
     atomic_write(run_dir / "review.md", text)

@@ -41,9 +41,18 @@ def build_report(run_dir: Path | str) -> Report:
     servers = {s.get("id"): s for s in plan.get("servers") or [] if isinstance(s, dict)}
     rows: list[PointRow] = []
     planned = set()
+    decision = None
+    measured = None   # search=tune: the servers the search started (others are not pending)
+    if plan.get("search"):
+        from specc.run.tune import read as read_decision
+
+        decision = read_decision(run_dir)
+        measured = {r.server for r in results.values()}
     for b in plan.get("benchmarks") or []:
         bid = b.get("id")
         planned.add(bid)
+        if measured is not None and b.get("server") not in measured:
+            continue
         srv = servers.get(b.get("server"), {})
         res = results.get(bid)
         if res is None:
@@ -95,6 +104,7 @@ def build_report(run_dir: Path | str) -> Report:
         dropped=list(plan.get("dropped") or []),
         diagnostics=list(plan.get("diagnostics") or []),
         warnings=warnings,
+        decision=decision,
     )
 
 

@@ -310,14 +310,20 @@ class Executor:
             if self.results.finished(b.id):   # counted as what it was (ok/failed), not rerun
                 self.progress.point_finished(b.id, self.results.get(b.id)["status"],
                                              "finished in an earlier run, not rerun")
-        for wave in self.plan.waves:
-            if self.stop_all:
-                break
-            await asyncio.gather(*(self.run_server(s) for s in wave))
+        points = self.plan.benchmarks
+        if self.plan.search is not None:   # search=tune: the search picks the servers
+            from specc.run import tune
+
+            chosen = await tune.run(self)
+            points = [b for b in points if b.server in chosen]
+        else:
+            for wave in self.plan.waves:
+                if self.stop_all:
+                    break
+                await asyncio.gather(*(self.run_server(s) for s in wave))
         self._backfill_speedups()   # rows of an earlier run, too
-        bad = [r for b in self.plan.benchmarks if (r := self.results.get(b.id))
-               and r["status"] != "ok"]
-        missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
+        bad = [r for b in points if (r := self.results.get(b.id)) and r["status"] != "ok"]
+        missing = [b for b in points if not self.results.finished(b.id)]
         self._writes_ok()
         return exits.OK if not bad and not missing and not self.write_error else exits.FAILED
 

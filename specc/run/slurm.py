@@ -545,7 +545,32 @@ class Driver:
         # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
         est = self.plan.estimates.get("servers_s", {})
         queue = sorted(todo, key=lambda j: -max(est.get(s, 0.0) for s in j.servers))
+        tuner = None
+        if self.plan.search is not None:   # search=tune: one job at a time, as it decides
+            from specc.run.tune import Tuner
+
+            tuner, queue = Tuner(self.plan, self.run_dir, self.results.get,
+                                 self.progress.log), []
         last_poll = 0.0
+        try:
+            return self._loop(queue, tuner, last_poll)
+        finally:
+            if tuner is not None:
+                tuner.write()
+
+    def _next_job(self, tuner, live) -> Job | None:
+        """search=tune: once no job runs, feed what ended and submit the search's next."""
+        for job in [j for j in self.jobs if j.done and j.servers[0] in tuner.chosen
+                    and not j.seen.get("_fed")]:
+            job.seen["_fed"] = True
+            for sid in job.servers:
+                tuner.feed(sid)
+        if live:
+            return None
+        sid = tuner.next_server()
+        return next((j for j in self.jobs if sid in j.servers), None) if sid else None
+
+    def _loop(self, queue: list, tuner, last_poll: float) -> int:
         while True:
             if self.stop_signal is not None:
                 raise Interrupted()
@@ -554,6 +579,11 @@ class Driver:
             if self.warmup is None:
                 self.warmup = warm_report()
             live = [j for j in self.jobs if j.id and not j.done]
+            if tuner is not None and not queue and not live:
+                job = self._next_job(tuner, live)
+                if job is not None:
+                    queue.append(job)
+                    continue
             if not live and not queue:
                 break
             for j in live:
@@ -572,9 +602,10 @@ class Driver:
                 queue.clear()
             time.sleep(TICK_S)
         self.backfill()
-        missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
-        bad = [b for b in self.plan.benchmarks
-               if (r := self.results.get(b.id)) and r["status"] != "ok"]
+        points = self.plan.benchmarks if tuner is None else [
+            b for b in self.plan.benchmarks if b.server in tuner.chosen]
+        missing = [b for b in points if not self.results.finished(b.id)]
+        bad = [b for b in points if (r := self.results.get(b.id)) and r["status"] != "ok"]
         return exits.OK if not bad and not missing else exits.FAILED
 
     def node_record(self, job: Job) -> dict:
