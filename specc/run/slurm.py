@@ -70,16 +70,15 @@ CANCEL_GRACE_S = 15.0
 
 
 def warm_report() -> threading.Thread:
-    """Import the report's modules (matplotlib: 0.3-0.6 s) in a background thread at the
-    lowest CPU priority, started once the jobs are submitted: the report is the sweep's
-    last step, and the driver has nothing to do while Slurm schedules the jobs. The report
-    needs no join: an import in progress in this thread makes its own import wait."""
+    """Import the report's modules (matplotlib: 0.3-0.6 s) in a background thread, started
+    once the jobs are submitted: the report is the sweep's last step, and the driver has
+    nothing to do while Slurm schedules the jobs. The report needs no join: an import in
+    progress in this thread makes its own import wait.
+
+    At the driver's own priority, not niced: a niced thread holds the import lock and the
+    GIL, and on a busy login node it was starved of CPU for minutes while the driver's
+    report (and its main loop) waited on it."""
     def work():
-        if sys.platform.startswith("linux"):   # there the nice value is per thread
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except OSError:
-                pass
         try:
             import specc.report  # noqa: F401
             from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
