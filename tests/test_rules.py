@@ -34,7 +34,10 @@ def server_diags(compose, overrides, rule=None):
 def point_diags(compose, overrides, rule, **bench):
     cfg = compose(overrides)
     engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
-    return list(rule(_spec(cfg), engine, {**cfg["benchmark"], **bench}))
+    bench = {**cfg["benchmark"], **bench}
+    if rule in rules.POINT_RULES:   # worked out per server, then applied per point
+        return list(rule(_spec(cfg), engine)(bench))
+    return list(rule(_spec(cfg), engine, bench))
 
 
 def codes(diags):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import shlex
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
@@ -309,12 +310,29 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
 def _param_values(plan: Plan) -> dict[str, dict]:
     """Client parameter -> its distinct values over the matrix (in first-seen order).
 
-    Points share their params dict across servers, so each distinct one is read once."""
+    Points share their params dict across servers, so each distinct one is read once; a
+    parameter's values are told apart a column at a time (10^5 points on one server: each
+    point's own dict)."""
+    distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
+    keys: dict = {}
+    for params in distinct:
+        keys.update(params)
+    keys.pop("model", None)
     seen: dict[str, dict] = {}
-    for params in {id(b.params): b.params for b in plan.benchmarks}.values():
-        for k, v in params.items():
-            if k != "model":
-                seen.setdefault(k, {}).setdefault(_distinct(v), v)
+    missing = object()
+    for k in keys:
+        try:
+            column = list(map(operator.itemgetter(k), distinct))
+        except KeyError:   # a key some points lack
+            column = [v for v in (p.get(k, missing) for p in distinct) if v is not missing]
+        try:   # (type, value): True and 1 kept apart; first-seen order kept by the dict
+            firsts = dict.fromkeys(zip(map(type, column), column))
+            seen[k] = {(t, hash(v), v): v for t, v in firsts}
+        except TypeError:   # unhashable values (lists): one at a time
+            values: dict = {}
+            for v in column:
+                values.setdefault(_distinct(v), v)
+            seen[k] = values
     return {k: seen[k] for k in sorted(seen)}
 
 

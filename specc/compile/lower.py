@@ -92,8 +92,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     bench_index: dict[tuple[str, int], str] = {}
     estimates: dict[str, float] = {}
     server_times = estimate.ServerTimes(engine, matrix.client_points)
-    for bench in matrix.client_points:   # rules of the point alone, whatever its server
-        diags += rules.check_client(engine, bench)
+    diags += rules.check_clients(engine, matrix.client_points)   # whatever their server
     for entry, slot, meet in zip(matrix.servers, slots, rendezvous):
         spec: ServerSpec = entry.spec
         name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
@@ -102,8 +101,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             b.get("flush_cache") for b in matrix.client_points))
         readiness = engine.readiness(spec)
         readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
-        for bench in matrix.client_points:
-            diags += rules.check_point(spec, engine, bench)
+        diags += rules.check_points(spec, engine, matrix.client_points)
         plan_servers.append(Server(
             id=sid, label=_label(spec, engine, entry.axes), baseline=not spec.speculative,
             params=_params(spec, entry.axes), host=host, port=slot.port, gpus=slot.gpus,

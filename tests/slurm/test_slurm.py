@@ -113,10 +113,6 @@ def node_state(run_dir: Path, server_id: str) -> dict:
     return (data.get("servers") or {}).get(server_id) or {}
 
 
-def benchmarking(run_dir: Path, server_id: str) -> bool:
-    return node_state(run_dir, server_id).get("status") == "benchmarking"
-
-
 def servers(plan: dict) -> tuple[str, str]:
     """(baseline id, the speculative server's id)."""
     base = next(s["id"] for s in plan["servers"] if s["baseline"])
@@ -297,8 +293,9 @@ def test_ctrl_c_cancels_every_job_and_the_rerun_submits_only_unfinished_points(c
     base, spec = servers(plan)
     proc = start_driver(run_dir)
     try:
-        assert wait_for(lambda: benchmarking(run_dir, base) and benchmarking(run_dir, spec),
-                        timeout=90), "never benchmarking"
+        # both held mid-sweep (suspended: Slurm delivers no SIGTERM to them, so the driver
+        # scancels them after its grace): points are left to rerun however slow this machine
+        hold_mid_sweep(cluster, run_dir, plan, [base, spec])
         first = {name: j["id"] for name, j in jobs(run_dir).items()}
         proc.send_signal(signal.SIGINT)
         out = finish(proc)
@@ -360,7 +357,7 @@ def test_inv_down_cancels_a_run_left_without_its_driver_and_verifies(cluster, tm
     base, spec = servers(plan)
     proc = start_driver(run_dir)
     try:
-        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+        hold_mid_sweep(cluster, run_dir, plan, [spec])   # still in squeue for `down`
     finally:
         proc.kill()
         proc.wait()
