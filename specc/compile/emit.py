@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import operator
 import shlex
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
@@ -136,6 +137,10 @@ def _entries(items) -> Iterator[str]:
     equal readiness plan) is encoded once."""
     shared: dict[int, str] = {}
     names: dict[type, list] = {}   # per dataclass: [(field, its encoded name)]
+    items = tuple(items)
+    # entries left that hold each dict or dataclass value: its text is kept until the last
+    # (10^5 points on one server share nothing: their texts must not pile up)
+    uses = Counter(id(v) for item in items for v in _containers(item))
     for item in items:
         kind = type(item)
         if kind not in names:
@@ -152,13 +157,27 @@ def _entries(items) -> Iterator[str]:
             elif value is None:
                 parts.append(key + "null")
             elif type(value) is dict or is_dataclass(value):
-                text = shared.get(id(value))
+                ident = id(value)
+                text = shared.get(ident)
                 if text is None:
-                    text = shared[id(value)] = _ENCODE(value)
+                    text = _ENCODE(value)
+                left = uses[ident] = uses[ident] - 1
+                if left > 0:
+                    shared[ident] = text
+                else:
+                    shared.pop(ident, None)
                 parts.append(key + text)
             else:
                 parts.append(key + _ENCODE(value))
         yield "{" + ",".join(parts) + "}"
+
+
+def _containers(item) -> Iterator:
+    """An entry's dict and dataclass field values (those _entries encodes once and shares)."""
+    for value in (item.__dict__.values() if hasattr(item, "__dict__")
+                  else (getattr(item, f.name) for f in fields(item))):
+        if type(value) is dict or is_dataclass(value):
+            yield value
 
 
 #: Plan fields written one entry per line.
