@@ -33,7 +33,10 @@ def server_diags(compose, overrides, rule=None):
 def point_diags(compose, overrides, rule, **bench):
     cfg = compose(overrides)
     engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
-    return list(rule(_spec(cfg), engine, {**cfg["benchmark"], **bench}))
+    bench = {**cfg["benchmark"], **bench}
+    if rule in rules.POINT_RULES:   # worked out per server, then applied per point
+        return list(rule(_spec(cfg), engine)(bench))
+    return list(rule(_spec(cfg), engine, bench))
 
 
 def codes(diags):
@@ -344,6 +347,26 @@ def test_dataset_file(compose, tmp_path):
     assert point_diags(compose, LLAMA, rules.dataset_file, dataset="jsonl",
                        dataset_path=str(f)) == []
     assert point_diags(compose, LLAMA, rules.dataset_file) == []
+
+
+def test_client_rules_read_each_dataset_once_and_still_judge_every_point(compose, tmp_path,
+                                                                        monkeypatch):
+    """A sweep over lengths names one dataset per point: it is read once per distinct
+    dataset, while the per-point rules still see every point."""
+    from specc.run import promptsets
+
+    cfg = compose(LLAMA)
+    engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
+    reads = []
+    real = promptsets.load
+    monkeypatch.setattr(promptsets, "load", lambda *a, **k: (reads.append(k), real(*a, **k))[1])
+    points = [{**cfg["benchmark"], "output_len": n, "num_prompts": 4} for n in range(8, 808, 8)]
+    points.append({**points[0], "num_prompts": 10**6, "input_len": 1000})   # too large a point
+    missing = {**points[0], "dataset": "jsonl", "dataset_path": str(tmp_path / "nope.jsonl")}
+    diags = rules.check_clients(engine, points + [missing, dict(missing)])
+    assert len(reads) == 1
+    assert [d.code for d in diags] == ["BENCH_TOO_LARGE", "BENCH_DATASET_MISSING"]
+    assert diags == [d for b in points + [missing] for d in rules.check_client(engine, b)]
 
 
 # --- model facts from config.json ------------------------------------------------------

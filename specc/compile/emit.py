@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import operator
 import shlex
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
@@ -135,6 +137,10 @@ def _entries(items) -> Iterator[str]:
     equal readiness plan) is encoded once."""
     shared: dict[int, str] = {}
     names: dict[type, list] = {}   # per dataclass: [(field, its encoded name)]
+    items = tuple(items)
+    # entries left that hold each dict or dataclass value: its text is kept until the last
+    # (10^5 points on one server share nothing: their texts must not pile up)
+    uses = Counter(id(v) for item in items for v in _containers(item))
     for item in items:
         kind = type(item)
         if kind not in names:
@@ -151,13 +157,27 @@ def _entries(items) -> Iterator[str]:
             elif value is None:
                 parts.append(key + "null")
             elif type(value) is dict or is_dataclass(value):
-                text = shared.get(id(value))
+                ident = id(value)
+                text = shared.get(ident)
                 if text is None:
-                    text = shared[id(value)] = _ENCODE(value)
+                    text = _ENCODE(value)
+                left = uses[ident] = uses[ident] - 1
+                if left > 0:
+                    shared[ident] = text
+                else:
+                    shared.pop(ident, None)
                 parts.append(key + text)
             else:
                 parts.append(key + _ENCODE(value))
         yield "{" + ",".join(parts) + "}"
+
+
+def _containers(item) -> Iterator:
+    """An entry's dict and dataclass field values (those _entries encodes once and shares)."""
+    for value in (item.__dict__.values() if hasattr(item, "__dict__")
+                  else (getattr(item, f.name) for f in fields(item))):
+        if type(value) is dict or is_dataclass(value):
+            yield value
 
 
 #: Plan fields written one entry per line.
@@ -313,12 +333,29 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
 def _param_values(plan: Plan) -> dict[str, dict]:
     """Client parameter -> its distinct values over the matrix (in first-seen order).
 
-    Points share their params dict across servers, so each distinct one is read once."""
+    Points share their params dict across servers, so each distinct one is read once; a
+    parameter's values are told apart a column at a time (10^5 points on one server: each
+    point's own dict)."""
+    distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
+    keys: dict = {}
+    for params in distinct:
+        keys.update(params)
+    keys.pop("model", None)
     seen: dict[str, dict] = {}
-    for params in {id(b.params): b.params for b in plan.benchmarks}.values():
-        for k, v in params.items():
-            if k != "model":
-                seen.setdefault(k, {}).setdefault(_distinct(v), v)
+    missing = object()
+    for k in keys:
+        try:
+            column = list(map(operator.itemgetter(k), distinct))
+        except KeyError:   # a key some points lack
+            column = [v for v in (p.get(k, missing) for p in distinct) if v is not missing]
+        try:   # (type, value): True and 1 kept apart; first-seen order kept by the dict
+            firsts = dict.fromkeys(zip(map(type, column), column))
+            seen[k] = {(t, hash(v), v): v for t, v in firsts}
+        except TypeError:   # unhashable values (lists): one at a time
+            values: dict = {}
+            for v in column:
+                values.setdefault(_distinct(v), v)
+            seen[k] = values
     return {k: seen[k] for k in sorted(seen)}
 
 

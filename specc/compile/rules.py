@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from specc.diagnostics import Diagnostic, error, info, warning
 from specc.engines.base import Engine
@@ -316,47 +316,63 @@ def memory_weights(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
 
 # --- point rules: (spec, engine, bench) --------------------------------------
 
-def running_requests(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+def running_requests(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
     """Concurrency above the server's running-request cap queues silently."""
     cap, source = engine.max_running_requests(spec)
-    conc = bench["concurrency"]
-    if cap is not None and conc > cap:
-        yield warning("RUNNING_REQUESTS_CAP", "server.max_running_requests",
-                      f"concurrency {conc} > {cap} running requests ({source}): "
-                      f"{conc - cap} requests queue and the point measures queueing",
-                      f"set server.max_running_requests={conc}")
     graph_bs = spec.server.get("cuda_graph_max_bs")
-    if graph_bs and conc > graph_bs:
-        yield warning("CUDA_GRAPH_BS", "server.cuda_graph_max_bs",
-                      f"concurrency {conc} > cuda_graph_max_bs {graph_bs}: larger batches run "
-                      "without CUDA graphs", f"set server.cuda_graph_max_bs={conc}")
+
+    def check(bench: dict) -> Iterator[Diagnostic]:
+        conc = bench["concurrency"]
+        if cap is not None and conc > cap:
+            yield warning("RUNNING_REQUESTS_CAP", "server.max_running_requests",
+                          f"concurrency {conc} > {cap} running requests ({source}): "
+                          f"{conc - cap} requests queue and the point measures queueing",
+                          f"set server.max_running_requests={conc}")
+        if graph_bs and conc > graph_bs:
+            yield warning("CUDA_GRAPH_BS", "server.cuda_graph_max_bs",
+                          f"concurrency {conc} > cuda_graph_max_bs {graph_bs}: larger batches "
+                          "run without CUDA graphs", f"set server.cuda_graph_max_bs={conc}")
+    return check
 
 
-def memory_kv(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+def memory_kv(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
     """Weights + KV cache for concurrency x sequence length fit in GPU memory x fraction."""
     if not spec.target.get("weight_gb"):
-        return
+        return _nothing
     fraction, source = engine.memory_fraction(spec)
     budget = spec.hardware["gpu_memory_gb"] * fraction
     weights = _weights_per_gpu(spec, engine)
-    tokens = bench["concurrency"] * (bench["input_len"] + bench["output_len"])
-    kv = spec.kv_bytes_per_token * tokens / 1e9
-    if weights <= budget < weights + kv:
-        yield error("MEMORY_KV", "benchmark.concurrency",
-                    f"weights {weights:.1f} GB + KV cache {kv:.1f} GB for {tokens} tokens "
-                    f"(concurrency {bench['concurrency']} x {bench['input_len'] + bench['output_len']}) "
-                    f"> {budget:.1f} GB per GPU ({source})",
-                    "lower concurrency or lengths, raise tp, or use server.kv_cache_dtype=fp8_e4m3")
+    per_token = spec.kv_bytes_per_token
+
+    def check(bench: dict) -> Iterator[Diagnostic]:
+        tokens = bench["concurrency"] * (bench["input_len"] + bench["output_len"])
+        kv = per_token * tokens / 1e9
+        if weights <= budget < weights + kv:
+            yield error("MEMORY_KV", "benchmark.concurrency",
+                        f"weights {weights:.1f} GB + KV cache {kv:.1f} GB for {tokens} tokens "
+                        f"(concurrency {bench['concurrency']} x "
+                        f"{bench['input_len'] + bench['output_len']}) "
+                        f"> {budget:.1f} GB per GPU ({source})",
+                        "lower concurrency or lengths, raise tp, or use "
+                        "server.kv_cache_dtype=fp8_e4m3")
+    return check
 
 
-def lengths_fit_context(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+def _nothing(bench: dict) -> Iterator[Diagnostic]:
+    return iter(())
+
+
+def lengths_fit_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
     """Prompt + output tokens fit the served context length."""
     served = spec.model_pair.get("context_length") or spec.target.context_length
-    need = bench["input_len"] + bench["output_len"]
-    if served and need > served:
-        yield error("BENCH_CONTEXT_EXCEEDED", "benchmark.input_len",
-                    f"input_len + output_len = {need} exceeds the served context length {served}",
-                    f"keep input_len + output_len <= {served}")
+
+    def check(bench: dict) -> Iterator[Diagnostic]:
+        need = bench["input_len"] + bench["output_len"]
+        if served and need > served:
+            yield error("BENCH_CONTEXT_EXCEEDED", "benchmark.input_len",
+                        f"input_len + output_len = {need} exceeds the served context length "
+                        f"{served}", f"keep input_len + output_len <= {served}")
+    return check
 
 
 #: Prompt plus output tokens of one point: the load generator holds every prompt and
@@ -528,29 +544,56 @@ SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_
                 spec_tokens_required, spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_deadline, memory_weights)
-def dataset_fits_context(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
     """A jsonl/ShareGPT file's prompts (plus their output lengths) fit the server's context."""
-    import os
 
-    path = bench.get("dataset_path")
-    if bench["dataset"] in ("jsonl", "sharegpt") and path and os.path.isfile(
-            os.path.expanduser(path)):
-        yield from _dataset_contents(spec, bench, bench["dataset"], os.path.expanduser(path))
+    def check(bench: dict) -> Iterator[Diagnostic]:
+        path = bench.get("dataset_path")
+        if bench["dataset"] in ("jsonl", "sharegpt") and path and os.path.isfile(
+                os.path.expanduser(path)):
+            yield from _dataset_contents(spec, bench, bench["dataset"], os.path.expanduser(path))
+    return check
 
 
+#: Point rules: (spec, engine) -> a check of one client point on that server. What they
+#: read of the server is worked out once per server, not once per point.
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).
 CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size)
+#: What dataset_file reads of a point: it runs once per distinct dataset, not per point.
+DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split")
 
 
 def check_server(spec: ServerSpec, engine: Engine) -> list[Diagnostic]:
     return [d for rule in SERVER_RULES for d in rule(spec, engine)]
 
 
+def check_points(spec: ServerSpec, engine: Engine, benches) -> list[Diagnostic]:
+    """The point rules of every client point on one server, point by point."""
+    checks = [rule(spec, engine) for rule in POINT_RULES]
+    return [d for bench in benches for check in checks for d in check(bench)]
+
+
 def check_point(spec: ServerSpec, engine: Engine, bench: dict) -> list[Diagnostic]:
-    return [d for rule in POINT_RULES for d in rule(spec, engine, bench)]
+    return check_points(spec, engine, (bench,))
+
+
+def check_clients(engine: Engine, benches) -> list[Diagnostic]:
+    """The rules of the client points alone, whatever their server; the dataset is read
+    once per distinct dataset (a sweep over lengths or seeds names one set 10^5 times)."""
+    out: list[Diagnostic] = []
+    datasets: set[str] = set()
+    for bench in benches:
+        for rule in CLIENT_RULES:
+            if rule is dataset_file:
+                key = repr([bench.get(k) for k in DATASET_KEYS])
+                if key in datasets:
+                    continue
+                datasets.add(key)
+            out.extend(rule(None, engine, bench))
+    return out
 
 
 def check_client(engine: Engine, bench: dict) -> list[Diagnostic]:
-    return [d for rule in CLIENT_RULES for d in rule(None, engine, bench)]
+    return check_clients(engine, (bench,))

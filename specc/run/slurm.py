@@ -42,6 +42,7 @@ from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
 from specc.run import rundir
 from specc.run.node import read_rows, results_path, state_path
+from specc.run.outcome import backfill_speedups, exit_code, point_summary
 from specc.run.point import failed_row
 from specc.run.state import RunState
 
@@ -71,16 +72,15 @@ CANCEL_GRACE_S = 15.0
 
 
 def warm_report() -> threading.Thread:
-    """Import the report's modules (matplotlib: 0.3-0.6 s) in a background thread at the
-    lowest CPU priority, started once the jobs are submitted: the report is the sweep's
-    last step, and the driver has nothing to do while Slurm schedules the jobs. The report
-    needs no join: an import in progress in this thread makes its own import wait."""
+    """Import the report's modules (matplotlib: 0.3-0.6 s) in a background thread, started
+    once the jobs are submitted: the report is the sweep's last step, and the driver has
+    nothing to do while Slurm schedules the jobs. The report needs no join: an import in
+    progress in this thread makes its own import wait.
+
+    At the driver's own priority, not niced: a niced thread holds the import lock and the
+    GIL, and on a busy login node it was starved of CPU for minutes while the driver's
+    report (and its main loop) waited on it."""
     def work():
-        if sys.platform.startswith("linux"):   # there the nice value is per thread
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except OSError:
-                pass
         try:
             import specc.report  # noqa: F401
             from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
@@ -218,6 +218,7 @@ class Driver:
         self.stop_signal: int | None = None
         self.failed_servers: dict[str, str] = {}
         self.warmup: threading.Thread | None = None
+        self.write_error: str | None = None   # a record that could not be written
 
     # -- files ----------------------------------------------------------------------------
     def _save(self) -> None:
@@ -255,7 +256,7 @@ class Driver:
                     continue
                 with_speedup(row, self.results.get(bench.baseline) if bench.baseline else None)
                 self.results.append(row)
-                self.progress.point_finished(bid, row["status"], _summary(row))
+                self.progress.point_finished(bid, row["status"], point_summary(row))
 
     def follow_files(self, job: Job) -> None:
         """The node's executor state -> progress and state.json (phase, point, status)."""
@@ -602,11 +603,8 @@ class Driver:
                 queue.clear()
             time.sleep(TICK_S)
         self.backfill()
-        points = self.plan.benchmarks if tuner is None else [
-            b for b in self.plan.benchmarks if b.server in tuner.chosen]
-        missing = [b for b in points if not self.results.finished(b.id)]
-        bad = [b for b in points if (r := self.results.get(b.id)) and r["status"] != "ok"]
-        return exits.OK if not bad and not missing else exits.FAILED
+        return exit_code(self.plan, self.results, write_error=self.write_error,
+                         servers=None if tuner is None else tuner.chosen)
 
     def node_record(self, job: Job) -> dict:
         """The node entry's record of this job (slurm/state/<job>.json), {} if none yet."""
@@ -635,25 +633,10 @@ class Driver:
 
     def backfill(self) -> None:
         """Speedups of points whose baseline ran in another job (results.jsonl rewritten once)."""
-        changed = False
-        for b in self.plan.benchmarks:
-            row = self.results.get(b.id)
-            if row and b.baseline and row["status"] == "ok" \
-                    and "speedup" not in (row.get("metrics") or {}):
-                with_speedup(row, self.results.get(b.baseline))
-                changed = changed or "speedup" in (row.get("metrics") or {})
-        if changed:
-            self.results.rewrite()
-
-
-def _summary(row: dict) -> str:
-    m = row.get("metrics") or {}
-    if row["status"] != "ok":
-        return (row.get("reason") or "")[:120]
-    parts = [f"{m.get('output_throughput', 0):.1f} tok/s"]
-    if m.get("accept_length"):
-        parts.append(f"accept {m['accept_length']:.2f}")
-    return ", ".join(parts)
+        why = backfill_speedups(self.plan, self.results)
+        if why:
+            self.write_error = self.write_error or why
+            self.progress.log(why)
 
 
 def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> int:
