@@ -82,6 +82,25 @@ class PhaseMarker:
         return True
 
 
+@dataclass(frozen=True)
+class FatalMessage:
+    """A log line the engine dies of: a fatal pattern, and the source that proves it.
+
+    `text`: what the line contains (a literal). `source`: the file in the engine's
+    package that prints it. `printed`: that file's text printing it together with what
+    ends the process next (a signal to the parent, a kill, a raise): tests/drift finds
+    it verbatim. `exits`: how the process dies after it, in words. Exception lines and
+    "Traceback" are never fatal patterns: engines log tracebacks under warnings and
+    carry on (a stale-shm sweep, a graph fallback); a real crash ends the process,
+    and its exit names the cause (specc.run.readiness).
+    """
+
+    text: str
+    source: str
+    printed: str
+    exits: str
+
+
 def patterns(marker) -> tuple[str, ...]:
     """An adapter's log marker as the plan's regexes: a plain string is a literal, a
     list holds regexes (one per wording an engine release printed), None is none."""
@@ -121,7 +140,8 @@ class Engine(ABC):
     health_path = "/health"
     health_timeout_s = 0.0
     ready_line: str | None = None
-    fatal_patterns: tuple[str, ...] = ()
+    #: The lines the engine dies of, each with its source (see FatalMessage).
+    fatal_messages: tuple[FatalMessage, ...] = ()
     #: "error": startup dies when the draft's context is shorter; "cap": silently capped.
     draft_context_policy = "error"
     #: The environment variable that turns that startup error into a warning.
@@ -183,6 +203,11 @@ class Engine(ABC):
             return (f"{self.name} {self.version} is older than {self.oldest_version}, the oldest "
                     f"release specc holds {self.name} facts for")
         return None
+
+    @property
+    def fatal_patterns(self) -> tuple[str, ...]:
+        """The plan's fatal patterns: each fatal message as a literal regex."""
+        return tuple(literal(m.text) for m in self.fatal_messages)
 
     def info(self) -> dict:
         """What the plan records about the engine (plan.json engine_info)."""
@@ -318,7 +343,7 @@ class Engine(ABC):
             engine_health_timeout_s=self.health_timeout_s,
             ready_log=patterns(self.ready_line),
             phases=tuple(phases),
-            fatal_patterns=tuple(literal(p) for p in self.fatal_patterns),
+            fatal_patterns=self.fatal_patterns,
             estimated_start_s=round(sum(p.estimate_s or 0 for p in phases), 1),
             deadline_s=float(r.get("deadline_s") or round(budgets, 1)),
             serving_silence_s=self.serving_silence_s)

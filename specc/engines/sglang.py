@@ -18,8 +18,8 @@ import json as _json
 
 from specc.plan import Acceptance, CounterRatio, ServerField
 
-from .base import (ALWAYS, DRAFT, HEAD, MULTI_STEP, NODE_RANK, Engine, PhaseMarker, flag_args,
-                   for_version)
+from .base import (ALWAYS, DRAFT, HEAD, MULTI_STEP, NODE_RANK, Engine, FatalMessage, PhaseMarker,
+                   flag_args, for_version)
 
 PINNED_VERSION = "0.5.23"
 OLDEST_VERSION = "0.5.0"
@@ -134,22 +134,41 @@ PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
 )
 PHASES_BY_VERSION = [("0.5.14", PHASES_0_5_14), (OLDEST_VERSION, PHASES_EARLY_2026)]
 
-#: Lines that end startup with a failure. Engine-specific ones carry where they are printed.
-FATAL_PATTERNS: tuple[str, ...] = (
-    "Scheduler hit an exception",
-    "Received sigquit from a child process",
-    "Traceback (most recent call last)",
-    "torch.OutOfMemoryError",
-    "CUDA out of memory",
-    "ValueError: ",
-    "RuntimeError: ",
+#: The lines SGLang 0.5.23 dies of, each with the source that prints it and ends the process.
+#: A subprocess that dies logs "<Part> hit an exception: <traceback>" and sends its parent
+#: SIGQUIT, whose handler logs "Received sigquit ..." and kills the process tree. Exception
+#: lines and "Traceback" are not among them: 0.5.23 logs tracebacks under warnings and
+#: carries on (srt/utils/stale_shm_cleanup.py "cleanup_stale_shm: sweep failed, continuing
+#: startup", exc_info=True); a crash ends the process and its exit names the cause.
+_SIGQUIT_PARENT = "parent_process.send_signal(signal.SIGQUIT)"
+FATAL_MESSAGES: tuple[FatalMessage, ...] = (
+    FatalMessage("Scheduler hit an exception", _S + "managers/scheduler.py",
+                 'logger.error(f"Scheduler hit an exception: {traceback}")\n        '
+                 + _SIGQUIT_PARENT, "SIGQUIT to the launcher, which kills the process tree"),
+    FatalMessage("Received sigquit from a child process", _S + "entrypoints/engine.py",
+                 '"Received sigquit from a child process. It usually means the child failed."'
+                 "\n                )\n                kill_process_tree(os.getpid())",
+                 "kills its own process tree"),
+    FatalMessage("DetokenizerManager hit an exception", _S + "managers/detokenizer_manager.py",
+                 'logger.error(f"DetokenizerManager hit an exception: {traceback}")\n'
+                 "        if manager is not None:\n            manager.maybe_clear_socket_mapping()"
+                 "\n        " + _SIGQUIT_PARENT,
+                 "SIGQUIT to the launcher, which kills the process tree"),
+    FatalMessage("TokenizerManager hit an exception", _S + "managers/tokenizer_manager.py",
+                 'logger.error(f"TokenizerManager hit an exception: {traceback}")\n'
+                 '        if hasattr(func, "__self__") and isinstance(func.__self__, '
+                 "TokenizerManager):\n            func.__self__.dump_requests_before_crash()\n"
+                 "        kill_process_tree(os.getpid(), include_parent=True)",
+                 "kills the process tree, itself included"),
+    FatalMessage("DataParallelController hit an exception",
+                 _S + "managers/data_parallel_controller.py",
+                 'logger.error(f"DataParallelController hit an exception: {traceback}")\n'
+                 "        " + _SIGQUIT_PARENT,
+                 "SIGQUIT to the launcher, which kills the process tree"),
 )
-FATAL_EVIDENCE = (
-    ("fatal_patterns: Scheduler hit an exception", _S + "managers/scheduler.py",
-     'f"Scheduler hit an exception: {traceback}"'),
-    ("fatal_patterns: Received sigquit from a child process", _S + "entrypoints/engine.py",
-     "Received sigquit from a child process. It usually means the child failed."),
-)
+#: A warning that logs its traceback and carries on: no fatal pattern may match its lines.
+WARNING_WITH_TRACEBACK = (_S + "utils/stale_shm_cleanup.py",
+                          '"cleanup_stale_shm: sweep failed, continuing startup", exc_info=True')
 
 # --- flags -----------------------------------------------------------------
 #: engine.cuda_graph_max_bs -> this flag. 0.5.14 added --cuda-graph-max-bs-decode and
@@ -369,7 +388,7 @@ class SGLang(Engine):
     health_path = HEALTH_PATH
     health_timeout_s = HEALTH_CHECK_TIMEOUT_S
     ready_line = READY_LINE
-    fatal_patterns = FATAL_PATTERNS
+    fatal_messages = FATAL_MESSAGES
     draft_context_policy = "error"
     context_override_env = ALLOW_LONGER_CONTEXT_ENV
     rewrites_topk1_draft_tokens = True
@@ -503,7 +522,10 @@ class SGLang(Engine):
         adapter relies on, as the pinned release's source says them (tests/drift)."""
         out = [(f"phase {m.name}", path, text)
                for m in phase_markers(PINNED_VERSION) + (JOIN_PHASE,) for path, text in m.evidence]
-        return out + list(FATAL_EVIDENCE + METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
+        out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
+                for m in FATAL_MESSAGES]
+        out.append(("a warning that logs its traceback and carries on",) + WARNING_WITH_TRACEBACK)
+        return out + list(METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

@@ -16,7 +16,8 @@ import json
 
 from specc.plan import Acceptance, CacheFlush, CounterRatio
 
-from .base import ALWAYS, HEAD, NODE_RANK, Engine, PhaseMarker, flag_args, for_version
+from .base import (ALWAYS, HEAD, NODE_RANK, Engine, FatalMessage, PhaseMarker, flag_args,
+                   for_version)
 
 PINNED_VERSION = "0.33.0"
 OLDEST_VERSION = "0.10.0"
@@ -102,9 +103,24 @@ PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
     PhaseMarker("api_server", (r"Starting vLLM API server",), (r"Application startup complete\.",)),
 )
 PHASES_BY_VERSION = [("0.17.0", PHASES_0_17), (OLDEST_VERSION, PHASES_EARLY_2026)]
-FATAL_PATTERNS = ("Traceback (most recent call last)", "EngineCore failed",
-                  "Engine core initialization failed", "CUDA out of memory",
-                  "torch.OutOfMemoryError", "ValueError: ", "RuntimeError: ")
+#: The lines vLLM 0.33 dies of, each with the source that prints it and ends the process:
+#: the engine core process logs why it failed and re-raises (its process ends), then the
+#: API server raises "Engine core initialization failed" (the launcher exits with it).
+#: Exception lines and "Traceback" are not among them: warnings log tracebacks too.
+FATAL_MESSAGES: tuple[FatalMessage, ...] = (
+    FatalMessage("EngineCore failed to start", _V + "v1/engine/core.py",
+                 'logger.exception("EngineCore failed to start.")\n            else:\n'
+                 '                logger.exception("EngineCore encountered a fatal error.")\n'
+                 "                engine_core._send_engine_dead()\n            raise e",
+                 "the engine core re-raises: its process ends, the API server's next"),
+    FatalMessage("EngineCore encountered a fatal error", _V + "v1/engine/core.py",
+                 'logger.exception("EngineCore encountered a fatal error.")\n'
+                 "                engine_core._send_engine_dead()\n            raise e",
+                 "the engine core reports itself dead and re-raises"),
+    FatalMessage("Engine core initialization failed", _V + "v1/engine/utils.py",
+                 'raise RuntimeError(\n                "Engine core initialization failed. "',
+                 "raised in the API server process, which exits with it"),
+)
 
 #: Spec-decode counters (v1/spec_decode/metrics.py); prometheus_client exposes a
 #: Counter named X as X_total. Accept length = 1 + delta accepted / delta drafts.
@@ -158,7 +174,6 @@ SOURCE_EVIDENCE = (
      '"/v1/completions"'),
     ("endpoint /v1/models", _V + "entrypoints/openai/models/api_router.py",
      '@router.get("/v1/models")'),
-    ("fatal_patterns: EngineCore failed", _V + "v1/engine/core.py", '"EngineCore failed to start."'),
     # spanning nodes (engine/arg_utils.py, config/parallel.py, entrypoints/cli/serve.py)
     ("multi-node flags --nnodes/--node-rank/--master-addr/--master-port", _V + "engine/arg_utils.py",
      'parallel_group.add_argument("--master-addr", **parallel_kwargs["master_addr"])\n'
@@ -178,8 +193,6 @@ SOURCE_EVIDENCE = (
      '"Launching vLLM (v%s) headless multiproc executor, "'),
     ("data parallelism across nodes meets at --data-parallel-rpc-port", _V + "entrypoints/cli/serve.py",
      "port = parallel_config.data_parallel_rpc_port\n    handshake_address = get_tcp_uri(host, port)"),
-    ("fatal_patterns: Engine core initialization failed", _V + "v1/engine/utils.py",
-     '"Engine core initialization failed. "'),
 ) + tuple((f"metric {METRIC_PREFIX}{c}_total", _V + "v1/spec_decode/metrics.py",
            f'"{METRIC_PREFIX.rstrip("_")}_{c}"')
           for c in COUNTERS + (PER_POSITION_COUNTER,))
@@ -202,7 +215,7 @@ class VLLM(Engine):
     #: vLLM's /health answers at once (200 unless the engine is dead).
     health_timeout_s = 5.0
     ready_line = READY_LINE
-    fatal_patterns = FATAL_PATTERNS
+    fatal_messages = FATAL_MESSAGES
     draft_context_policy = "vllm"
     rewrites_topk1_draft_tokens = False
     tree_speculation = False
@@ -376,4 +389,6 @@ class VLLM(Engine):
     def source_evidence(self) -> list[tuple[str, str, str]]:
         out = [(f"phase {m.name}", path, text)
                for m in PHASES_0_17 + (JOIN_PHASE,) for path, text in m.evidence]
+        out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
+                for m in FATAL_MESSAGES]
         return out + list(SOURCE_EVIDENCE)
