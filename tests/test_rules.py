@@ -219,6 +219,25 @@ def test_topology_violations(compose, overrides, code, path):
     assert (code, path) in {(d.code, d.path) for d in found}
 
 
+def test_pipeline_parallel_speculation_as_each_sglang_release_serves_it(compose):
+    """0.5.23 serves PP with EAGLE (SGLANG_ENABLE_PP_SPEC=1, which specc sets), refuses EAGLE3
+    with its launch assertion; releases before it refuse any speculation with pp > 1."""
+    pp = LLAMA + ["hardware.tp=4", "hardware.pp=2"]
+    eagle = pp + ["speculation=eagle", "model_pair.draft.facts.architecture=LlamaForCausalLMEagle"]
+    assert server_diags(compose, eagle, rules.topology) == []
+    cfg = compose(eagle)
+    env, _ = get_engine("sglang").env(_spec(cfg), [0, 1, 2, 3, 4, 5, 6, 7])
+    assert env["SGLANG_ENABLE_PP_SPEC"] == "1"
+    (d,) = server_diags(compose, pp, rules.topology)            # eagle3
+    assert (d.code, d.path) == ("TOPOLOGY_PP_SPEC", "hardware.pp")
+    assert "refuses EAGLE3 with pipeline parallelism" in d.message
+    assert "only supports EAGLE (non-multi-layer)" in d.message and "speculation=eagle" in d.hint
+    (d,) = server_diags(compose, eagle + ["engine.version=0.5.13"], rules.topology)
+    assert d.code == "TOPOLOGY_PP_SPEC" and "sglang 0.5.13 refuses speculative" in d.message
+    env, _ = get_engine("sglang").env(_spec(compose(pp + ["speculation=none"])), [0, 1])
+    assert "SGLANG_ENABLE_PP_SPEC" not in env
+
+
 def test_topology_passes(compose):
     for tp in (1, 2, 4, 8):
         assert server_diags(compose, LLAMA + [f"hardware.tp={tp}"], rules.topology) == []

@@ -242,10 +242,9 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         yield error("TOPOLOGY_HEADS", "hardware.tp",
                     f"the target's {kv} KV heads do not divide by tp {tp}",
                     "pick a tp that divides the KV head count")
-    if pp > 1 and spec.speculative and engine.refuses_pp_speculation:
-        yield error("TOPOLOGY_PP_SPEC", "hardware.pp",
-                    f"{engine.name} refuses speculative decoding with pipeline parallelism",
-                    "set hardware.pp=1")
+    refusal = engine.pp_speculation_refusal(spec) if pp > 1 and spec.speculative else None
+    if refusal:
+        yield error("TOPOLOGY_PP_SPEC", "hardware.pp", *refusal)
 
 
 def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:

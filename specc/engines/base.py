@@ -167,8 +167,6 @@ class Engine(ABC):
     flush_cache_path: str | None = None
     #: Server environment that endpoint needs (set when a point flushes the cache).
     flush_cache_env: dict[str, str] = {}
-    #: Speculative decoding with pipeline parallelism is refused at startup.
-    refuses_pp_speculation = False
     #: One server can span nodes (on Slurm): argv takes the rendezvous port and carries
     #: NODE_RANK and HEAD, which each node fills in (specc.run.rank).
     multinode = False
@@ -225,6 +223,11 @@ class Engine(ABC):
     def follower_args(self, spec: ServerSpec) -> list[str]:
         """What ranks other than 0 of a multi-node server add to `argv`."""
         return []
+
+    def pp_speculation_refusal(self, spec: ServerSpec) -> tuple[str, str] | None:
+        """(why, fix) where this release refuses spec's speculation with pipeline
+        parallelism (asked only with pp > 1 and speculation on); None: it serves it."""
+        return None
 
     def multinode_problems(self, spec: ServerSpec) -> list[tuple[str, str, str]]:
         """(config path, message, fix) for each reason the engine refuses this server

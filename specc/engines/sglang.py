@@ -177,6 +177,20 @@ WARNING_WITH_TRACEBACK = (_S + "utils/stale_shm_cleanup.py",
 CUDA_GRAPH_MAX_BS_FLAG = [("0.5.14", "--cuda-graph-max-bs-decode"),
                           (OLDEST_VERSION, "--cuda-graph-max-bs")]
 
+# --- pipeline parallelism with speculation ------------------------------------
+#: Algorithms (specc's names) each release serves with pp > 1. 0.5.23 checks it at launch,
+#: after resolve_once, in check_server_args (arg_groups/validation_hook.py
+#: check_pipeline_parallel_compat): the resolved algorithm must be EAGLE (NEXTN resolves to
+#: EAGLE), not multi-layer, and outside PD prefill SGLANG_ENABLE_PP_SPEC=1 must be set; the
+#: draft then runs on the last stage only (managers/scheduler.py maybe_init_draft_worker,
+#: speculative/eagle_worker_v2.py). EAGLE3, STANDALONE and NGRAM fail that assertion.
+#: Releases before 0.5.23 asserted pp_size == 1 with any speculation (sglang PR #30775
+#: lifted it behind the env variable); the first release with it was not read: 0.5.23 is.
+PP_SPEC_ALGORITHMS = [(PINNED_VERSION, ("EAGLE", "NEXTN")), (OLDEST_VERSION, ())]
+PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
+PP_SPEC_REFUSAL = ("Pipeline parallelism currently only supports EAGLE (non-multi-layer) "
+                   "speculative decoding")
+
 # --- acceptance ------------------------------------------------------------
 #: Counters (srt/observability/metrics_collector.py), both counted when a request
 #: finishes: run-scoped accept length = delta generation tokens / delta verify calls.
@@ -214,6 +228,16 @@ OTHER_EVIDENCE = (
      _S + "arg_groups/fields/parallel.py", "    dist_init_addr: A[\n        Optional[str],"),
     ("health check timeout 20 s", _S + "entrypoints/http_server.py",
      'os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20)'),
+    ("pp > 1 with speculation: EAGLE only, SGLANG_ENABLE_PP_SPEC", _S + "arg_groups/validation_hook.py",
+     'cfg.speculative_algorithm.upper() == "EAGLE"\n            and not cfg.enable_multi_layer_eagle\n'
+     '        ), (\n            "Pipeline parallelism currently only supports EAGLE "\n'
+     '            "(non-multi-layer) speculative decoding"'),
+    ("pp > 1 with speculation: EAGLE only, SGLANG_ENABLE_PP_SPEC", _S + "arg_groups/validation_hook.py",
+     "        if envs.SGLANG_ENABLE_PP_SPEC.get():"),
+    ("pp > 1 with speculation: the draft on the last stage", _S + "speculative/eagle_worker_v2.py",
+     "self._hosts_draft = get_parallel().pp_group.is_last_rank"),
+    ("NEXTN resolves to EAGLE", _S + "arg_groups/speculative_hook.py",
+     'if speculative_algorithm == "NEXTN" or speculative_algorithm == "EAGLE":'),
     ("running requests reset to 48 with speculation", _S + "arg_groups/speculative_hook.py",
      "Max running requests is reset to 48 for speculative decoding."),
     ("topk=1 resets num_draft_tokens to num_steps + 1", _S + "arg_groups/speculative_hook.py",
@@ -392,7 +416,6 @@ class SGLang(Engine):
     draft_context_policy = "error"
     context_override_env = ALLOW_LONGER_CONTEXT_ENV
     rewrites_topk1_draft_tokens = True
-    refuses_pp_speculation = True
     multinode = True
     join_phase = JOIN_PHASE
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
@@ -449,8 +472,23 @@ class SGLang(Engine):
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)
 
+    def pp_speculation_refusal(self, spec):
+        allowed = for_version(self.version, PP_SPEC_ALGORITHMS)
+        if spec.algorithm in allowed:
+            return None
+        if not allowed:
+            return (f"sglang {self.version} refuses speculative decoding with pipeline "
+                    "parallelism (pp_size must be 1)",
+                    f"set hardware.pp=1, or engine.version>={PINNED_VERSION} with "
+                    "speculation.algorithm=EAGLE")
+        return (f"sglang {self.version} refuses {spec.algorithm} with pipeline parallelism at "
+                f"launch: \"{PP_SPEC_REFUSAL}\"",
+                "set hardware.pp=1, or use speculation=eagle (EAGLE or NEXTN serve with pp > 1)")
+
     def env(self, spec, gpus, *, flush_cache=False):
         env, secrets = super().env(spec, gpus, flush_cache=flush_cache)
+        if spec.speculative and spec.hardware.get("pp", 1) > 1:
+            env.setdefault(PP_SPEC_ENV, "1")   # else 0.5.23 serves PP + EAGLE only in PD prefill
         if spec.uses_draft_model and spec.model_pair.get("draft_context_override"):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
