@@ -417,3 +417,57 @@ def test_log_tail_reads_whole_lines_and_a_carriage_return_ends_one(tmp_path):
         assert tail.read() == ["shards: 30%", "KV Cache is allocated"]
         assert tail.read(final=True) == ["partial"]
     assert LogTail(tmp_path / "missing.log").read() == []
+
+
+# -- vLLM 0.33, with the plan specc compiles -----------------------------------------------
+VLLM_LLAMA = ["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+              "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048"]
+
+
+def _vllm_readiness(compose, extra=()):
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose([*VLLM_LLAMA, *extra]))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    return next(s for s in result.plan.servers if s.params.get("algorithm")).readiness
+
+
+def _vllm_server(rows):
+    """vLLM: the API process listens only once the engine is up; then /health is 200."""
+    listening = _time_of(rows, "Started server process")
+    return lambda t: "refused" if t < listening else "200"
+
+
+def test_a_real_shaped_vllm_0_33_startup_goes_through_its_phases_in_their_order(compose):
+    """Load, torch.compile (191 s of silence in Inductor), the profiling capture with its own
+    "Graph capturing finished", the KV cache, the real capture, the API server: each phase
+    entered at its line, none skipped, none a guess, and the compile's silence within its
+    own budget."""
+    readiness = _vllm_readiness(compose)
+    budgets = {p.name: p.budget_s for p in readiness.phases}
+    rows = _fixture("vllm-0.33.0-llama8b-eagle3-tp1.log")
+    replay = Replay(readiness, server=_vllm_server(rows))
+    assert isinstance(replay.run(rows, until=2000), Ready), replay.result
+    assert replay.labels() == ["launch", "load_weights", "compile", "profile_cuda_graph",
+                               "kv_cache", "capture_cuda_graph", "api_server"]
+    began = {p: t for p, t in replay.machine.timeline}
+    assert began["compile"] == pytest.approx(_time_of(rows, "Starting torch.compile"), abs=TICK_S)
+    assert began["kv_cache"] == pytest.approx(_time_of(rows, "Available KV cache memory"),
+                                              abs=TICK_S)
+    # the real capture starts once the KV cache is sized, not at the profiling capture
+    assert began["capture_cuda_graph"] == pytest.approx(_time_of(rows, "GPU KV cache size:"),
+                                                        abs=TICK_S)
+    silent = _time_of(rows, "Compiling a graph") - _time_of(rows, "Dynamo bytecode")
+    assert budgets["load_weights"] < silent < budgets["compile"]
+
+
+def test_a_silent_hang_in_vllms_compile_is_named_compile_and_its_budget_is_configurable(compose):
+    rows = _fixture("vllm-0.33.0-llama8b-eagle3-tp1.log")
+    began = _time_of(rows, "Dynamo bytecode")
+    hung = [(t, x) for t, x in rows if t <= began]
+    readiness = _vllm_readiness(compose, ["+readiness.phase_budgets_s.compile=1800"])
+    assert {p.name: p.budget_s for p in readiness.phases}["compile"] == 1800.0
+    replay = Replay(readiness)
+    result = replay.run(hung, until=began + 2000)
+    assert isinstance(result, Failed) and result.phase == "compile"
+    assert result.reason.startswith("stalled in compile: no log output for 1800 s")

@@ -45,7 +45,7 @@ def test_every_rule_is_covered_here():
     covered = {"facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
                "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
-               "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
+               "readiness_budgets", "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size"}
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES + rules.CLIENT_RULES} == covered
@@ -252,6 +252,16 @@ def test_readiness_probe(compose):
     # vLLM's /health answers at once: a 5 s timeout is fine there
     assert server_diags(compose, ["engine=vllm", "readiness.probe_timeout_s=5"],
                         rules.readiness_probe) == []
+
+
+def test_readiness_budgets_name_the_engines_phases(compose):
+    vllm = LLAMA + ["engine=vllm"]
+    assert server_diags(compose, vllm + ["+readiness.phase_budgets_s.compile=1800"],
+                        rules.readiness_budgets) == []
+    (d,) = server_diags(compose, LLAMA + ["+readiness.phase_budgets_s.compile=1800"],
+                        rules.readiness_budgets)          # SGLang has no compile phase
+    assert (d.code, d.path) == ("READINESS_PHASE_UNKNOWN", "readiness.phase_budgets_s.compile")
+    assert "load_weights" in d.hint
 
 
 def test_readiness_deadline(compose):

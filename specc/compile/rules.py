@@ -266,6 +266,16 @@ def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
                     f"set readiness.probe_timeout_s >= {engine.health_timeout_s + 5:g}")
 
 
+def readiness_budgets(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """A phase budget names a phase this engine release goes through."""
+    known = [p["name"] for p in engine.phases(spec)]
+    for name in spec.readiness.get("phase_budgets_s") or {}:
+        if name not in known:
+            yield error("READINESS_PHASE_UNKNOWN", f"readiness.phase_budgets_s.{name}",
+                        f"{engine.name} {engine.version} has no startup phase {name!r} here",
+                        "use one of: " + ", ".join(known))
+
+
 def readiness_deadline(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """The start deadline covers the model's estimated load time."""
     deadline = spec.readiness.get("deadline_s")
@@ -469,7 +479,7 @@ def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
 SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
                 spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
-                readiness_deadline, memory_weights)
+                readiness_budgets, readiness_deadline, memory_weights)
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).

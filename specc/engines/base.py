@@ -323,8 +323,13 @@ class Engine(ABC):
                  "estimate_s": est.get(m.name, 5.0 if m is self.join_phase else 1.0)}
                 for m in markers]
 
-    def budget(self, spec: ServerSpec, estimate_s: float) -> float:
+    def budget(self, spec: ServerSpec, estimate_s: float, phase: str = "") -> float:
+        """Seconds of log silence a phase may take: readiness.phase_budgets_s[phase] if set,
+        else its estimate x phase_budget_factor, at least phase_budget_floor_s."""
         r = spec.readiness
+        given = (r.get("phase_budgets_s") or {}).get(phase)
+        if given is not None:
+            return round(float(given), 1)
         return round(max(estimate_s * r.get("phase_budget_factor", 3.0),
                          r.get("phase_budget_floor_s", 120.0)), 1)
 
@@ -336,7 +341,7 @@ class Engine(ABC):
         for p in self.phases(spec):
             phases.append(Phase(name=p["name"], begin=patterns(p["begin"]),
                                 end=patterns(p.get("end")), estimate_s=round(p["estimate_s"], 1),
-                                budget_s=self.budget(spec, p["estimate_s"])))
+                                budget_s=self.budget(spec, p["estimate_s"], p["name"])))
         budgets = sum(p.budget_s for p in phases)
         return Readiness(
             probe=Probe(method="GET", path=self.health_path, interval_s=r.get("probe_interval_s", 0.1),
