@@ -85,13 +85,22 @@ PHASES_0_5_14: tuple[PhaseMarker, ...] = (
                 ((_S + "speculative/eagle_worker_v2.py", 'f"Capture draft decode CUDA graph begin. '),
                  (_S + "speculative/eagle_worker_v2.py", "if self.speculative_num_steps > 1"))),
     PhaseMarker("capture_draft_extend_cuda_graph",
-                (r"(?i)Capture draft extend CUDA graph begin",),
+                # the draft's prefill graph comes first; with num_steps 1 there is no
+                # draft decode phase for it to begin, so it begins this one
+                (r"(?i)Capture draft extend CUDA graph begin",
+                 r"(?i)Capture draft prefill CUDA graph begin"),
                 (r"(?i)Capture draft extend CUDA graph end",), DRAFT,
                 ("Capture draft extend CUDA graph begin. backend=full, num_tokens_per_req=4, "
                  "bs=[1, 2, 4, 8], avail mem=2.48 GB",
                  "Capture draft extend CUDA graph end. elapsed=1.18 s, mem usage=0.49 GB, "
                  "avail mem=1.99 GB."),
                 ((_S + "speculative/eagle_worker_v2.py", 'f"Capture draft extend CUDA graph begin. '),
+                 (_S + "speculative/eagle_worker_v2.py",
+                  "self.draft_runner.init_prefill_cuda_graph(force_for_draft_worker=True)"),
+                 (_S + "model_executor/model_runner_components/cuda_graph_setup.py",
+                  'capture_name = f"{role} prefill"'),
+                 (_S + "model_executor/cuda_graph_config.py",
+                  "return Backend.BREAKABLE if is_cuda() else Backend.DISABLED"),
                  (_S + "speculative/eagle_worker_v2.py", '"Capture draft extend CUDA graph end. "'))),
     PhaseMarker("warmup", (r"Uvicorn running on",), (READY_LINE,), ALWAYS,
                 ("INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
