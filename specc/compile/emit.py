@@ -216,8 +216,14 @@ def plan_sh_chunks(plan: Plan) -> Iterator[str]:
 
 
 def _plan_sh_lines(plan: Plan) -> Iterator[str]:
+    from specc.engines.base import BENCH_SERVING_RANDOM_SOURCE
+
     yield _SH_PRELUDE
     benchmarks = _by_server(plan)
+    if any(b.argv and BENCH_SERVING_RANDOM_SOURCE in b.argv for b in plan.benchmarks):
+        # bench_serving's random dataset would download ShareGPT without a local file
+        yield (f"\npython -m specc.run.datasets --sharegpt-source "
+               f"{_q(BENCH_SERVING_RANDOM_SOURCE)}")
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:

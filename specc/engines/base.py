@@ -46,6 +46,10 @@ def for_version(version: str, table):
     return table[-1][1]
 
 
+#: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: written
+#: by the run before the client starts (specc.run.datasets.write_sharegpt_source).
+BENCH_SERVING_RANDOM_SOURCE = "bench_serving/random_source.json"
+
 #: When a phase appears (see `PhaseMarker.when`).
 ALWAYS, DRAFT, MULTI_STEP = "always", "draft", "multi_step"
 
@@ -378,10 +382,16 @@ class Engine(ABC):
         dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}.get(
             bench["dataset"], bench["dataset"])
         rate = bench.get("request_rate")
+        path = bench.get("dataset_path")
+        if dataset == "random" and not path:
+            # 0.5.23's random dataset samples token ids from ShareGPT and downloads it from
+            # the Hub when --dataset-path is no JSON file (benchmark/datasets/random.py):
+            # offline that fails. The run writes this file first (specc.run.datasets).
+            path = BENCH_SERVING_RANDOM_SOURCE
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),
                 "--dataset-name", dataset,
-                *(["--dataset-path", bench["dataset_path"]] if bench.get("dataset_path") else []),
+                *(["--dataset-path", path] if path else []),
                 "--random-input-len", str(bench["input_len"]),
                 "--random-output-len", str(bench["output_len"]),
                 "--random-range-ratio", str(bench.get("range_ratio", 1.0)),

@@ -21,7 +21,8 @@ from specc.plan import Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 from specc.run import positions
 from specc.run.acceptance import AcceptanceReading
-from specc.run.datasets import DatasetError, load_prompts
+from specc.engines.base import BENCH_SERVING_RANDOM_SOURCE
+from specc.run.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.lifecycle import auth_headers
 
 
@@ -121,6 +122,15 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
 
     out = run_dir / "bench_serving" / f"{bench.id}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
+    argv = list(bench.argv)
+    if BENCH_SERVING_RANDOM_SOURCE in argv and not (run_dir / BENCH_SERVING_RANDOM_SOURCE).exists():
+        write_sharegpt_source(run_dir / BENCH_SERVING_RANDOM_SOURCE)
+    backend = argv[argv.index("--backend") + 1] if "--backend" in argv else "sglang"
+    # bench_serving's /generate client spreads each chunk's gap over its tokens (per-token
+    # ITL); its OpenAI clients (--backend vllm, sglang-oai, ...) append one gap per chunk
+    # (benchmark/serving.py async_request_openai_completions): that is a chunk gap, about
+    # accept-length times a token's under speculation, so it is reported as one.
+    itl_as = "itl" if backend in ("sglang", "sglang-native") else "chunk_gap"
     lines_before = len(out.read_text().splitlines()) if out.exists() else 0
     command = f"cd {shlex.quote(str(run_dir))} && {shlex.join(resolve_argv(bench.argv))}"
     result = await asyncio.to_thread(ctx.run, command, hide=True, warn=True, in_stream=False)
@@ -136,7 +146,7 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
         for stat in ("mean", "median", "std", "p90", "p95", "p99"):
             k = f"{stat}_{m}_ms"
             if k in data:
-                metrics[k] = data[k]
+                metrics[f"{stat}_{itl_as}_ms" if m == "itl" else k] = data[k]
     if data.get("accept_length") is not None:
         metrics["bench_serving_accept_length"] = data["accept_length"]
     missing = bench.params["num_prompts"] - int(data.get("completed", 0))
