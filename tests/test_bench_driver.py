@@ -72,7 +72,7 @@ def test_an_openai_backends_itl_is_a_chunk_gap_and_the_random_source_is_local(tm
     """--backend vllm: bench_serving appends one gap per chunk (its OpenAI client), so its
     ITL is reported as a chunk gap; its random dataset reads the ShareGPT-format source
     the run wrote first (else it would download ShareGPT)."""
-    from specc.engines.base import BENCH_SERVING_RANDOM_SOURCE
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
 
     script = ("import json,sys; src=json.load(open(sys.argv[sys.argv.index('--dataset-path')+1]));"
               "assert len(src) > 10 and all(len(c['conversations']) >= 2 for c in src);"
@@ -89,7 +89,7 @@ def test_an_openai_backends_itl_is_a_chunk_gap_and_the_random_source_is_local(tm
 def test_bench_serving_on_vllm_with_the_random_dataset_gets_a_local_path(compose, tmp_path):
     from specc.compile.emit import plan_sh
     from specc.compile.pipeline import compile_config
-    from specc.engines.base import BENCH_SERVING_RANDOM_SOURCE
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
 
     result = compile_config(compose([
         "+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",

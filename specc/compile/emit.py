@@ -216,7 +216,7 @@ def plan_sh_chunks(plan: Plan) -> Iterator[str]:
 
 
 def _plan_sh_lines(plan: Plan) -> Iterator[str]:
-    from specc.engines.base import BENCH_SERVING_RANDOM_SOURCE
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
 
     yield _SH_PRELUDE
     benchmarks = _by_server(plan)

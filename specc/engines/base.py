@@ -12,7 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specc.plan import Acceptance, CacheFlush, Phase, Probe, Readiness, literal
+from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, Acceptance, CacheFlush, Phase, Probe,
+                        Readiness, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,10 +46,6 @@ def for_version(version: str, table):
             return value
     return table[-1][1]
 
-
-#: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: written
-#: by the run before the client starts (specc.run.datasets.write_sharegpt_source).
-BENCH_SERVING_RANDOM_SOURCE = "bench_serving/random_source.json"
 
 #: When a phase appears (see `PhaseMarker.when`).
 ALWAYS, DRAFT, MULTI_STEP = "always", "draft", "multi_step"

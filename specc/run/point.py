@@ -18,11 +18,10 @@ from pathlib import Path
 import httpx
 
 from specc.net import base_url
-from specc.plan import Benchmark, Plan, PlanError, Server
+from specc.plan import BENCH_SERVING_RANDOM_SOURCE, Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 from specc.run import positions
 from specc.run.acceptance import AcceptanceReading
-from specc.engines.base import BENCH_SERVING_RANDOM_SOURCE
 from specc.run.answers import accept_bound
 from specc.run.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.lifecycle import auth_headers
