@@ -22,6 +22,11 @@ from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 
+#: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: a
+#: benchmark's argv names it, the run (or plan.sh) writes it before the client starts
+#: (specc.run.datasets.write_sharegpt_source), so the client never downloads ShareGPT.
+BENCH_SERVING_RANDOM_SOURCE = "bench_serving/random_source.json"
+
 #: 2: typed readiness (log markers are regex lists), cache flush and acceptance per server.
 PLAN_VERSION = 2
 

@@ -47,7 +47,7 @@ def test_every_rule_is_covered_here():
     covered = {"facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
                "spec_tokens_required", "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
-               "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
+               "readiness_budgets", "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size",
                "dataset_fits_context"}   # tests/test_dataset_check.py
@@ -246,6 +246,25 @@ def test_topology_violations(compose, overrides, code, path):
     assert (code, path) in {(d.code, d.path) for d in found}
 
 
+def test_pipeline_parallel_speculation_as_each_sglang_release_serves_it(compose):
+    """0.5.23 serves PP with EAGLE (SGLANG_ENABLE_PP_SPEC=1, which specc sets), refuses EAGLE3
+    with its launch assertion; releases before it refuse any speculation with pp > 1."""
+    pp = LLAMA + ["hardware.tp=4", "hardware.pp=2"]
+    eagle = pp + ["speculation=eagle", "model_pair.draft.facts.architecture=LlamaForCausalLMEagle"]
+    assert server_diags(compose, eagle, rules.topology) == []
+    cfg = compose(eagle)
+    env, _ = get_engine("sglang").env(_spec(cfg), [0, 1, 2, 3, 4, 5, 6, 7])
+    assert env["SGLANG_ENABLE_PP_SPEC"] == "1"
+    (d,) = server_diags(compose, pp, rules.topology)            # eagle3
+    assert (d.code, d.path) == ("TOPOLOGY_PP_SPEC", "hardware.pp")
+    assert "refuses EAGLE3 with pipeline parallelism" in d.message
+    assert "only supports EAGLE (non-multi-layer)" in d.message and "speculation=eagle" in d.hint
+    (d,) = server_diags(compose, eagle + ["engine.version=0.5.13"], rules.topology)
+    assert d.code == "TOPOLOGY_PP_SPEC" and "sglang 0.5.13 refuses speculative" in d.message
+    env, _ = get_engine("sglang").env(_spec(compose(pp + ["speculation=none"])), [0, 1])
+    assert "SGLANG_ENABLE_PP_SPEC" not in env
+
+
 def test_topology_passes(compose):
     for tp in (1, 2, 4, 8):
         assert server_diags(compose, LLAMA + [f"hardware.tp={tp}"], rules.topology) == []
@@ -260,6 +279,16 @@ def test_readiness_probe(compose):
     # vLLM's /health answers at once: a 5 s timeout is fine there
     assert server_diags(compose, ["engine=vllm", "readiness.probe_timeout_s=5"],
                         rules.readiness_probe) == []
+
+
+def test_readiness_budgets_name_the_engines_phases(compose):
+    vllm = LLAMA + ["engine=vllm"]
+    assert server_diags(compose, vllm + ["+readiness.phase_budgets_s.compile=1800"],
+                        rules.readiness_budgets) == []
+    (d,) = server_diags(compose, LLAMA + ["+readiness.phase_budgets_s.compile=1800"],
+                        rules.readiness_budgets)          # SGLang has no compile phase
+    assert (d.code, d.path) == ("READINESS_PHASE_UNKNOWN", "readiness.phase_budgets_s.compile")
+    assert "load_weights" in d.hint
 
 
 def test_readiness_deadline(compose):

@@ -236,12 +236,18 @@ def plan_sh_chunks(plan: Plan) -> Iterator[str]:
 
 
 def _plan_sh_lines(plan: Plan) -> Iterator[str]:
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
+
     yield _SH_PRELUDE
     if plan.search:
         yield ("# search=tune: this script runs the whole grid (every candidate: the search's "
                "worst case)\n# in plan order; the adaptive search runs in the executor "
                "(specc run --plan plan.json).")
     benchmarks = _by_server(plan)
+    if any(b.argv and BENCH_SERVING_RANDOM_SOURCE in b.argv for b in plan.benchmarks):
+        # bench_serving's random dataset would download ShareGPT without a local file
+        yield (f"\npython -m specc.run.datasets --sharegpt-source "
+               f"{_q(BENCH_SERVING_RANDOM_SOURCE)}")
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:

@@ -258,10 +258,9 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         yield error("TOPOLOGY_HEADS", "hardware.tp",
                     f"the target's {kv} KV heads do not divide by tp {tp}",
                     "pick a tp that divides the KV head count")
-    if pp > 1 and spec.speculative and engine.refuses_pp_speculation:
-        yield error("TOPOLOGY_PP_SPEC", "hardware.pp",
-                    f"{engine.name} refuses speculative decoding with pipeline parallelism",
-                    "set hardware.pp=1")
+    refusal = engine.pp_speculation_refusal(spec) if pp > 1 and spec.speculative else None
+    if refusal:
+        yield error("TOPOLOGY_PP_SPEC", "hardware.pp", *refusal)
 
 
 def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -281,6 +280,16 @@ def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
                     f"probe timeout {timeout:g} s is shorter than {engine.name}'s own health check "
                     f"({engine.health_timeout_s:g} s): a healthy, busy server would look dead",
                     f"set readiness.probe_timeout_s >= {engine.health_timeout_s + 5:g}")
+
+
+def readiness_budgets(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """A phase budget names a phase this engine release goes through."""
+    known = [p["name"] for p in engine.phases(spec)]
+    for name in spec.readiness.get("phase_budgets_s") or {}:
+        if name not in known:
+            yield error("READINESS_PHASE_UNKNOWN", f"readiness.phase_budgets_s.{name}",
+                        f"{engine.name} {engine.version} has no startup phase {name!r} here",
+                        "use one of: " + ", ".join(known))
 
 
 def readiness_deadline(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -543,7 +552,7 @@ def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
 SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
                 spec_tokens_required, spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
-                readiness_deadline, memory_weights)
+                readiness_budgets, readiness_deadline, memory_weights)
 def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
     """A jsonl/ShareGPT file's prompts (plus their output lengths) fit the server's context."""
 

@@ -210,6 +210,8 @@ SCHEMA = _obj({
         "success_threshold": _POS_INT,
         "phase_budget_factor": {"type": "number", "minimum": 1},
         "phase_budget_floor_s": {"type": "number", "minimum": 0},
+        "phase_budgets_s": {"type": "object",
+                            "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
         "deadline_s": _nullable({"type": "number", "exclusiveMinimum": 0}),
     }),
     "benchmark": _obj({

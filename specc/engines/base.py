@@ -12,7 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specc.plan import Acceptance, CacheFlush, Phase, Probe, Readiness, literal
+from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, Acceptance, CacheFlush, Phase, Probe,
+                        Readiness, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +83,25 @@ class PhaseMarker:
         return True
 
 
+@dataclass(frozen=True)
+class FatalMessage:
+    """A log line the engine dies of: a fatal pattern, and the source that proves it.
+
+    `text`: what the line contains (a literal). `source`: the file in the engine's
+    package that prints it. `printed`: that file's text printing it together with what
+    ends the process next (a signal to the parent, a kill, a raise): tests/drift finds
+    it verbatim. `exits`: how the process dies after it, in words. Exception lines and
+    "Traceback" are never fatal patterns: engines log tracebacks under warnings and
+    carry on (a stale-shm sweep, a graph fallback); a real crash ends the process,
+    and its exit names the cause (specc.run.readiness).
+    """
+
+    text: str
+    source: str
+    printed: str
+    exits: str
+
+
 def patterns(marker) -> tuple[str, ...]:
     """An adapter's log marker as the plan's regexes: a plain string is a literal, a
     list holds regexes (one per wording an engine release printed), None is none."""
@@ -121,7 +141,8 @@ class Engine(ABC):
     health_path = "/health"
     health_timeout_s = 0.0
     ready_line: str | None = None
-    fatal_patterns: tuple[str, ...] = ()
+    #: The lines the engine dies of, each with its source (see FatalMessage).
+    fatal_messages: tuple[FatalMessage, ...] = ()
     #: "error": startup dies when the draft's context is shorter; "cap": silently capped.
     draft_context_policy = "error"
     #: The environment variable that turns that startup error into a warning.
@@ -147,8 +168,6 @@ class Engine(ABC):
     flush_cache_path: str | None = None
     #: Server environment that endpoint needs (set when a point flushes the cache).
     flush_cache_env: dict[str, str] = {}
-    #: Speculative decoding with pipeline parallelism is refused at startup.
-    refuses_pp_speculation = False
     #: One server can span nodes (on Slurm): argv takes the rendezvous port and carries
     #: NODE_RANK and HEAD, which each node fills in (specc.run.rank).
     multinode = False
@@ -188,6 +207,11 @@ class Engine(ABC):
                     f"release specc holds {self.name} facts for")
         return None
 
+    @property
+    def fatal_patterns(self) -> tuple[str, ...]:
+        """The plan's fatal patterns: each fatal message as a literal regex."""
+        return tuple(literal(m.text) for m in self.fatal_messages)
+
     def info(self) -> dict:
         """What the plan records about the engine (plan.json engine_info)."""
         return {"version": self.version, "pinned_version": self.pinned_version,
@@ -219,6 +243,11 @@ class Engine(ABC):
     def follower_args(self, spec: ServerSpec) -> list[str]:
         """What ranks other than 0 of a multi-node server add to `argv`."""
         return []
+
+    def pp_speculation_refusal(self, spec: ServerSpec) -> tuple[str, str] | None:
+        """(why, fix) where this release refuses spec's speculation with pipeline
+        parallelism (asked only with pp > 1 and speculation on); None: it serves it."""
+        return None
 
     def multinode_problems(self, spec: ServerSpec) -> list[tuple[str, str, str]]:
         """(config path, message, fix) for each reason the engine refuses this server
@@ -314,8 +343,13 @@ class Engine(ABC):
                  "estimate_s": est.get(m.name, 5.0 if m is self.join_phase else 1.0)}
                 for m in markers]
 
-    def budget(self, spec: ServerSpec, estimate_s: float) -> float:
+    def budget(self, spec: ServerSpec, estimate_s: float, phase: str = "") -> float:
+        """Seconds of log silence a phase may take: readiness.phase_budgets_s[phase] if set,
+        else its estimate x phase_budget_factor, at least phase_budget_floor_s."""
         r = spec.readiness
+        given = (r.get("phase_budgets_s") or {}).get(phase)
+        if given is not None:
+            return round(float(given), 1)
         return round(max(estimate_s * r["phase_budget_factor"], r["phase_budget_floor_s"]), 1)
 
     def readiness(self, spec: ServerSpec) -> Readiness:
@@ -326,7 +360,7 @@ class Engine(ABC):
         for p in self.phases(spec):
             phases.append(Phase(name=p["name"], begin=patterns(p["begin"]),
                                 end=patterns(p.get("end")), estimate_s=round(p["estimate_s"], 1),
-                                budget_s=self.budget(spec, p["estimate_s"])))
+                                budget_s=self.budget(spec, p["estimate_s"], p["name"])))
         budgets = sum(p.budget_s for p in phases)
         return Readiness(
             probe=Probe(method="GET", path=self.health_path, interval_s=r["probe_interval_s"],
@@ -335,7 +369,7 @@ class Engine(ABC):
             engine_health_timeout_s=self.health_timeout_s,
             ready_log=patterns(self.ready_line),
             phases=tuple(phases),
-            fatal_patterns=tuple(literal(p) for p in self.fatal_patterns),
+            fatal_patterns=self.fatal_patterns,
             estimated_start_s=round(sum(p.estimate_s or 0 for p in phases), 1),
             deadline_s=float(r.get("deadline_s") or round(budgets, 1)),
             serving_silence_s=self.serving_silence_s)
@@ -362,10 +396,16 @@ class Engine(ABC):
         dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}.get(
             bench["dataset"], bench["dataset"])
         rate = bench.get("request_rate")
+        path = bench.get("dataset_path")
+        if dataset == "random" and not path:
+            # 0.5.23's random dataset samples token ids from ShareGPT and downloads it from
+            # the Hub when --dataset-path is no JSON file (benchmark/datasets/random.py):
+            # offline that fails. The run writes this file first (specc.run.datasets).
+            path = BENCH_SERVING_RANDOM_SOURCE
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),
                 "--dataset-name", dataset,
-                *(["--dataset-path", bench["dataset_path"]] if bench.get("dataset_path") else []),
+                *(["--dataset-path", path] if path else []),
                 "--random-input-len", str(bench["input_len"]),
                 "--random-output-len", str(bench["output_len"]),
                 "--random-range-ratio", str(bench["range_ratio"]),

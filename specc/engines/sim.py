@@ -50,7 +50,9 @@ class Sim(SGLang):
         scale = self.time_scale(spec)
         return [{**p, "estimate_s": p["estimate_s"] * scale} for p in super().phases(spec)]
 
-    def budget(self, spec, estimate_s):
+    def budget(self, spec, estimate_s, phase=""):
         scale = self.time_scale(spec)
+        if (spec.readiness.get("phase_budgets_s") or {}).get(phase) is not None:
+            return super().budget(spec, estimate_s, phase)   # the config's seconds, unscaled
         unscaled = super().budget(spec, estimate_s / scale) if scale else 0.0
         return round(max(unscaled * scale, self.min_budget_s), 1)

@@ -398,3 +398,27 @@ def _sharegpt_items(path: str, output_len: int):
         if count_tokens(prompt) < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
             continue
         yield f"{path}: entry {i}", prompt, n_out
+
+
+def write_sharegpt_source(path) -> None:
+    """A ShareGPT-format file of specc's own prompts (each a two-turn conversation: the
+    prompt and a reply), for bench_serving's random dataset, which samples token ids from
+    ShareGPT and would download it from the Hub without a local file."""
+    from pathlib import Path
+
+    from specc.files import atomic_write
+
+    src = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
+    rows = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    convs = [{"id": r["id"], "conversations": [
+        {"from": "human", "value": r["prompt"]},
+        {"from": "gpt", "value": " ".join(r.get("turns") or [r["prompt"]])}]} for r in rows]
+    atomic_write(Path(path), json.dumps(convs))
+
+
+if __name__ == "__main__":   # plan.sh: python -m specc.run.datasets --sharegpt-source PATH
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--sharegpt-source":
+        sys.exit("usage: python -m specc.run.datasets --sharegpt-source PATH")
+    write_sharegpt_source(sys.argv[2])

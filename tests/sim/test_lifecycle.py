@@ -72,8 +72,11 @@ def test_startup_log_order_and_format(start_sim, tmp_path):
     _in_order(log, ["Load weight begin", "Load weight end. elapsed=", "type=LlamaForCausalLM,",
                     "Load weight begin", "type=LlamaForCausalLMEagle3,",
                     "KV Cache is allocated. dtype: torch.bfloat16, #tokens: ", "Memory pool end",
+                    "TP0] Capture target prefill CUDA graph begin. backend=breakable",
+                    "TP1] Capture target prefill CUDA graph end.",
                     "TP0] Capture target verify CUDA graph begin. backend=",
                     "TP1] Capture target verify CUDA graph end. bs=",
+                    "TP1] Capture draft prefill CUDA graph begin. backend=breakable",
                     "TP0] Capture draft decode CUDA graph begin.",
                     "TP0] Capture draft decode CUDA graph end. elapsed=",
                     "TP0] Capture draft extend CUDA graph begin.",
@@ -81,7 +84,8 @@ def test_startup_log_order_and_format(start_sim, tmp_path):
                     "] INFO:     Application startup complete.",
                     "] INFO:     Uvicorn running on http://127.0.0.1:", sg.READY_LINE])
     assert "Capture target decode CUDA graph" not in log      # verify replaces it
-    assert "TP1] Capture draft" not in log                    # log_info_on_rank0
+    assert "TP1] Capture draft decode" not in log             # log_info_on_rank0
+    assert "TP1] Capture draft extend" not in log
     assert "dtype=torch" not in log                           # 0.5.23 dropped it
     assert truth_phases(truth) == ["load_weights", "load_draft_weights", "kv_cache",
                                    "target_graph", "capture_draft_decode_cuda_graph",
@@ -93,9 +97,13 @@ def test_baseline_captures_target_decode_graph_without_rank_prefix(start_sim):
     p.wait_ready()
     log = p.log()
     _in_order(log, ["] Load weight begin", "] KV Cache is allocated", "] Memory pool end",
+                    "] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=",
+                    "] Capture target prefill CUDA graph end.",
                     "] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1",
                     "] Capture target decode CUDA graph end.", sg.READY_LINE])
-    assert "CUDA graph begin" not in log.replace("Capture target decode CUDA graph begin", "")
+    # 0.5.23 on CUDA: the prefill graph (breakable by default), then the decode graph only
+    assert "CUDA graph begin" not in log.replace("Capture target decode CUDA graph begin", "") \
+        .replace("Capture target prefill CUDA graph begin", "")
     assert " TP0]" not in log and "Load weight begin" in log
 
 
