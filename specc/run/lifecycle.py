@@ -1,13 +1,13 @@
 """Server processes: preflight, launch in their own process group, teardown that verifies.
 
 Each server runs in its own session/process group with its output in its log.
-The kernel sends it SIGTERM if the executor dies (PR_SET_PDEATHSIG), and
+The kernel sends it SIGTERM if the executor dies (PR_SET_PDEATHSIG, set by the exec
+wrapper specc/run/pdeathsig.py: no Python runs between fork and exec), and
 state.json lets the next run or `inv down` find anything left behind.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -23,18 +23,11 @@ import psutil
 
 from specc import secrets
 from specc.net import connect_host
+from specc.run import pdeathsig
 from specc.run.ownership import launched_group, listener
 from specc.plan import Server
 
-_PR_SET_PDEATHSIG = 1
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -203,9 +196,9 @@ def launch(server: Server, run_dir: Path) -> Running:
         env = {**env, secrets.REDACT_VALUES_ENV: "\n".join(hide)}
     log = open(log_path, "ab", buffering=0)
     try:
-        proc = subprocess.Popen(argv, stdout=log,
+        proc = subprocess.Popen(pdeathsig.wrap(argv), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=run_dir, start_new_session=True, preexec_fn=_die_with_parent)
+                                cwd=run_dir, start_new_session=True)
     finally:
         log.close()
     return Running(server=server, proc=proc, log_path=log_path, started_at=time.time(),
