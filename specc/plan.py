@@ -278,6 +278,30 @@ class Acceptance(Record):
         return [] if (self.run or self.cumulative) else ["a run or a cumulative source"]
 
 
+# -- the engine ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineInfo(Record):
+    """What running the plan needs to know of its engine, written by the engine's adapter at
+    compile time: the process that runs a plan imports no adapter (docs/architecture.md)."""
+    version: str
+    pinned_version: str
+    version_read: str
+    health_path: str
+    uses_gpus: bool
+    health_timeout_s: float
+    #: The engine's own launcher: every server's argv starts with it, and `specc run --plan`
+    #: refuses a plan whose command does not (`sh -c ...` with valid flags after it).
+    launcher: tuple[str, ...]
+    #: The module (a script, run as a file under the engine's Python, see
+    #: specc/engines/parsers) that feeds launch commands to the engine's own parser.
+    parser: str
+    #: The distribution whose installed release must be `version` (None: specc's own).
+    package: str | None = None
+
+    def _check(self):
+        return [] if self.launcher else ["launcher: at least the program"]
+
+
 # -- the plan ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Server(Record):
@@ -290,7 +314,7 @@ class Server(Record):
     gpus: tuple[int, ...]
     wave: int
     argv: tuple[str, ...]
-    env: dict
+    env: dict[str, str]
     log: str
     readiness: Readiness
     cache_flush: CacheFlush
@@ -390,7 +414,7 @@ class Plan(Record):
     benchmarks: tuple[Benchmark, ...]
     diagnostics: tuple[dict, ...] = ()
     dropped: tuple[Dropped, ...] = ()
-    engine_info: dict = field(default_factory=dict)
+    engine_info: EngineInfo = field(kw_only=True)   # required; kw_only keeps plan.json's order
     facts: dict = field(default_factory=dict)
     estimates: dict = field(default_factory=dict)
     fail_fast: bool = False
@@ -402,7 +426,11 @@ class Plan(Record):
 
     def _check(self):
         ids = {s.id for s in self.servers}
-        out = [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
+        launcher = self.engine_info.launcher
+        out = [f"server {s.id}: its command does not start with {self.engine}'s own launcher "
+               f"`{' '.join(launcher)}`" for s in self.servers
+               if s.argv[:len(launcher)] != launcher]
+        out += [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
                if b.server not in ids]
         bench_ids = {b.id for b in self.benchmarks}
         out += [f"benchmark {b.id}: no baseline point {b.baseline!r}" for b in self.benchmarks

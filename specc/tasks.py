@@ -149,7 +149,7 @@ def doctor(c, plan, python=""):
     problems = check_plan(p, python=python or None)
     if problems:
         raise Exit("\n".join(d.line() for d in problems), code=2)
-    version = (p.engine_info or {}).get("version", "")
+    version = p.engine_info.version
     print(f"ok: {p.engine} {version}: its own parser accepts all {len(p.servers)} launch "
           "command(s)" + ("" if p.engine != "sim" else " (the simulator's parser)"))
 

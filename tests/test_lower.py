@@ -302,15 +302,15 @@ def test_the_headline_pair_compiles_on_vllm_0_33(compose):
 
 def test_plan_records_the_engine_version(compose):
     plan = _compile(compose, SWEEP).plan
-    assert plan.engine_info["version"] == plan.engine_info["pinned_version"] == "0.5.23"
+    assert plan.engine_info.version == plan.engine_info.pinned_version == "0.5.23"
     assert "--cuda-graph-max-bs-decode" in _compile(
         compose, SWEEP + ["engine.cuda_graph_max_bs=64"]).plan.servers[0].argv
     old = _compile(compose, SWEEP + ["engine.version=0.5.9", "engine.cuda_graph_max_bs=64"]).plan
-    assert old.engine_info["version"] == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
+    assert old.engine_info.version == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
     names = [p.name for p in old.servers[1].readiness.phases]
     assert names.index("load_draft_weights") > names.index("capture_cuda_graph")
     vllm = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"]).plan
-    assert vllm.engine_info["version"] == "0.33.0"
+    assert vllm.engine_info.version == "0.33.0"
 
 
 def test_an_unverified_engine_version_is_a_warning_and_a_bad_one_an_error(compose):

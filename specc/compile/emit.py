@@ -347,12 +347,11 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> s
         return "\n".join(lines) + "\n"
     n_b = len(plan.benchmarks)
     dropped_points = sum(d.points for d in plan.dropped)
-    info = plan.engine_info or {}
-    if info.get("version"):
-        lines += ["", f"Engine: {plan.engine} {info['version']} (facts, flags and log markers "
-                      f"for that release; specc's {plan.engine} facts were read from "
-                      f"{info.get('pinned_version', '?')}). Check the node's install with "
-                      "`inv doctor --plan PATH`."]
+    info = plan.engine_info
+    lines += ["", f"Engine: {plan.engine} {info.version} (facts, flags and log markers "
+                  f"for that release; specc's {plan.engine} facts were read from "
+                  f"{info.pinned_version}). Check the node's install with "
+                  "`inv doctor --plan PATH`."]
     lines += ["", "## Matrix", "",
               f"{n_b} benchmark points on {len(plan.servers)} server(s) in {len(plan.waves)} wave(s); "
               f"{len(plan.dropped)} server configuration(s) dropped ({dropped_points} points)."]

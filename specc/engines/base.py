@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specc.plan import Acceptance, CacheFlush, Phase, Probe, Readiness, literal
+from specc.plan import Acceptance, CacheFlush, EngineInfo, Phase, Probe, Readiness, literal
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -112,6 +112,14 @@ class Engine(ABC):
     """
 
     name = "engine"
+    #: How every server of this engine starts (the engine's own program): `argv` begins with
+    #: it, and a plan whose command does not is refused before it runs.
+    launcher: tuple[str, ...] = ()
+    #: The script that checks launch commands with the engine's own parser (specc/engines/parsers).
+    parser = ""
+    #: The distribution whose installed release the preflight compares with `version`
+    #: (None: the engine is specc's own).
+    package: str | None = None
     #: The release every fact was last read from (the drift check verifies it).
     pinned_version = ""
     #: The oldest release specc holds facts for.
@@ -184,11 +192,13 @@ class Engine(ABC):
                     f"release specc holds {self.name} facts for")
         return None
 
-    def info(self) -> dict:
-        """What the plan records about the engine (plan.json engine_info)."""
-        return {"version": self.version, "pinned_version": self.pinned_version,
-                "version_read": self.version_read, "health_path": self.health_path,
-                "uses_gpus": self.uses_gpus, "health_timeout_s": self.health_timeout_s}
+    def info(self) -> EngineInfo:
+        """What the plan records about the engine (plan.json engine_info): all that running
+        the plan needs of this adapter."""
+        return EngineInfo(version=self.version, pinned_version=self.pinned_version,
+                          version_read=self.version_read, health_path=self.health_path,
+                          uses_gpus=self.uses_gpus, health_timeout_s=self.health_timeout_s,
+                          launcher=self.launcher, parser=self.parser, package=self.package)
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
@@ -207,7 +217,7 @@ class Engine(ABC):
         return []
 
     def env(self, spec: ServerSpec, gpus: list[int], *,
-            flush_cache: bool = False) -> tuple[dict, list[str]]:
+            flush_cache: bool = False) -> tuple[dict[str, str], list[str]]:
         """(env for the server, names of secrets referenced rather than written: in the
         env and in extra_args, which compile has already turned into references).
 
@@ -215,7 +225,7 @@ class Engine(ABC):
         """
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
         values, secrets = split_env(spec.engine.get("env") or {})
-        env.update(values)
+        env.update((k, str(v)) for k, v in values.items())   # an environment holds strings
         if flush_cache:
             for name, value in self.flush_cache_env.items():
                 env.setdefault(name, value)

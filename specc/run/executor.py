@@ -69,7 +69,7 @@ class Executor:
         if meet and lifecycle.port_in_use(server.host, meet):
             return (f"rendezvous port {meet} (where the server's nodes meet) is already in use "
                     f"by {lifecycle.port_holder(meet)}; stop it or change engine.base_port")
-        if not self.plan.engine_info.get("uses_gpus", True):
+        if not self.plan.engine_info.uses_gpus:
             return None   # e.g. the simulator: no GPUs to check
         problems, note = lifecycle.gpu_holders(self.ctx, server.gpus)
         if note:
