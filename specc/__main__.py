@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 from specc import exits
-from specc.config import compose
-from specc.compile.pipeline import compile_config
-from specc.compile.emit import write_outputs
-from specc.run import rundir
 
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
+    from specc.compile.emit import write_outputs
+    from specc.compile.pipeline import compile_config
+    from specc.run import rundir
+
     result = compile_config(config)
     config = result.config   # secrets replaced by references: nothing below may echo one
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
@@ -75,8 +75,7 @@ def _is_word(arg: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specc.report.combine import combine
-
+    """A task runs a plan and imports no compile or config module (docs/architecture.md)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and _is_word(argv[0]):
         from specc.tasks import namespace
@@ -88,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return exits.INVALID
         return run_task(argv)
+    from specc.config import compose
+    from specc.report.combine import combine
+
     code = compose.run(argv, job, combine)
     if argv in (["--help"], ["-h"]):
         print("\n== Tasks (specc <task> --help) ==")

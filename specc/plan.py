@@ -377,6 +377,11 @@ class SlurmJob(Record):
         return out
 
 
+#: Where specc before the plan's `cluster` record kept a Slurm plan's jobs (relative to the
+#: run dir): compile deletes it, and run refuses a plan beside one that lacks `cluster`.
+OLD_JOBS_FILE = Path("slurm") / "cluster.json"
+
+
 @dataclass(frozen=True)
 class Cluster(Record):
     """A `cluster=slurm` plan's settings and jobs (a plan without one runs on this machine)."""

@@ -51,9 +51,8 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
             "retry_failed": "forget failed points first so they run again"})
 def run(c, plan, retry_failed=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
-    from specc.compile.sbatch import OLD_JOBS_FILE
     from specc.run.executor import execute_plan
-    from specc.plan import Plan
+    from specc.plan import OLD_JOBS_FILE, Plan
 
     path = Path(plan)
     try:

@@ -337,7 +337,7 @@ def test_wall_time_estimate_uses_the_hardware_gpu_calibration(compose):
 def test_a_sweep_over_lengths_reads_the_prompt_set_once(compose, monkeypatch):
     """The prompt-set check ran per point with the point's output_len as the cache key: a
     sweep over 100 lengths parsed the shipped set 12,000 times (4 s at 10^4 points)."""
-    from specc.run import promptsets
+    from specc.prompts import promptsets
 
     promptsets._load_cached.cache_clear()
     parsed = []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, referenced
@@ -277,22 +278,6 @@ def _argv_lines(argv, secrets=()) -> list[str]:
             lines.append(_q(a, secrets))
             i += 1
     return lines
-
-
-def _table(rows, headers) -> str:
-    """A GitHub table whose cells cannot break the layout (newlines, pipes in values)."""
-    def cell(x):
-        return str(x).replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|") \
-            if isinstance(x, str) else x
-    return tabulate([[cell(x) for x in r] for r in rows], headers=headers, tablefmt="github")
-
-
-def _fmt_s(sec: float | None) -> str:
-    if sec is None:
-        return "-"
-    if sec >= 90:
-        return f"{sec / 60:.1f} min"
-    return f"{sec:.1f} s"
 
 
 #: Rows a review table (and the list of launch commands) shows; the rest is counted.

@@ -706,7 +706,7 @@ def is_slurm_run(run_dir: Path) -> bool:
     """A run dir whose plan.json has Slurm jobs (its `cluster` record), or was compiled for
     Slurm by an older specc. A plan.json that cannot be read leaves the driver's record to
     say so: `down` must still cancel the jobs."""
-    from specc.compile.sbatch import OLD_JOBS_FILE
+    from specc.plan import OLD_JOBS_FILE
 
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
