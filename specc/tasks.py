@@ -7,7 +7,6 @@ dir is in use by another executor.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -25,13 +24,12 @@ def _run_dir(run: str) -> Path:
 
 def _plan_points(plan_file: Path) -> int:
     """How many points plan.json holds; Exit(2) with one line when it is not a plan."""
+    from specc.plan import Plan
+
     try:
-        data = json.loads(plan_file.read_text())
-        return len(data["benchmarks"])
-    except (OSError, ValueError) as e:
+        return len(Plan.load(plan_file).benchmarks)
+    except (OSError, ValueError) as e:   # PlanError is a ValueError
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-    except (KeyError, TypeError):
-        why = "not a plan (no list of benchmarks)"
     raise Exit(f"error PLAN_UNREADABLE at {plan_file}: {why}", code=2)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from specc import stats
 from specc import requestlog as reqlog
-from specc.report.model import DASH, FIGURES, Group, PointRow, _num
+from specc.report.model import DASH, Group, PointRow, _num
 
 
 def _duration(row: PointRow, basis: dict) -> float:

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from specc.plan import Plan, PlanError
 from specc.report.model import PointRow, Report, ReportError
 from specc.results import ResultRow, read_rows, speedup
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not valid JSON ({e})") from None
 
 
 def build_report(run_dir: Path | str) -> Report:
@@ -23,9 +16,10 @@ def build_report(run_dir: Path | str) -> Report:
     plan_path = run_dir / "plan.json"
     if not plan_path.exists():
         raise ReportError(f"{run_dir}: no plan.json (was the config valid?)")
-    plan = _read_json(plan_path)
-    if not isinstance(plan, dict):
-        raise ReportError(f"{plan_path}: expected a JSON object")
+    try:
+        plan = Plan.load(plan_path)   # the one strict reader: a corrupt plan is one line
+    except PlanError as e:
+        raise ReportError(f"{plan_path}: {e}") from None
     results, warnings = read_rows(run_dir / "results.jsonl")
 
     state: dict = {}
@@ -38,13 +32,13 @@ def build_report(run_dir: Path | str) -> Report:
         if not isinstance(state, dict):
             state = {}
 
-    servers = {s.get("id"): s for s in plan.get("servers") or [] if isinstance(s, dict)}
+    servers = {s.id: s for s in plan.servers}
     rows: list[PointRow] = []
     planned = set()
-    for b in plan.get("benchmarks") or []:
-        bid = b.get("id")
+    for b in plan.benchmarks:
+        bid = b.id
         planned.add(bid)
-        srv = servers.get(b.get("server"), {})
+        srv = servers[b.server]
         res = results.get(bid)
         if res is None:
             status, reason, metrics = "pending", None, {}
@@ -52,15 +46,13 @@ def build_report(run_dir: Path | str) -> Report:
             status, reason, metrics = res.status, res.reason, res.metrics
             if status == "failed" and not reason:
                 reason = "no reason given"
-        is_baseline = bool(srv.get("baseline", b.get("baseline") is None and _looks_baseline(srv)))
         rows.append(PointRow(
-            benchmark=bid, server=b.get("server"),
-            label=srv.get("label") or b.get("server") or "?",
-            is_baseline=is_baseline,
-            server_params=dict(srv.get("params") or {}),
-            params=dict(b.get("params") or {}),
+            benchmark=bid, server=b.server, label=srv.label or b.server,
+            is_baseline=srv.baseline,
+            server_params=dict(srv.params),
+            params=dict(b.params),
             status=status, reason=reason, metrics=dict(metrics),
-            baseline_benchmark=b.get("baseline"),
+            baseline_benchmark=b.baseline,
         ))
     _fill_speedups(rows, results)
     from specc.report.intervals import attach
@@ -75,24 +67,20 @@ def build_report(run_dir: Path | str) -> Report:
     for sid, st in (state.get("servers") or {}).items():
         if isinstance(st, dict) and st.get("status") == "failed":
             server_failures.append({
-                "server": sid, "label": (servers.get(sid) or {}).get("label") or sid,
+                "server": sid, "label": servers[sid].label if sid in servers else sid,
                 "reason": st.get("reason") or "no reason given",
             })
 
     return Report(
         run_dir=run_dir,
-        experiment=str(plan.get("experiment") or run_dir.name),
-        engine=str(plan.get("engine") or "?"),
+        experiment=plan.experiment or run_dir.name,
+        engine=plan.engine,
         rows=rows,
         server_failures=server_failures,
-        dropped=list(plan.get("dropped") or []),
-        diagnostics=list(plan.get("diagnostics") or []),
+        dropped=[d.to_json() for d in plan.dropped],
+        diagnostics=list(plan.diagnostics),
         warnings=warnings,
     )
-
-
-def _looks_baseline(srv: dict) -> bool:
-    return (srv.get("params") or {}).get("algorithm") is None if srv else False
 
 
 def _fill_speedups(rows: list[PointRow], results: dict[str, ResultRow]) -> None:

@@ -711,8 +711,8 @@ def is_slurm_run(run_dir: Path) -> bool:
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
     try:
-        return "cluster" in json.loads((Path(run_dir) / "plan.json").read_text())
-    except (OSError, ValueError, TypeError):
+        return Plan.load(Path(run_dir) / "plan.json").cluster is not None
+    except (OSError, ValueError):   # PlanError is a ValueError
         return jobs_path(run_dir).exists()
 
 
