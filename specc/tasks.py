@@ -78,7 +78,7 @@ def status(c, run):
     from tabulate import tabulate
 
     from specc.run.lifecycle import is_leftover
-    from specc.run.state import StateError, read_state
+    from specc.state import StateError, read_state
     from specc.results import ResultLog
 
     d = _run_dir(run)
@@ -157,7 +157,7 @@ def down(c, run, grace=10.0):
     from specc import exits
     from specc.run import rundir
     from specc.run.lifecycle import is_leftover, stop_leftovers, wait_port_free
-    from specc.run.state import RunState, StateError, corrupt_line
+    from specc.state import RunState, StateError, corrupt_line
 
     d = _run_dir(run)
     from specc.run import slurm

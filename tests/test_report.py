@@ -194,6 +194,15 @@ def test_a_corrupt_plan_is_one_line_and_exit_2(run_a, text, says):
     assert not (run_a / "report.md").exists()
 
 
+@pytest.mark.parametrize("state", ['{"servers": ["x"]}', '{"servers": {"s": {"pid": "x"}}}', "{"])
+def test_a_corrupt_state_json_is_a_warning_read_by_the_executors_own_reader(run_a, state):
+    (run_a / "state.json").write_text(state)
+    rep = R.build_report(run_a)
+    assert rep.server_failures == []
+    (warning,) = [w for w in rep.warnings if w.startswith("state.json")]
+    assert warning.endswith("server states not shown") and str(run_a / "state.json") in warning
+
+
 def test_plots_failing_do_not_fail_the_report(run_a, monkeypatch):
     def boom(report, Figure):
         raise RuntimeError("no display for you")

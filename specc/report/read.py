@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specc.plan import Plan, PlanError
 from specc.report.model import PointRow, Report, ReportError
 from specc.results import ResultRow, read_rows, speedup
+from specc.state import StateError, read_state
 
 
 def build_report(run_dir: Path | str) -> Report:
@@ -22,15 +22,11 @@ def build_report(run_dir: Path | str) -> Report:
         raise ReportError(f"{plan_path}: {e}") from None
     results, warnings = read_rows(run_dir / "results.jsonl")
 
-    state: dict = {}
-    state_path = run_dir / "state.json"
-    if state_path.exists():
-        try:
-            state = json.loads(state_path.read_text())
-        except json.JSONDecodeError:
-            warnings.append("state.json: not valid JSON, server states not shown")
-        if not isinstance(state, dict):
-            state = {}
+    try:   # the one strict reader the executor and `specc down` use
+        state = read_state(run_dir / "state.json")
+    except StateError as e:
+        state = {}
+        warnings.append(f"state.json: {e}; server states not shown")
 
     servers = {s.id: s for s in plan.servers}
     rows: list[PointRow] = []

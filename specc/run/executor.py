@@ -23,7 +23,7 @@ from specc.plan import Plan, Server
 from specc.run.progress import SweepProgress
 from specc.run.readiness import wait_ready
 from specc.results import ResultLog
-from specc.run.state import RunState, StateError, corrupt_line
+from specc.state import RunState, StateError, corrupt_line
 
 
 #: How often a running benchmark checks that its server process is still alive.

@@ -42,7 +42,7 @@ from specc.results import ResultLog, with_speedup
 from specc.run import rundir
 from specc.run.node import read_rows, results_path, state_path
 from specc.run.point import failed_row
-from specc.run.state import RunState
+from specc.state import RunState
 
 #: Job states after which nothing more happens to a job.
 TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED",
