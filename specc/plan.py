@@ -431,11 +431,7 @@ class Plan(Record):
 
     def _check(self):
         ids = {s.id for s in self.servers}
-        launcher = self.engine_info.launcher
-        out = [f"server {s.id}: its command does not start with {self.engine}'s own launcher "
-               f"`{' '.join(launcher)}`" for s in self.servers
-               if s.argv[:len(launcher)] != launcher]
-        out += [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
+        out = [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
                if b.server not in ids]
         bench_ids = {b.id for b in self.benchmarks}
         out += [f"benchmark {b.id}: no baseline point {b.baseline!r}" for b in self.benchmarks
@@ -492,7 +488,14 @@ class Plan(Record):
         if d.get("version") != PLAN_VERSION:
             raise PlanError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}: it was "
                             "written by another specc; compile the experiment again")
-        return _load(cls, d, path or "plan")
+        plan = _load(cls, d, path or "plan")
+        launcher = plan.engine_info.launcher   # as read: a Slurm node wraps commands in srun
+        foreign = [f"server {s.id}: its command does not start with {plan.engine}'s own "
+                   f"launcher `{' '.join(launcher)}`" for s in plan.servers
+                   if s.argv[:len(launcher)] != launcher]
+        if foreign:
+            raise PlanError(f"{path or 'plan'}: " + "; ".join(foreign))
+        return plan
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
