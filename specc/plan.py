@@ -25,6 +25,9 @@ from pathlib import Path
 #: 2: typed readiness (log markers are regex lists), cache flush and acceptance per server.
 PLAN_VERSION = 2
 
+#: The parse scripts a plan may name (engine_info.parser): the preflight runs one.
+PARSER_MODULE = re.compile(r"specc\.engines\.parsers\.[a-z][a-z0-9_]*")
+
 #: What a probe answer may mean while a server starts.
 ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
 
@@ -299,7 +302,10 @@ class EngineInfo(Record):
     package: str | None = None
 
     def _check(self):
-        return [] if self.launcher else ["launcher: at least the program"]
+        out = [] if self.launcher else ["launcher: at least the program"]
+        if not PARSER_MODULE.fullmatch(self.parser):   # the preflight runs it: only specc's own
+            out.append(f"parser {self.parser!r} is not a module of specc.engines.parsers")
+        return out
 
 
 # -- the plan ----------------------------------------------------------------------------

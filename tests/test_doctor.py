@@ -146,3 +146,15 @@ def test_the_simulators_parser_named_by_the_plan_rejects_an_unknown_flag(compose
     (d,) = check_plan(replace(plan, servers=(bad, *plan.servers[1:])))
     assert d.code == "DOCTOR_REJECTED" and d.path == f"servers.{bad.id}.argv"
     assert "--no-such-flag" in d.message
+
+
+@pytest.mark.parametrize("parser", ["specc.run/../../../tmp/evil", "os", "specc.run.executor"])
+def test_a_plan_naming_another_script_as_its_parser_is_refused_as_read(compose, tmp_path, parser):
+    """plan.json is untrusted: the preflight runs only one of specc's own parse scripts."""
+    from specc.plan import Plan, PlanError
+
+    data = _plan(compose, SWEEP + ["engine=sim"]).to_json()
+    data["engine_info"]["parser"] = parser
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="is not a module of specc.engines.parsers"):
+        Plan.load(tmp_path / "plan.json")
