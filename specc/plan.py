@@ -335,9 +335,13 @@ class Server(Record):
     #: Spanning nodes: what ranks other than 0 add to `argv` (vLLM's `--headless`: only
     #: rank 0 serves HTTP); written only when there are some.
     follower_args: tuple[str, ...] = ()
+    #: The API key the server is launched with, as its command holds it (a `${NAME}`
+    #: reference, resolved at launch): clients send it as `Authorization: Bearer`. Read from
+    #: the command by the adapter at compile time; written only when there is one.
+    api_key: str | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
-    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args")
+    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key")
 
 
 @dataclass(frozen=True)

@@ -352,3 +352,15 @@ def test_a_sweep_over_lengths_reads_the_prompt_set_once(compose, monkeypatch):
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
     assert len(result.plan.benchmarks) == 300
     assert len(parsed) <= 1
+
+
+def test_the_plan_records_the_api_key_its_clients_send_as_a_reference(compose):
+    """Run reads the key from the plan (the adapter found it in the command at compile time),
+    never by parsing an engine's flags; a secret stays a `${NAME}` reference in plan.json."""
+    key = "sk-" + "a1" * 20
+    plan = _compile(compose, SWEEP + ["engine=sim", f"engine.extra_args=[--api-key,{key}]"]).plan
+    assert {s.api_key for s in plan.servers} == {"${API_KEY}"}
+    assert key not in plan.dumps()
+    plain = _compile(compose, SWEEP + ["engine=sim"]).plan
+    assert {s.api_key for s in plain.servers} == {None}
+    assert '"api_key"' not in plain.dumps()   # left out of plan.json when there is none

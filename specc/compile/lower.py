@@ -114,6 +114,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             argv=argv, env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
+            api_key=engine.api_key(list(argv)),
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         sid_json = json.dumps(sid)
         model = engine.served_model(spec)

@@ -120,6 +120,8 @@ class Engine(ABC):
     #: The distribution whose installed release the preflight compares with `version`
     #: (None: the engine is specc's own).
     package: str | None = None
+    #: The launch flag that sets the key the server's API routes require.
+    api_key_flag = "--api-key"
     #: The release every fact was last read from (the drift check verifies it).
     pinned_version = ""
     #: The oldest release specc holds facts for.
@@ -206,6 +208,18 @@ class Engine(ABC):
              rendezvous_port: int | None = None) -> list[str]:
         """The server's launch command (rank 0's, spanning nodes: `rendezvous_port` is the
         head's port the ranks meet at, planned for a server of more than one node)."""
+
+    def api_key(self, argv: list[str]) -> str | None:
+        """The API key a launch command sets (as written: a secret is a `${NAME}` reference by
+        now), which clients must send; None: the server takes requests without one."""
+        key = None
+        for i, a in enumerate(argv):
+            a = str(a)
+            if a == self.api_key_flag and i + 1 < len(argv):
+                key = str(argv[i + 1])
+            elif a.startswith(self.api_key_flag + "="):
+                key = a.split("=", 1)[1]
+        return key
 
     def follower_args(self, spec: ServerSpec) -> list[str]:
         """What ranks other than 0 of a multi-node server add to `argv`."""

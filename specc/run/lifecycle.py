@@ -164,20 +164,12 @@ def launch_argv(server: Server) -> list[str]:
 
 
 def auth_headers(server: Server) -> dict[str, str]:
-    """`Authorization: Bearer <key>` when the server was launched with `--api-key` (SGLang and
+    """`Authorization: Bearer <key>` when the server was launched with an API key (SGLang and
     vLLM then refuse the API routes without it); resolved from the environment, kept in
     memory only."""
-    argv = list(server.argv)
-    key = None
-    for i, a in enumerate(argv):
-        a = str(a)
-        if a == "--api-key" and i + 1 < len(argv):
-            key = str(argv[i + 1])
-        elif a.startswith("--api-key="):
-            key = a.split("=", 1)[1]
-    if key is None:
+    if server.api_key is None:
         return {}
-    key = secrets.expand(key, server.secrets)
+    key = secrets.expand(server.api_key, server.secrets)
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
