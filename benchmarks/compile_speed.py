@@ -102,7 +102,7 @@ def profile(points: int, shape: str) -> None:
 
     from specc.__main__ import job
 
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "specc" / "conf")):
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
         cfg = compose(config_name="config", overrides=overrides(points, shape))
     cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg.pop("hydra", None)

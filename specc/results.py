@@ -40,7 +40,7 @@ class ResultRow:
     server: str | None
     status: str                          # "ok" | "failed"
     reason: str | None = None            # why it failed; None when ok
-    metrics: dict[str, Any] = field(default_factory=dict)   # bench_serving's names (README)
+    metrics: dict[str, Any] = field(default_factory=dict)   # bench_serving's names (docs/run-dir.md)
     params: dict[str, Any] = field(default_factory=dict)    # the plan's benchmark params
     extra: dict[str, Any] = field(default_factory=dict)     # finished_at, started_at, ...
 

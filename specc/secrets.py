@@ -1,6 +1,6 @@
 """Secrets: recognised by name and by value, written only as `${NAME}` references.
 
-The rule (README, "Secrets"):
+The rule (docs/secrets.md):
 
 - A *name* is secret when one of its words (split at `_`, `-`, `.` and camelCase)
   is SECRET(S), PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL(S) or APIKEY, or its

@@ -33,7 +33,7 @@ def _plan_points(plan_file: Path) -> int:
     raise Exit(f"error PLAN_UNREADABLE at {plan_file}: {why}", code=2)
 
 
-@task(help={"experiment": "experiment name (specc/conf/experiment/NAME.yaml)",
+@task(help={"experiment": "experiment name (conf/experiment/NAME.yaml)",
             "engine": "sglang (default), vllm or sim",
             "overrides": "more Hydra overrides, space-separated, e.g. 'hardware.tp=4'"})
 def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
@@ -228,7 +228,7 @@ def report(c, run):
 
 @task(help={"only": "compile, sim, loadgen, executor, stats, slurm (default: all)"})
 def bench(c, only=""):
-    """Rerunnable performance benchmarks; prints the figures the README quotes."""
+    """Rerunnable performance benchmarks; prints the figures docs/performance.md quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
                "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py",

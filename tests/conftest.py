@@ -17,7 +17,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO / "specc" / "conf"
+CONF_DIR = REPO / "conf"
 _CACHE: dict[tuple, dict] = {}
 
 

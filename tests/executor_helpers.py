@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO / "specc" / "conf"
+CONF_DIR = REPO / "conf"
 PY = sys.executable
 
 #: A fast plan: the simulator's startup scaled down, tiny prompts, four requests per point.

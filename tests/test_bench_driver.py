@@ -3,7 +3,7 @@ last JSON line (bench_serving's format, `Infinity` included) becomes the point's
 
 SGLang's real client needs ~6 GB of dependencies (torch among them), so CI runs a
 stand-in process that writes what bench_serving writes; the real one was run by
-hand against the simulator (README, "SGLang's own client").
+hand against the simulator (docs/simulator.md, "SGLang's own client").
 """
 
 from __future__ import annotations

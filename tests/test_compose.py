@@ -9,7 +9,7 @@ import pytest
 from specc.config import compose as compose_mod
 from specc.compile.pipeline import compile_config
 
-CONF = Path(__file__).resolve().parent.parent / "specc" / "conf"
+CONF = Path(__file__).resolve().parent.parent / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 INVALID = {"eagle3_context_mismatch"}
 

@@ -38,7 +38,7 @@ def _plan(phases, *, answers=None, interval=0.1, threshold=1, deadline=3000.0):
         deadline_s=deadline, serving_silence_s=60.0)
 
 
-#: SGLang 0.5.23 (engines.md, Corrections): regexes, as the version-keyed adapter gives them.
+#: SGLang 0.5.23 (read from its released wheel): regexes, as the version-keyed adapter gives them.
 PLAN_0_5_23 = _plan([
     _phase("load_weights", r"Load weight begin", r"Load weight end", budget=705.0, estimate=235.0),
     _phase("load_draft_weights", r"Load weight begin", r"Load weight end", estimate=3.3),

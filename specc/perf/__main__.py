@@ -1,5 +1,5 @@
 """`python -m specc.perf [KIND]`: a calibration's constants with their sources, and the
-model next to the measured tables (markdown, as quoted in the README)."""
+model next to the measured tables (markdown, as quoted in docs/performance-model.md)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ constant there names its source.  One constant is *calibrated* instead of
 measured: the per-layer latency of an all-reduce at TP 8 (a one- or two-GPU
 machine cannot show it), solved so that the scenario's figure comes out
 (Kimi-K2.5, TP 8, H200, about 82 output tokens/s per stream at concurrency 1
-without speculation, ``../shared/reference/scenario.md``).  Numbers in this
+without speculation: the incident's baseline, docs/performance-model.md).  Numbers in this
 file marked *estimate* are engineering estimates that no measurement backs.
 
 Model of one scheduler step (SGLang runs one forward pass per step for the
@@ -220,7 +220,7 @@ class ModelCost:
         return blend(self.mem_s(n), compute, self.hw.blend_p) + self.fixed_s
 
 
-#: Kimi-K2.5 facts (config.json text_config + specc extras; engines.md table).
+#: Kimi-K2.5 facts (moonshotai/Kimi-K2.5's config.json, its text_config, + specc extras).
 KIMI_FACTS = {
     "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61, "hidden_size": 7168,
     "num_attention_heads": 64, "num_key_value_heads": 64, "kv_lora_rank": 512,

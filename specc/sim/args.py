@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- model facts ------------------------------------------------------------
 #: Fallback target when neither config.json nor --sim-target-facts exist: a
-#: Llama-3.1-8B-shaped dense model in BF16 (engines.md model table).
+#: Llama-3.1-8B-shaped dense model in BF16 (meta-llama/Llama-3.1-8B-Instruct's config.json).
 DEFAULT_TARGET_FACTS = {
     "architectures": ["LlamaForCausalLM"], "max_position_embeddings": 131072,
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},

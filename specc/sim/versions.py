@@ -10,8 +10,8 @@ here), each of which must appear verbatim in ``source`` inside the wheel
 
 ``0.5.23`` was copied from ``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``
 (read 2026-11-30).  ``early-2026`` is what the incident's log printed (SGLang
-0.5.x, early 2026; ``shared/reference/engines.md``): strings and order only,
-its source files were not read, so its ``source`` names the log.
+0.5.x, early 2026; replayed in tests/fixtures/readiness/sglang-early-2026-incident.log):
+strings and order only, its source files were not read, so its ``source`` names the log.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 DEFAULT = "0.5.23"
 
 UVICORN = "uvicorn (the package SGLang runs; SGLang's format from srt/utils/common.py)"
-INCIDENT = "incident log (shared/reference/engines.md, early 2026)"
+INCIDENT = "incident log (SGLang 0.5.x, early 2026; tests/fixtures/readiness/sglang-early-2026-incident.log)"
 
 #: name -> (template, source file inside the wheel, relative to sglang/)
 _COMMON: dict[str, tuple[str, str]] = {

@@ -34,7 +34,7 @@ from specc.engines import get_engine  # noqa: E402
 pytestmark = [pytest.mark.drift, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-EXPERIMENTS = sorted(p.stem for p in (REPO / "specc" / "conf" / "experiment").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 PARSERS = REPO / "specc" / "engines" / "parsers"
 #: engine -> (package whose parser checks its commands, parse script)
 CHECKED_BY = {"sglang": ("sglang", "sglang_parse.py"), "sim": ("sglang", "sglang_parse.py"),

@@ -6,8 +6,8 @@ installed without its dependencies (no CUDA stack), plus the few packages its
 argument parser imports, with the CPU build of torch. Built once, reused while
 its recipe is unchanged (a ``.complete`` stamp holds the recipe's hash).
 
-Recipes from ../shared/tools/realcheck (build_venv_sgl.sh, build_venv_vllm.sh),
-kept here so a clean clone installs everything from its own files. Only the
+The recipes (which wheel, which parser imports, CPU torch) are this module's own, so a
+clean clone installs everything from its own files. Only the
 package registry pip is configured for is used; when it cannot be reached,
 ``RegistryUnreachable`` is raised (the test module skips on it, and only on it).
 """
@@ -31,12 +31,12 @@ CACHE = Path(os.environ.get("SPECC_DRIFT_CACHE", Path.home() / ".cache" / "specc
 TORCH = "torch==2.13.0"
 
 RECIPES = {
-    # stage 1 of build_venv_sgl.sh (argument parsing) + uvicorn (its log line is checked)
+    # what sglang.srt.server_args's parser imports + uvicorn (its log line is checked)
     "sglang": {"constraints": ["constraints-sglang.txt"],
                "deps": [TORCH, "numpy", "orjson", "psutil", "pybase64", "requests", "packaging",
                         "pillow", "starlette", "typing_extensions", "msgspec", "pydantic",
                         "pyzmq", "tqdm", "IPython", "aiohttp", "uvicorn"]},
-    # build_venv_vllm.sh: what `vllm serve`'s parser and its config classes import
+    # what `vllm serve`'s parser and its config classes import
     "vllm": {"constraints": ["constraints-vllm.txt"],
              "deps": [TORCH, "packaging", "huggingface_hub", "regex", "pydantic", "numpy", "cbor2",
                       "psutil", "pyzmq", "urllib3", "transformers<5.21.0", "aiohttp", "requests",

@@ -77,8 +77,10 @@ def test_calibration_files_exist_for_the_hardware_configs():
 
     import yaml
 
-    conf = Path(perf.__file__).resolve().parent.parent / "conf" / "hardware"
-    for f in conf.glob("*.yaml"):
+    conf = Path(__file__).resolve().parents[2] / "conf" / "hardware"
+    files = sorted(conf.glob("*.yaml"))
+    assert files, f"no hardware configs in {conf}"
+    for f in files:
         gpu = yaml.safe_load(f.read_text())["gpu"]
         hw = hardware.calibration(gpu)
         assert hw.fallback_for is None, f"{f.name}: no calibration file for {gpu}"
