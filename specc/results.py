@@ -83,6 +83,43 @@ class ResultRow:
                    extra={k: v for k, v in obj.items() if k not in _FIELDS})
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise _NotFinite(text)
+    return v
+
+
+def loads_row(line: str):
+    """A results line's JSON: plain JSON only (specc never writes NaN or Infinity, so a
+    line holding one was edited by hand; _NotFinite). RecursionError is a ValueError here."""
+    try:
+        return json.loads(line, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+
+
+def finite(obj, path: str = "", bad: list | None = None):
+    """``obj`` with every NaN or Infinity replaced by None; their paths go in ``bad``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        if bad is not None:
+            bad.append(path or "value")
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v, f"{path}.{k}" if path else str(k), bad) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v, f"{path}[{i}]", bad) for i, v in enumerate(obj)]
+    return obj
+
+
 def parse_rows(text: str, name: str = "results.jsonl") -> tuple[dict[str, ResultRow], list[str]]:
     """Rows keyed by benchmark id (the last line for an id wins), and one warning per
     line that is not a row."""
@@ -95,7 +132,11 @@ def parse_rows(text: str, name: str = "results.jsonl") -> tuple[dict[str, Result
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_row(line)
+        except _NotFinite as e:
+            warnings.append(f"{name}: ignored line {i + 1}: it holds {e} (specc never writes "
+                            "NaN or Infinity; edited by hand?)")
+            continue
         except ValueError:
             if i == last:
                 warnings.append(f"{name}: ignored an unparseable last line (line {i + 1}; "
@@ -151,7 +192,7 @@ def with_speedup(row: dict, baseline_row: dict | None) -> dict:
 
 def _is_row(line: str) -> bool:
     try:
-        ResultRow.from_json(json.loads(line))
+        ResultRow.from_json(loads_row(line))
     except (ValueError, RowError):
         return False
     return True
@@ -215,11 +256,19 @@ class ResultLog:
         return self.rows.get(benchmark_id)
 
     def append(self, row: dict | ResultRow) -> None:
-        """Append one row (checked: a malformed row is a bug, raised as RowError)."""
+        """Append one row (checked: a malformed row is a bug, raised as RowError). A NaN
+        or Infinity that reached the row is written as null, its path in ``not_finite``:
+        results.jsonl holds plain JSON only, and one bad figure never stops a sweep."""
         if isinstance(row, ResultRow):
             row = row.to_json()
         else:
             ResultRow.from_json(row)
+        bad: list[str] = []
+        row = finite(row, bad=bad)
+        if bad:
+            row["not_finite"] = bad
+            print(f"warning: {row['benchmark']}: {', '.join(bad)} not a finite number, "
+                  "written as null", file=sys.stderr)
         line = json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n"
         append_durable(self.path, line)
         self.rows[row["benchmark"]] = row

@@ -96,7 +96,7 @@ def test_vllm_is_one_plus_accepted_per_draft_over_the_point():
 
 
 def test_counter_ratio_needs_both_reads():
-    assert counter_ratio(VLLM.run, None, {"a": 1}) is None
+    assert counter_ratio(VLLM.run, None, {"a": 1}) == (None, None)
 
 
 def test_prometheus_text_sums_label_sets_and_skips_comments():

@@ -83,9 +83,12 @@ def test_summarize_known_answers():
 def test_summarize_single_token_outputs_have_no_tpot():
     r = _rec(0.0, 0.05, [], 1)
     m = summarize([r], 1.0)
-    assert m["completed"] == 1 and m["mean_tpot_ms"] == 0.0 and m["mean_itl_ms"] == 0.0
-    assert m["mean_chunk_gap_ms"] == 0.0
-    assert m["per_stream_output_throughput"] == 0.0
+    # no time between tokens was measured: left out, not written as 0.0
+    assert m["completed"] == 1 and m["mean_ttft_ms"] == pytest.approx(50.0)
+    for name in ("tpot", "itl", "chunk_gap"):
+        assert not [k for k in m if name in k], name
+    assert "per_stream_output_throughput" not in m
+    assert "median_per_stream_output_throughput" not in m
     assert m["concurrency"] == pytest.approx(0.05)  # no cap: the measured mean in flight
 
 
@@ -93,6 +96,7 @@ def test_summarize_zero_completed():
     m = summarize([_rec(0, 0.1, [0.1], 2, ok=False)], 0.0)
     assert m["completed"] == 0 and m["failed"] == 1
     assert all(math.isfinite(v) for v in m.values())
+    assert "mean_ttft_ms" not in m and "mean_e2e_latency_ms" not in m
     assert summarize([], 0.0)["completed"] == 0
 
 
@@ -230,6 +234,56 @@ def test_finish_failures():
     rec = RequestRecord(start=0.0, requested_output_tokens=1)
     finish(rec, "chat", 200, body, [1.0], [len(body)], None)
     assert not rec.ok and "boom" in rec.error
+
+
+def _counted(counts, final, *, api="chat", requested=None):
+    """A stream with a running count per content chunk and a final usage."""
+    if api == "generate":
+        objs = [{"text": "t" * (i + 1), "meta_info": {"completion_tokens": c}}
+                for i, c in enumerate(counts)]
+        objs.append({"text": "t" * len(counts), "meta_info": {"completion_tokens": final}})
+    else:
+        objs = [{"choices": [{"delta": {"content": "t"}}], "usage": {"completion_tokens": c}}
+                for c in counts]
+        objs.append({"choices": [], "usage": {"completion_tokens": final}})
+    body = _sse(objs)
+    ts, offs = _one_read_per_event(body)
+    rec = RequestRecord(start=999.0, requested_output_tokens=requested or final,
+                        ignore_eos=False)
+    finish(rec, api, 200, body, ts, offs, None)
+    return rec
+
+
+@pytest.mark.parametrize("api", ["chat", "generate"])
+def test_finish_token_count_policy(api):
+    # an end-of-sequence token without text: the final count may be one above the stream's
+    assert _counted([1, 2, 3], 4, api=api, requested=8).ok
+    # speculative chunks of several tokens each: fine while they add up
+    assert _counted([3, 6, 9], 9, api=api, requested=16).ok
+    rec = _counted([1, 2, 3], 12, api=api, requested=16)
+    assert rec.error == "server reported 12 completion tokens for 16 requested and 3 streamed"
+    assert rec.output_tokens == 3         # the stream is the truth
+    rec = _counted([1, 2, 3], 3, api=api, requested=2)
+    assert rec.error == "server reported 3 completion tokens for 2 requested and 3 streamed"
+    rec = _counted([1, 5, 3], 3, api=api, requested=8)
+    assert rec.error == "server's running completion_tokens went back from 5 to 3"
+    rec = _counted([1, 2, 3], -1, api=api, requested=8)
+    assert rec.error == "server sent completion_tokens -1, not a token count"
+
+
+def test_finish_without_counts_checks_chunks_against_what_was_asked():
+    objs = [{"choices": [{"delta": {"content": "t"}}]} for _ in range(5)]
+    body = _sse(objs)
+    ts, offs = _one_read_per_event(body)
+    rec = RequestRecord(start=999.0, requested_output_tokens=4, ignore_eos=False)
+    finish(rec, "chat", 200, body, ts, offs, None)
+    assert rec.error == "server streamed 5 content chunks for 4 requested tokens"
+    # a final count below the chunks received
+    body = _sse(objs + [{"choices": [], "usage": {"completion_tokens": 2}}])
+    ts, offs = _one_read_per_event(body)
+    rec = RequestRecord(start=999.0, requested_output_tokens=8, ignore_eos=False)
+    finish(rec, "chat", 200, body, ts, offs, None)
+    assert rec.error == "server reported 2 completion tokens for 8 requested and 5 streamed"
 
 
 # =========================================================================== against the simulator

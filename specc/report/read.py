@@ -42,6 +42,13 @@ def build_report(run_dir: Path | str) -> Report:
             status, reason, metrics = res.status, res.reason, res.metrics
             if status == "failed" and not reason:
                 reason = "no reason given"
+            # a figure the server's answers made impossible: say why it is blank
+            if res.extra.get("accept_length_unknown"):
+                warnings.append(f"{bid}: accept length unknown: "
+                                f"{str(res.extra['accept_length_unknown'])[:200]}")
+            if res.extra.get("not_finite"):
+                warnings.append(f"{bid}: not a finite number, written as null: "
+                                f"{', '.join(map(str, res.extra['not_finite']))[:200]}")
         rows.append(PointRow(
             benchmark=bid, server=b.server, label=srv.label or b.server,
             is_baseline=srv.baseline,

@@ -339,6 +339,8 @@ def _summary(row: dict) -> str:
         parts.append(f"{m['per_stream_output_throughput']:.1f} tok/s/stream")
     if m.get("accept_length"):
         parts.append(f"accept {m['accept_length']:.2f}")
+    elif row.get("accept_length_unknown"):
+        parts.append(f"accept length unknown: {row['accept_length_unknown'][:100]}")
     if m.get("speedup"):
         parts.append(f"{m['speedup']:.2f}x")
     return ", ".join(parts)

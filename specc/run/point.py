@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shlex
 import sys
 import time
@@ -22,6 +23,7 @@ from specc.results import with_speedup  # noqa: F401  (re-export: the executor i
 from specc.run import positions
 from specc.run.acceptance import AcceptanceReading
 from specc.prompts.datasets import DatasetError, load_prompts
+from specc.run.answers import accept_bound
 from specc.run.lifecycle import auth_headers
 
 
@@ -69,6 +71,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                              temperature=p.get("temperature", 0.0),
                              ignore_eos=p.get("ignore_eos", True), request_ids=ids,
                              keep_sending=stop.keep_sending, on_request_done=stop.on_done)
+        _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
         if run_dir is not None:
             reqlog.append(run_dir, bench.id, mine)
@@ -86,6 +89,14 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                         max_in_flight=max_in_flight)
     errors = [r.error for r in records if not r.ok]
     return metrics, errors, gone, figures_extra(lines, duration, repeats, p)
+
+
+def _drop_impossible_verify_counts(records, bound: float) -> None:
+    """A request's verify passes (SGLang's spec_verify_ct) that make its accept length
+    exceed what the speculation setting can yield are unknown, not a figure."""
+    for r in records:
+        if r.verify_ct and r.output_tokens / r.verify_ct > bound:
+            r.verify_ct = None
 
 
 def figures_extra(lines: list[dict], duration: float, repeats: list[dict], params: dict) -> dict:
@@ -114,7 +125,11 @@ class DriverError(Exception):
     """The benchmark client itself failed (not one request): the point's reason."""
 
 
-async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+async def _bench_serving(server: Server, bench: Benchmark, run_dir: Path, ctx):
     """SGLang's own client, run as the plan says (from the run dir, like plan.sh);
     its last JSON line becomes the metrics."""
     from specc.run.lifecycle import resolve_argv
@@ -128,18 +143,22 @@ async def _bench_serving(bench: Benchmark, run_dir: Path, ctx):
         tail = (result.stderr or result.stdout or "").strip().splitlines()[-3:]
         raise DriverError(f"bench_serving exited {result.exited}: {' | '.join(tail)}")
     last = out.read_text().strip().splitlines()[-1]
-    data = json.loads(last)   # bench_serving writes Infinity for an unlimited rate
-    keys = ("completed", "duration", "total_input_tokens", "total_output_tokens",
-            "request_throughput", "input_throughput", "output_throughput", "total_throughput")
-    metrics = {k: data[k] for k in keys if k in data}
-    for m in ("ttft", "itl", "tpot", "e2e_latency"):
-        for stat in ("mean", "median", "std", "p90", "p95", "p99"):
-            k = f"{stat}_{m}_ms"
-            if k in data:
-                metrics[k] = data[k]
-    if data.get("accept_length") is not None:
-        metrics["bench_serving_accept_length"] = data["accept_length"]
-    missing = bench.params["num_prompts"] - int(data.get("completed", 0))
+    try:   # bench_serving writes Infinity for an unlimited rate, NaN for an empty mean
+        data = json.loads(last)
+    except (ValueError, RecursionError):
+        raise DriverError(f"bench_serving's last line in {out.name} is not JSON") from None
+    if not isinstance(data, dict):
+        raise DriverError(f"bench_serving's last line in {out.name} is not a JSON object")
+    keys = ["completed", "duration", "total_input_tokens", "total_output_tokens",
+            "request_throughput", "input_throughput", "output_throughput", "total_throughput"]
+    keys += [f"{stat}_{m}_ms" for m in ("ttft", "itl", "tpot", "e2e_latency")
+             for stat in ("mean", "median", "std", "p90", "p95", "p99")]
+    # a figure bench_serving could not compute (NaN, Infinity) is left out, as ours are
+    metrics = {k: data[k] for k in keys if _finite(data.get(k))}
+    acc = data.get("accept_length")
+    if _finite(acc) and 1.0 <= acc <= accept_bound(server.params):
+        metrics["bench_serving_accept_length"] = acc
+    missing = bench.params["num_prompts"] - int(metrics.get("completed", 0))
     return metrics, ["bench_serving: request failed"] * max(missing, 0), None, {}
 
 
@@ -163,7 +182,7 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
     Everything it needs is in the plan: the flush request, the client, the acceptance recipe.
     """
     url = base_url(server.host, server.port)
-    accept = AcceptanceReading(server.acceptance)
+    accept = AcceptanceReading(server.acceptance, accept_bound(server.params))
     async with httpx.AsyncClient(trust_env=False, headers=auth_headers(server)) as client:
         flushed = await flush_cache(client, url, server) if bench.params.get("flush_cache") \
             else None
@@ -172,7 +191,7 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
         t0 = time.time()
         try:
             if bench.argv:
-                metrics, errors, gone, figures = await _bench_serving(bench, run_dir, ctx)
+                metrics, errors, gone, figures = await _bench_serving(server, bench, run_dir, ctx)
             else:
                 metrics, errors, gone, figures = await _builtin(server, bench, url, run_dir)
         except DatasetError as e:
@@ -184,6 +203,9 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
         if per_pos is not None:
             figures["accept_per_position"] = per_pos
         metrics["accept_length"], metrics["accept_length_scope"] = await accept.finish(client, url)
+    if accept.note:
+        figures["accept_length_unknown" if metrics["accept_length"] is None
+                else "accept_length_note"] = accept.note
     # requests sent (adaptive stopping and repeats change it), else the plan's count
     n = int(metrics.get("completed", 0)) + len(errors) or bench.params["num_prompts"]
     extra = {"started_at": t0, "cache_flush": flushed, **figures}

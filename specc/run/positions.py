@@ -10,6 +10,7 @@ thing (its acceptance is per request: ``spec_verify_ct``).
 
 from __future__ import annotations
 
+import math
 import re
 
 _LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)\s*$')
@@ -42,20 +43,31 @@ async def read(client, url: str, recipe: dict | None) -> dict | None:
     """The counters now; None without a recipe or an answer."""
     if not recipe:
         return None
+    from specc.run.answers import get_capped
+
     try:
-        r = await client.get(url + recipe.get("path", "/metrics"), timeout=10.0)
+        status, body = await get_capped(client, url + recipe.get("path", "/metrics"))
     except Exception:
         return None
-    return parse(r.text, recipe) if r.status_code == 200 else None
+    return parse(body.decode("utf-8", "replace"), recipe) if status == 200 else None
 
 
 def rates(before: dict | None, after: dict | None) -> list[float] | None:
-    """Acceptance rate per position over the point (position 0 first); None if unknown."""
+    """Acceptance rate per position over the point (position 0 first); None if unknown,
+    or when the counters cannot be true (not finite, going back between the reads, a
+    position accepting more than every draft, or more than 64 positions)."""
     if not before or not after:
         return None
     drafts = after["drafts"] - before["drafts"]
-    if drafts <= 0 or not after["accepted"]:
+    if not math.isfinite(drafts) or drafts < 1 or not after["accepted"]:
         return None
     n = max(after["accepted"]) + 1
-    return [round((after["accepted"].get(i, 0.0) - before["accepted"].get(i, 0.0)) / drafts, 4)
-            for i in range(n)]
+    if n > 64:
+        return None
+    out = []
+    for i in range(n):
+        r = (after["accepted"].get(i, 0.0) - before["accepted"].get(i, 0.0)) / drafts
+        if not (0.0 <= r <= 1.0):      # NaN fails this too
+            return None
+        out.append(round(r, 4))
+    return out

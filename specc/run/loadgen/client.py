@@ -10,12 +10,22 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+from specc.run.answers import BadAnswer, body_cap, short
 from specc.run.loadgen.records import RequestRecord
 from specc.run.loadgen.sse import API_PATHS, finish
 
 
 class ServerGone(Exception):
     """Connection refused: the server is gone, so run_load sends nothing more."""
+
+
+class BadResponse(Exception):
+    """The server's response broke HTTP framing or the body's byte cap: the request
+    fails at once with this reason (the connection is dropped, never reused)."""
+
+
+#: A response's status line and headers may take this many bytes.
+HEAD_CAP = 64 << 10
 
 
 _HEAD, _CHUNKED, _LENGTH, _CLOSE, _DONE = range(5)
@@ -39,6 +49,7 @@ class _Conn(asyncio.Protocol):
         self.keepalive = True
         self.got_bytes = False
         self.quickack = None
+        self.cap = body_cap(0)
 
     # -- lifecycle
     def connection_made(self, transport) -> None:
@@ -70,8 +81,9 @@ class _Conn(asyncio.Protocol):
             else:
                 w.set_exception(exc)
 
-    def start(self, data: bytes, waiter: asyncio.Future) -> float:
+    def start(self, data: bytes, waiter: asyncio.Future, cap: int) -> float:
         self.waiter = waiter
+        self.cap = cap
         self.buf = bytearray()
         self.body = bytearray()
         self.ts = []
@@ -89,6 +101,18 @@ class _Conn(asyncio.Protocol):
         self.feed(data, t)
 
     def feed(self, data: bytes, t: float) -> None:
+        try:
+            self._feed(data, t)
+        except BadAnswer as e:
+            # the framing is wrong: nothing later in this connection can be trusted
+            self.state = _DONE
+            self.keepalive = False
+            self._wake(BadResponse(str(e)))
+            self.transport.close()
+
+    def _feed(self, data: bytes, t: float) -> None:
+        if self.state == _DONE:
+            return      # bytes past the end of a response: not ours to read
         if self.quickack is not None:
             # Linux clears TCP_QUICKACK after use: re-arm it, so that our delayed ACK
             # never meets a server's Nagle algorithm (a ~40 ms stall per stream start
@@ -112,6 +136,9 @@ class _Conn(asyncio.Protocol):
             state = self._chunks()
         elif state == _LENGTH and len(body) >= self.remaining:
             state = _DONE
+        if len(body) > self.cap or len(self.buf) > self.cap + HEAD_CAP:
+            raise BadAnswer(f"response body past {self.cap} bytes (the cap for the tokens "
+                            "asked for)")
         if len(body) != n0:
             self.ts.append(t)
             self.offs.append(len(body))
@@ -126,14 +153,15 @@ class _Conn(asyncio.Protocol):
         buf = self.buf
         i = buf.find(b"\r\n\r\n")
         if i < 0:
+            if len(buf) > HEAD_CAP:
+                raise BadAnswer(f"response headers past {HEAD_CAP} bytes")
             return None
         lines = bytes(buf[:i]).decode("latin-1").split("\r\n")
-        try:
-            self.status = int(lines[0].split(" ", 2)[1])
-        except (IndexError, ValueError):
-            self.state = _DONE
-            self._wake(ConnectionError(f"bad HTTP status line {lines[0][:80]!r}"))
-            return None
+        code = lines[0].split(" ", 2)[1:2]
+        if not lines[0].startswith("HTTP/") or not code or not (
+                code[0].isdigit() and len(code[0]) == 3):
+            raise BadAnswer(f"bad HTTP status line {short(lines[0])}")
+        self.status = int(code[0])
         headers = {}
         for ln in lines[1:]:
             k, _, v = ln.partition(":")
@@ -146,7 +174,12 @@ class _Conn(asyncio.Protocol):
         self.buf = bytearray()
         self.body += rest
         if "content-length" in headers:
-            self.remaining = int(headers["content-length"])
+            value = headers["content-length"]
+            if not value.isdigit() or len(value) > 18:
+                raise BadAnswer(f"bad Content-Length {short(value)}")
+            self.remaining = int(value)
+            if self.remaining > self.cap:
+                raise BadAnswer(f"Content-Length {value} past the body cap of {self.cap} bytes")
             return _DONE if len(self.body) >= self.remaining else _LENGTH
         self.keepalive = False
         return _CLOSE
@@ -159,8 +192,13 @@ class _Conn(asyncio.Protocol):
         while True:
             j = buf.find(b"\r\n", p)
             if j < 0:
+                if n - p > 1024:
+                    raise BadAnswer("chunk size line longer than 1024 bytes")
                 break
-            size = int(bytes(buf[p:j]).split(b";", 1)[0], 16)
+            size = _chunk_size(bytes(buf[p:j]))
+            if len(body) + size > self.cap:
+                raise BadAnswer(f"response body past {self.cap} bytes (the cap for the tokens "
+                                "asked for)")
             if size == 0:
                 if buf.find(b"\r\n", j + 2) >= 0:  # end of (empty) trailers
                     self.buf = bytearray()
@@ -168,11 +206,24 @@ class _Conn(asyncio.Protocol):
                 break
             if n - (j + 2) < size + 2:
                 break
+            if buf[j + 2 + size:j + 4 + size] != b"\r\n":
+                raise BadAnswer(f"chunk of {size} bytes not followed by CRLF (bad chunk size)")
             body += buf[j + 2:j + 2 + size]
             p = j + 4 + size
         if p:
             del buf[:p]
         return _CHUNKED
+
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk-size line's size; BadAnswer unless it is hex digits (extensions after ';')."""
+    token = line.split(b";", 1)[0].strip()
+    if not token or len(token) > 15 or not _HEX.issuperset(token):
+        raise BadAnswer(f"bad chunk size {short(token)}")
+    return int(token, 16)
 
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
@@ -317,7 +368,7 @@ class FastClient:
                 t_conn = time.time()
                 conn = await self._connect()
             waiter = loop.create_future()
-            t = conn.start(data, waiter)
+            t = conn.start(data, waiter, body_cap(rec.requested_output_tokens))
             # a fresh connection's set-up counts towards TTFT, as for any client
             rec.start = t if reused else t_conn
             try:
@@ -328,6 +379,12 @@ class FastClient:
                 rec.end = time.time()
                 finish(rec, api, conn.status or 200, conn.body, conn.ts, conn.offs,
                        f"timeout after {self.timeout_s:g} s")
+                return
+            except BadResponse as e:
+                self.all.discard(conn)
+                rec.end = time.time()
+                # nothing in a misframed response is read as an answer
+                finish(rec, api, conn.status or 200, b"", [], [], f"bad response: {e}")
                 return
             except (ConnectionError, OSError) as e:
                 self.all.discard(conn)

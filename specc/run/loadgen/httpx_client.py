@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from specc.run.answers import body_cap
 from specc.run.loadgen.client import ServerGone
 from specc.run.loadgen.records import RequestRecord
 from specc.run.loadgen.sse import API_PATHS, finish
@@ -28,6 +29,7 @@ class HttpxClient:
         ts: list[float] = []
         offs: list[int] = []
         status = 0
+        cap = body_cap(rec.requested_output_tokens)
         _time = time.time
         rec.start = _time()
         try:
@@ -40,6 +42,12 @@ class HttpxClient:
                     body += chunk
                     ts.append(t)
                     offs.append(len(body))
+                    if len(body) > cap:
+                        rec.end = t
+                        finish(rec, api, status, body, ts, offs,
+                               f"bad response: response body past {cap} bytes (the cap for "
+                               "the tokens asked for)")
+                        return
         except httpx.ConnectError as e:
             if "refused" in str(e).lower() or isinstance(e.__cause__, ConnectionRefusedError):
                 raise ServerGone("connection refused") from None
@@ -52,6 +60,7 @@ class HttpxClient:
                    f"timeout ({type(e).__name__})")
             return
         except (httpx.HTTPError, OSError) as e:
+            # httpx's RemoteProtocolError is a framing error (bad Content-Length, chunk size)
             rec.end = _time()
             if status == 0:
                 rec.error = f"connection error: {type(e).__name__}: {e}"

@@ -66,12 +66,16 @@ def percentile(sorted_vals: list[float], p: float) -> float:
 
 
 def _stats_ms(name: str, vals: list[float], out: dict[str, float]) -> None:
+    """A figure's stats in ms; none at all without a sample (a point whose outputs are
+    one token long has no time between tokens: 0.0 would be a measurement it never made)."""
     v = sorted(x * 1000.0 for x in vals)
     n = len(v)
-    mean = sum(v) / n if n else 0.0
+    if not n:
+        return
+    mean = sum(v) / n
     out[f"mean_{name}_ms"] = mean
     out[f"median_{name}_ms"] = percentile(v, 50.0)
-    out[f"std_{name}_ms"] = math.sqrt(sum((x - mean) ** 2 for x in v) / n) if n else 0.0
+    out[f"std_{name}_ms"] = math.sqrt(sum((x - mean) ** 2 for x in v) / n)
     for label, p in _PCTS[1:]:
         out[f"{label}_{name}_ms"] = percentile(v, p)
 
@@ -79,7 +83,9 @@ def _stats_ms(name: str, vals: list[float], out: dict[str, float]) -> None:
 def summarize(records: list[RequestRecord], duration_s: float, *,
               concurrency: int | None = None, max_in_flight: int | None = None
               ) -> dict[str, float]:
-    """bench_serving's metrics over the successful records (pure function).
+    """bench_serving's metrics over the successful records (pure function). A latency
+    figure with no sample (TPOT, ITL, chunk gap, per-stream throughput when every output
+    is one token; all of them with no request completed) is left out, not written as 0.
 
     ``concurrency`` is the configured cap; without one it reports the measured
     mean in-flight count (sum of e2e latencies / duration, as bench_serving's
@@ -113,8 +119,9 @@ def summarize(records: list[RequestRecord], duration_s: float, *,
     _stats_ms("e2e_latency", [r.e2e_latency for r in ok], m)
     per_stream = sorted((r.output_tokens - 1) / (r.e2e_latency - r.ttft) for r in ok
                         if r.output_tokens > 1 and r.e2e_latency > r.ttft)
-    m["per_stream_output_throughput"] = sum(per_stream) / len(per_stream) if per_stream else 0.0
-    m["median_per_stream_output_throughput"] = percentile(per_stream, 50.0)
+    if per_stream:   # needs 2+ tokens in a request, like TPOT and ITL
+        m["per_stream_output_throughput"] = sum(per_stream) / len(per_stream)
+        m["median_per_stream_output_throughput"] = percentile(per_stream, 50.0)
     mean_conc = rate(sum(r.e2e_latency for r in ok))
     m["mean_concurrency"] = mean_conc
     m["concurrency"] = float(concurrency) if concurrency else mean_conc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from specc.run.answers import BadAnswer, loads, short, token_count
 from specc.run.loadgen.metrics import per_token_itls, spread_itls
 from specc.run.loadgen.records import RequestRecord
 
@@ -21,7 +22,11 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
     ``meta_info.completion_tokens`` on every chunk with text; on the OpenAI APIs
     the per-chunk ``usage`` that ``continuous_usage_stats`` asks for (bench_serving
     re-tokenizes the chunk's text instead; specc has no tokenizer).  A stream
-    without per-chunk counts gets ``spread_itls``."""
+    without per-chunk counts gets ``spread_itls``.
+
+    The answer is untrusted (``specc.run.answers``): a field of the wrong type, JSON
+    that is not plain JSON, or token counts that contradict what was streamed or
+    asked for fail the request with a reason naming what the server sent."""
     rec.status = status
     if ts:
         rec.end = ts[-1]
@@ -31,107 +36,195 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
         text = bytes(body[:300]).decode("utf-8", "replace").strip().replace("\n", " ")
         rec.error = fail or f"HTTP {status}: {text[:200]}"
         return
-    chunk_times: list[float] = []     # content chunks (new text): what a user sees
-    chunk_counts: list = []           # ... and the cumulative tokens at each (None: unknown)
-    tok_times: list[float] = []       # chunks bench_serving's ITL counts, and their counts
-    tok_counts: list = []
-    usage_tokens = None
-    done = False
-    err = None
-    prev_len = 0
-    pos = 0
-    k = 0
-    last = len(offs) - 1
-    generate = api == "generate"
-    chat = api == "chat"
-    loads = json.loads
-    for line in bytes(body).split(b"\n"):
-        end = pos + len(line) + 1
-        pos = end
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            done = True
-            continue
-        if not payload:
-            continue
-        while k < last and offs[k] < end:
-            k += 1
-        try:
-            obj = loads(payload)
-        except ValueError:
-            err = "bad JSON in stream"
-            continue
-        if not isinstance(obj, dict):
-            continue
-        if "error" in obj and obj["error"]:
-            e = obj["error"]
-            err = "server error: " + str(e.get("message", e) if isinstance(e, dict) else e)[:200]
-            continue
-        if generate:
-            meta = obj.get("meta_info") or {}
-            if rec.rid is None:
-                rec.rid = meta.get("id")
-            ct = meta.get("completion_tokens")
-            if ct is not None:
-                usage_tokens = ct
-            if meta.get("spec_verify_ct") is not None:
-                rec.verify_ct = meta["spec_verify_ct"]
-            text = obj.get("text") or ""
-            if text:
-                tok_times.append(ts[k])
-                tok_counts.append(ct)
-            if len(text) > prev_len:
-                prev_len = len(text)
-                chunk_times.append(ts[k])
-                chunk_counts.append(ct)
-            continue
-        if rec.rid is None:
-            rec.rid = obj.get("id")
-        usage = obj.get("usage")
-        ct = None
-        if usage and usage.get("completion_tokens") is not None:
-            usage_tokens = ct = usage["completion_tokens"]
-        choices = obj.get("choices")
-        if choices:
-            c0 = choices[0]
-            if chat:
-                d = c0.get("delta") or {}
-                content = d.get("content") or d.get("reasoning_content")
-            else:
-                content = c0.get("text")
-            if content:
-                chunk_times.append(ts[k])
-                chunk_counts.append(ct)
-                tok_times.append(ts[k])
-                tok_counts.append(ct)
+    if not ts:      # bytes without a read time (a body cut short): the end's
+        ts, offs = [rec.end], [len(body)]
+    s = _Stream(api)
+    try:
+        s.read(body, ts, offs)
+    except BadAnswer as e:
+        s.err = str(e)
+    rec.rid = s.rid
+    wrong = count_mismatch(s, rec.requested_output_tokens)
+    chunk_times, chunk_counts = s.chunk_times, s.chunk_counts
     rec.chunk_times = chunk_times
     rec.chunk_count = len(chunk_times)
-    rec.output_tokens = usage_tokens if usage_tokens is not None else len(chunk_times)
+    # where the server's count and the stream disagree, the stream is the truth
+    rec.output_tokens = s.streamed() if wrong or s.usage is None else s.usage
     if chunk_times:
         rec.first_token_t = chunk_times[0]
         rec.ttft = chunk_times[0] - rec.start
         rec.chunk_gaps = [b - a for a, b in zip(chunk_times, chunk_times[1:])]
-        if None in tok_counts or None in chunk_counts:
+        if wrong or s.err or None in s.tok_counts or None in chunk_counts:
             rec.itls = spread_itls(rec.chunk_gaps, rec.output_tokens)
         else:
-            rec.itls = per_token_itls(tok_times, tok_counts)
+            rec.itls = per_token_itls(s.tok_times, s.tok_counts)
             rec.chunk_tokens = [b - a for a, b in zip([0] + chunk_counts, chunk_counts)]
+    rec.verify_ct = _verify_ct(s.verify_ct, rec.output_tokens)
     rec.e2e_latency = rec.end - rec.start
     if fail:
         rec.error = fail
-    elif err:
-        rec.error = err
-    elif not done:
+    elif s.err:
+        rec.error = s.err
+    elif not s.done:
         rec.error = "stream ended without [DONE]"
     elif not chunk_times:
         rec.error = "no output tokens"
+    elif wrong:
+        rec.error = wrong
     elif rec.ignore_eos and rec.output_tokens < rec.requested_output_tokens:
         rec.error = (f"short output: {rec.output_tokens} of "
                      f"{rec.requested_output_tokens} tokens (ignore_eos set)")
     else:
         rec.ok = True
+
+
+def count_mismatch(s: _Stream, requested: int) -> str | None:
+    """Why a stream's token counts cannot be true, or None.
+
+    The streamed count is the truth: the running count the server put on its last
+    content chunk, else the content chunks received (each brings at least one token).
+    The server's final count may exceed it by one token without text (an end of
+    sequence), must be no less than the chunks, and no more than was asked for."""
+    streamed = s.streamed()
+    reported = s.usage
+    if reported is None:
+        if requested and streamed > requested:
+            return f"server streamed {streamed} content chunks for {requested} requested tokens"
+        return None
+    if (requested and reported > requested) or reported < len(s.chunk_times) or (
+            s.running is not None and reported > s.running + 1):
+        return (f"server reported {reported} completion tokens for {requested} requested "
+                f"and {streamed} streamed")
+    return None
+
+
+def _verify_ct(value, output_tokens: int) -> int | None:
+    """A request's verify passes (SGLang's spec_verify_ct) when they can be true: at
+    least one, at most one per output token; else unknown."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 1 <= value <= max(output_tokens, 1) else None
+
+
+def _obj(value, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadAnswer(f"server sent {what} {short(value)}, not an object")
+    return value
+
+
+def _text(value, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadAnswer(f"server sent {what} {short(value)}, not text")
+    return value
+
+
+class _Stream:
+    """One streamed answer, read event by event (BadAnswer on the first wrong field)."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.chunk_times: list[float] = []   # content chunks (new text): what a user sees
+        self.chunk_counts: list = []         # ... the running token count at each (None: unknown)
+        self.tok_times: list[float] = []     # chunks bench_serving's ITL counts, and their counts
+        self.tok_counts: list = []
+        self.usage: int | None = None        # the server's last count (final usage / meta_info)
+        self.running: int | None = None      # the count on the last content chunk
+        self.verify_ct = None
+        self.rid = None
+        self.done = False
+        self.err: str | None = None
+        self._last = 0                       # counts only grow
+
+    def streamed(self) -> int:
+        """Tokens streamed: the running count on the chunks, else one per content chunk."""
+        return self.running if self.running is not None else len(self.chunk_times)
+
+    def count(self, value) -> int:
+        n = token_count(value)
+        if n < self._last:
+            raise BadAnswer(f"server's running completion_tokens went back from {self._last} "
+                            f"to {n}")
+        self._last = n
+        return n
+
+    def read(self, body, ts: list[float], offs: list[int]) -> None:
+        pos = k = prev_len = 0
+        last = len(offs) - 1
+        generate, chat = self.api == "generate", self.api == "chat"
+        for line in bytes(body).split(b"\n"):
+            end = pos + len(line) + 1
+            pos = end
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            if not payload:
+                continue
+            while k < last and offs[k] < end:
+                k += 1
+            try:
+                obj = loads(payload)
+            except BadAnswer as e:
+                self.err = f"bad JSON in stream: {e}"
+                continue
+            if not isinstance(obj, dict):
+                continue
+            if "error" in obj and obj["error"]:
+                e = obj["error"]
+                self.err = "server error: " + str(
+                    e.get("message", e) if isinstance(e, dict) else e)[:200]
+                continue
+            if generate:
+                meta = _obj(obj.get("meta_info"), "meta_info")
+                if self.rid is None and meta.get("id") is not None:
+                    self.rid = str(meta["id"])[:200]
+                ct = meta.get("completion_tokens")
+                if ct is not None:
+                    self.usage = ct = self.count(ct)
+                if meta.get("spec_verify_ct") is not None:
+                    self.verify_ct = meta["spec_verify_ct"]
+                text = _text(obj.get("text"), "text")
+                if text:
+                    self.tok_times.append(ts[k])
+                    self.tok_counts.append(ct)
+                if len(text) > prev_len:
+                    prev_len = len(text)
+                    self.running = ct
+                    self.chunk_times.append(ts[k])
+                    self.chunk_counts.append(ct)
+                continue
+            if self.rid is None and obj.get("id") is not None:
+                self.rid = str(obj["id"])[:200]
+            usage = _obj(obj.get("usage"), "usage")
+            ct = None
+            if usage.get("completion_tokens") is not None:
+                self.usage = ct = self.count(usage["completion_tokens"])
+            choices = obj.get("choices")
+            if choices is None:
+                continue
+            if not isinstance(choices, list):
+                raise BadAnswer(f"server sent choices {short(choices)}, not a list")
+            if not choices:
+                continue
+            c0 = _obj(choices[0], "choices[0]")
+            if chat:
+                d = _obj(c0.get("delta"), "delta")
+                content = _text(d.get("content"), "delta.content") or _text(
+                    d.get("reasoning_content"), "delta.reasoning_content")
+            else:
+                content = _text(c0.get("text"), "text")
+            if content:
+                self.running = ct
+                self.chunk_times.append(ts[k])
+                self.chunk_counts.append(ct)
+                self.tok_times.append(ts[k])
+                self.tok_counts.append(ct)
 
 
 def request_body(api: str, model: str, text: str, max_tokens: int, *,
