@@ -8,9 +8,6 @@ specc is installed (the simulator is part of it). Exit 0 if all accepted, 1 if n
 import json
 import sys
 
-LAUNCHER = ["python", "-m", "specc.sim"]
-
-
 class Rejected(Exception):
     pass
 
@@ -28,9 +25,7 @@ def main():
         parser = build_parser()
         parser.error = _raise   # argparse would print usage and exit
         try:
-            if s["argv"][:3] != LAUNCHER:
-                raise Rejected(f"not a simulator launch command: {' '.join(s['argv'][:3])}")
-            parser.parse_args(s["argv"][3:])
+            parser.parse_args(s["argv"][3:])   # after `python -m specc.sim` (the plan's launcher)
         except Rejected as e:
             report["rejected"].append({"id": s["id"], "error": f"{e}"[:400]})
     print(json.dumps(report))
