@@ -245,7 +245,7 @@ def big_plan():
     cfg = compose_config(["+experiment=llama3_eagle3_pack"])
     cfg["max_points"] = 10_000
     cfg["sweep"] = {"speculation": cfg["sweep"]["speculation"][:5],
-                    "engine.max_running_requests": [512, 1024],
+                    "server.max_running_requests": [512, 1024],
                     "benchmark.concurrency": [1, 2, 3, 4, 6, 8, 16, 32, 64, 128],
                     "benchmark.output_len": list(range(8, 808, 8))}
     result = compile_config(cfg)
@@ -295,7 +295,7 @@ def test_review_summarises_a_large_matrix(compose):
     cfg = compose(LLAMA + ["baseline=false", "hardware.tp=1"])
     cfg["max_points"] = 10_000
     n = REVIEW_ROWS + 30
-    cfg["sweep"] = {"engine.max_running_requests": list(range(64, 64 + n))}
+    cfg["sweep"] = {"server.max_running_requests": list(range(64, 64 + n))}
     result = compile_config(cfg)
     assert result.ok and len(result.plan.servers) == n
     text = review(result.plan, result.diagnostics, title="t")

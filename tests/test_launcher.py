@@ -19,7 +19,7 @@ SWEEP = ["+experiment=eagle3_sweep", "engine=sim"]
 
 @pytest.mark.parametrize("engine,launcher", [
     ("engine=sglang", ["python", "-m", "sglang.launch_server"]),
-    ("engine=vllm ~engine.max_running_requests", ["vllm", "serve"]),
+    ("engine=vllm", ["vllm", "serve"]),
     ("engine=sim", ["python", "-m", "specc.sim"]),
 ])
 def test_the_plan_records_the_engines_launcher_and_every_server_starts_with_it(

@@ -117,11 +117,25 @@ def spec_params_all_or_none(spec: ServerSpec, engine: Engine) -> Iterator[Diagno
         yield error("SPEC_PARAMS_ALL_OR_NONE", f"speculation.{missing[0]}",
                     f"give all of num_steps, topk, num_draft_tokens or none; missing {', '.join(missing)}",
                     "set the missing ones, or null all three to take the engine's defaults")
-    elif not any(given):
+    elif not any(given) and engine.picks_spec_params:
         yield info("SPEC_ENGINE_DEFAULTS", "speculation",
                    f"no num_steps/topk/num_draft_tokens: {engine.name} picks its own per target "
                    "architecture; the plan labels them as the engine's defaults",
                    "set all three to make the row's label explicit")
+
+
+def spec_tokens_required(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """An engine that picks no speculation parameters needs the number of tokens to draft:
+    specc does not pick one for it and label the row "engine defaults"."""
+    if not spec.speculative or engine.picks_spec_params:
+        return
+    if engine.num_speculative_tokens(spec) is None:
+        yield error("SPEC_TOKENS_REQUIRED", "speculation.num_steps",
+                    f"{engine.name} {engine.version} has no default number of speculative "
+                    f"tokens for {spec.algorithm}: it refuses a draft config without "
+                    "num_speculative_tokens",
+                    "set speculation.num_steps (the tokens drafted per step), with topk=1 and "
+                    "num_draft_tokens=num_steps+1")
 
 
 def spec_algorithm_knobs(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -259,7 +273,7 @@ def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
 
 def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """A probe timeout under the engine's own health-check time calls a busy server dead."""
-    timeout = spec.readiness.get("probe_timeout_s", 30.0)
+    timeout = spec.readiness["probe_timeout_s"]
     if timeout < engine.health_timeout_s:
         yield error("READINESS_PROBE_TIMEOUT", "readiness.probe_timeout_s",
                     f"probe timeout {timeout:g} s is shorter than {engine.name}'s own health check "
@@ -305,16 +319,15 @@ def running_requests(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[
     cap, source = engine.max_running_requests(spec)
     conc = bench["concurrency"]
     if cap is not None and conc > cap:
-        path = engine.max_running_path
-        yield warning("RUNNING_REQUESTS_CAP", path,
+        yield warning("RUNNING_REQUESTS_CAP", "server.max_running_requests",
                       f"concurrency {conc} > {cap} running requests ({source}): "
                       f"{conc - cap} requests queue and the point measures queueing",
-                      f"set {path}={conc}")
-    graph_bs = spec.engine.get("cuda_graph_max_bs")
+                      f"set server.max_running_requests={conc}")
+    graph_bs = spec.server.get("cuda_graph_max_bs")
     if graph_bs and conc > graph_bs:
-        yield warning("CUDA_GRAPH_BS", "engine.cuda_graph_max_bs",
+        yield warning("CUDA_GRAPH_BS", "server.cuda_graph_max_bs",
                       f"concurrency {conc} > cuda_graph_max_bs {graph_bs}: larger batches run "
-                      "without CUDA graphs", f"set engine.cuda_graph_max_bs={conc}")
+                      "without CUDA graphs", f"set server.cuda_graph_max_bs={conc}")
 
 
 def memory_kv(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
@@ -331,7 +344,7 @@ def memory_kv(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnos
                     f"weights {weights:.1f} GB + KV cache {kv:.1f} GB for {tokens} tokens "
                     f"(concurrency {bench['concurrency']} x {bench['input_len'] + bench['output_len']}) "
                     f"> {budget:.1f} GB per GPU ({source})",
-                    "lower concurrency or lengths, raise tp, or use kv_cache_dtype=fp8_e4m3")
+                    "lower concurrency or lengths, raise tp, or use server.kv_cache_dtype=fp8_e4m3")
 
 
 def lengths_fit_context(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
@@ -416,7 +429,7 @@ def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
         # parse cached (per length, a sweep over lengths re-read it for every point)
         promptsets.load(kind, path=path, output_len=1,
                         categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
-                        hf_split=bench.get("hf_split", "test"))
+                        hf_split=bench["hf_split"])
     except promptsets.CategoryError as e:
         yield error("BENCH_DATASET_CATEGORY", "benchmark.categories", str(e),
                     "name categories the set has, or set benchmark.categories=null")
@@ -442,9 +455,9 @@ def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
         yield error("BENCH_TARGET_CI", "benchmark.target_ci",
                     f"target_ci {target} is not a positive relative half-width",
                     "set benchmark.target_ci=0.02 (+-2%), or null for a fixed sample")
-    elif target is not None and bench.get("max_requests", 0) < bench["num_prompts"]:
+    elif target is not None and bench["max_requests"] < bench["num_prompts"]:
         yield error("BENCH_MAX_REQUESTS", "benchmark.max_requests",
-                    f"max_requests {bench.get('max_requests')} is below the first batch of "
+                    f"max_requests {bench['max_requests']} is below the first batch of "
                     f"{bench['num_prompts']} requests", f"set benchmark.max_requests >= "
                     f"{bench['num_prompts']}")
     if bench.get("driver") == "bench_serving" and bench["dataset"] not in (
@@ -468,7 +481,7 @@ def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
 
 
 SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
-                spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
+                spec_tokens_required, spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_deadline, memory_weights)
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context)
