@@ -130,5 +130,6 @@ def test_keys_given_twice_in_one_override_are_found_at_any_depth():
 def test_hydra_flags_go_before_the_overrides_and_specc_s_own_last():
     argv = compose_mod._hydra_argv(["a=1", "--cfg", "job", "b=2", "-m", "--info", "c=3",
                                     "--info", "config", "-cd", "/x"])
-    assert argv == ["--cfg", "job", "-m", "--info", "--info", "config", "-cd", "/x",
+    # a bare --info gets its default topic: else it would take the next override as one
+    assert argv == ["--cfg", "job", "-m", "--info", "all", "--info", "config", "-cd", "/x",
                     "a=1", "b=2", "c=3", *compose_mod._INTERNAL]

@@ -7,6 +7,8 @@ attributes, never from here.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterator
 
 from specc.diagnostics import Diagnostic, error, info, warning
@@ -397,8 +399,50 @@ def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diag
         elif not os.path.isfile(os.path.expanduser(path)):
             yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
                         f"no readable file at {path!r}", "fix the path")
+        else:
+            yield from _dataset_contents(spec, bench, kind, os.path.expanduser(path))
         return
     yield from _prompt_set(bench)
+
+
+def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
+                      path: str) -> Iterator[Diagnostic]:
+    """A jsonl or ShareGPT file's prompts, checked before anything launches (the file is read
+    once per compile and output length, streamed and bounded). Without a server (`spec`
+    None): the file's own problems; with one: the prompts that do not fit its context."""
+    try:
+        stamp = os.stat(path).st_mtime_ns   # an edited file is read again
+    except OSError:
+        stamp = 0
+    out_len = int(bench.get("output_len") or 0)
+    own = _dataset_problems(kind, path, stamp, out_len, None, None)
+    lines = own
+    if spec is not None:
+        context = spec.model_pair.get("context_length") or spec.target.context_length
+        if not context:
+            return
+        lines = [ln for ln in _dataset_problems(kind, path, stamp, out_len, context,
+                                                getattr(spec.target, "path", None))
+                 if ln not in own]
+    for line in lines:
+        yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", line,
+                    "fix the file (one JSON object per line with a \"prompt\"; positive "
+                    "lengths that fit the context), or choose another dataset")
+
+
+@functools.lru_cache(maxsize=64)
+def _dataset_problems(kind, path, stamp, output_len, context, model_path) -> tuple[str, ...]:
+    from specc.run.datasets import check_file
+
+    return tuple(check_file(kind, path, output_len=output_len, context_length=context,
+                            counter=_counter(model_path)))
+
+
+@functools.lru_cache(maxsize=4)
+def _counter(model_path):
+    from specc.run.datasets import TokenCounter
+
+    return TokenCounter(model_path)
 
 
 def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
@@ -484,7 +528,17 @@ SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_
                 spec_tokens_required, spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_deadline, memory_weights)
-POINT_RULES = (running_requests, memory_kv, lengths_fit_context)
+def dataset_fits_context(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """A jsonl/ShareGPT file's prompts (plus their output lengths) fit the server's context."""
+    import os
+
+    path = bench.get("dataset_path")
+    if bench["dataset"] in ("jsonl", "sharegpt") and path and os.path.isfile(
+            os.path.expanduser(path)):
+        yield from _dataset_contents(spec, bench, bench["dataset"], os.path.expanduser(path))
+
+
+POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).
 CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size)

@@ -244,6 +244,14 @@ SCHEMA = _obj({
         "max_requests": _POS_INT,
     }),
     "cluster": _CLUSTER,
+    "search": _obj({
+        "name": {"enum": ["grid", "tune"]},
+        "max_starts": _nullable({"type": "integer", "minimum": 2}),
+        "margin": {"type": "number", "minimum": 0, "maximum": 1},
+        # keys are checked by compile/search.py (a latency metric, one line each)
+        "slo": {"type": "object", "additionalProperties": {"type": "number",
+                                                           "exclusiveMinimum": 0}},
+    }, required=("name",)),
 }, required=("experiment", "model_pair", "hardware", "engine", "speculation", "readiness",
              "benchmark"))
 

@@ -52,7 +52,8 @@ def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
     flat = [r.flat() for r in report.rows]
     atomic_write(run_dir / "report.csv", _csv_text(flat))
     atomic_write(run_dir / "report.json", json.dumps(
-        _plain({"version": 1, "summary": report.summary(), "rows": flat}), indent=2) + "\n")
+        _plain({"version": 1, **({"decision": report.decision} if report.decision else {}),
+                "summary": report.summary(), "rows": flat}), indent=2) + "\n")
     atomic_write(run_dir / "report.md", render_markdown(report))
     return report
 

@@ -246,6 +246,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     plot_notes: list[str] = field(default_factory=list)
+    #: search=tune: tune.json (the decision), shown first.
+    decision: dict | None = None
 
     # -- derived views
     def count(self, status: str) -> int:

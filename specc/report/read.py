@@ -31,9 +31,18 @@ def build_report(run_dir: Path | str) -> Report:
     servers = {s.id: s for s in plan.servers}
     rows: list[PointRow] = []
     planned = set()
+    decision = None
+    measured = None   # search=tune: the servers the search started (others are not pending)
+    if plan.search is not None:
+        from specc.run.tune import read as read_decision
+
+        decision = read_decision(run_dir)
+        measured = {r.server for r in results.values()}
     for b in plan.benchmarks:
         bid = b.id
         planned.add(bid)
+        if measured is not None and b.server not in measured:
+            continue
         srv = servers[b.server]
         res = results.get(bid)
         if res is None:
@@ -83,6 +92,7 @@ def build_report(run_dir: Path | str) -> Report:
         dropped=[d.to_json() for d in plan.dropped],
         diagnostics=list(plan.diagnostics),
         warnings=warnings,
+        decision=decision,
     )
 
 

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specc import exits
-from specc.files import atomic_write
+from specc.files import (LOG_TAIL_BYTES, STATE_BYTES, atomic_write, load_json,
+                         read_text)
 from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
 from specc.run import rundir
@@ -98,7 +99,7 @@ def jobs_path(run_dir: Path) -> Path:
 
 def read_jobs(run_dir: Path) -> dict:
     try:
-        return json.loads(jobs_path(run_dir).read_text())
+        return load_json(jobs_path(run_dir), STATE_BYTES)
     except (OSError, ValueError):
         return {}
 
@@ -259,7 +260,7 @@ class Driver:
     def follow_files(self, job: Job) -> None:
         """The node's executor state -> progress and state.json (phase, point, status)."""
         try:
-            data = json.loads(state_path(self.run_dir, job.name).read_text())
+            data = load_json(state_path(self.run_dir, job.name), STATE_BYTES)
         except (OSError, ValueError):
             data = {}
         ex = data.get("executor") or {}
@@ -423,8 +424,9 @@ class Driver:
     def job_log_tail(self, job: Job, n: int = 2) -> str:
         path = self.run_dir / "slurm" / "logs" / f"{job.name}-{job.id}.out"
         try:
-            lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-        except OSError:
+            lines = [ln for ln in read_text(path, LOG_TAIL_BYTES, tail=True).splitlines()
+                     if ln.strip()]
+        except (OSError, ValueError):
             return ""
         return " | ".join(lines[-n:])
 
@@ -543,7 +545,32 @@ class Driver:
         # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
         est = self.plan.estimates.get("servers_s", {})
         queue = sorted(todo, key=lambda j: -max(est.get(s, 0.0) for s in j.servers))
+        tuner = None
+        if self.plan.search is not None:   # search=tune: one job at a time, as it decides
+            from specc.run.tune import Tuner
+
+            tuner, queue = Tuner(self.plan, self.run_dir, self.results.get,
+                                 self.progress.log), []
         last_poll = 0.0
+        try:
+            return self._loop(queue, tuner, last_poll)
+        finally:
+            if tuner is not None:
+                tuner.write()
+
+    def _next_job(self, tuner, live) -> Job | None:
+        """search=tune: once no job runs, feed what ended and submit the search's next."""
+        for job in [j for j in self.jobs if j.done and j.servers[0] in tuner.chosen
+                    and not j.seen.get("_fed")]:
+            job.seen["_fed"] = True
+            for sid in job.servers:
+                tuner.feed(sid)
+        if live:
+            return None
+        sid = tuner.next_server()
+        return next((j for j in self.jobs if sid in j.servers), None) if sid else None
+
+    def _loop(self, queue: list, tuner, last_poll: float) -> int:
         while True:
             if self.stop_signal is not None:
                 raise Interrupted()
@@ -552,6 +579,11 @@ class Driver:
             if self.warmup is None:
                 self.warmup = warm_report()
             live = [j for j in self.jobs if j.id and not j.done]
+            if tuner is not None and not queue and not live:
+                job = self._next_job(tuner, live)
+                if job is not None:
+                    queue.append(job)
+                    continue
             if not live and not queue:
                 break
             for j in live:
@@ -570,16 +602,17 @@ class Driver:
                 queue.clear()
             time.sleep(TICK_S)
         self.backfill()
-        missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
-        bad = [b for b in self.plan.benchmarks
-               if (r := self.results.get(b.id)) and r["status"] != "ok"]
+        points = self.plan.benchmarks if tuner is None else [
+            b for b in self.plan.benchmarks if b.server in tuner.chosen]
+        missing = [b for b in points if not self.results.finished(b.id)]
+        bad = [b for b in points if (r := self.results.get(b.id)) and r["status"] != "ok"]
         return exits.OK if not bad and not missing else exits.FAILED
 
     def node_record(self, job: Job) -> dict:
         """The node entry's record of this job (slurm/state/<job>.json), {} if none yet."""
         try:
-            ex = json.loads(state_path(self.run_dir, job.name).read_text()).get("executor") or {}
-        except (OSError, ValueError):
+            ex = load_json(state_path(self.run_dir, job.name), STATE_BYTES).get("executor") or {}
+        except (OSError, ValueError, AttributeError):
             return {}
         return ex if ex.get("job_id") == job.id else {}
 
@@ -734,8 +767,8 @@ def status_text(run_dir: Path) -> str:
 
     state = {}
     try:
-        state = json.loads((Path(run_dir) / "state.json").read_text()).get("servers") or {}
-    except (OSError, ValueError):
+        state = load_json(Path(run_dir) / "state.json", STATE_BYTES).get("servers") or {}
+    except (OSError, ValueError, AttributeError):
         pass
     try:
         jobs, queue = _ours(run_dir)

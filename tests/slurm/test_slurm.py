@@ -507,3 +507,41 @@ def test_submitit_slurm_runs_two_experiments_each_in_its_own_slurm_job(cluster, 
     left = [p.pid for p in psutil.process_iter(["cmdline"])
             if str(sweep) in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()]
     assert not left, left
+
+
+def test_search_tune_submits_one_job_at_a_time_and_resumes_after_a_sigkill(cluster, tmp_path):
+    """search=tune on Slurm: the driver submits the search's next server as a job once the
+    last ended; SIGKILLed mid-search, the rerun follows the live job and starts nothing
+    that finished."""
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, [
+        "model_pair=kimi_k25_eagle3", "search=tune", "search.max_starts=3",
+        "+sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+        "{num_steps:3,topk:1,num_draft_tokens:4},{num_steps:3,topk:4,num_draft_tokens:8},"
+        "{num_steps:5,topk:4,num_draft_tokens:16}],benchmark.concurrency:[1,2]}", *LONG])
+    base, probe = plan["search"]["baseline"], plan["search"]["probe"]
+    proc = start_driver(run_dir)
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, probe), timeout=120), "probe never ran"
+        first = {name: j["id"] for name, j in jobs(run_dir).items() if j.get("id")}
+        assert set(first) == {base, probe}   # one at a time: nothing else submitted yet
+    finally:
+        proc.kill()
+        proc.wait()
+    code, out = run_driver(run_dir, timeout=240)
+    assert code == 0, out[-3000:]
+    assert f"following job {first[probe]}" in out
+    tune = json.loads((run_dir / "tune.json").read_text())
+    submitted = {name: j for name, j in jobs(run_dir).items() if j.get("id")}
+    assert set(submitted) == {s["server"] for s in tune["starts"]}
+    assert 2 <= tune["server_starts"] <= 3 and tune["grid_server_starts"] == 5
+    assert submitted[base]["id"] == first[base] and submitted[probe]["id"] == first[probe]
+    ordered = sorted(submitted.values(), key=lambda j: j["submitted_at"])
+    assert all(a["ended_at"] <= b["submitted_at"] for a, b in zip(ordered, ordered[1:])
+               if a["id"] != first[probe])   # sequential (the followed job excepted)
+    got = assert_each_point_once(run_dir, plan, all_of_them=False)
+    assert {r["server"] for r in got.values()} == set(submitted)
+    assert all(r["status"] == "ok" for r in got.values())
+    assert "## Decision" in (run_dir / "report.md").read_text()
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
