@@ -432,7 +432,7 @@ def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
 
 @functools.lru_cache(maxsize=64)
 def _dataset_problems(kind, path, stamp, output_len, context, model_path) -> tuple[str, ...]:
-    from specc.run.datasets import check_file
+    from specc.prompts.datasets import check_file
 
     return tuple(check_file(kind, path, output_len=output_len, context_length=context,
                             counter=_counter(model_path)))
@@ -440,7 +440,7 @@ def _dataset_problems(kind, path, stamp, output_len, context, model_path) -> tup
 
 @functools.lru_cache(maxsize=4)
 def _counter(model_path):
-    from specc.run.datasets import TokenCounter
+    from specc.prompts.datasets import TokenCounter
 
     return TokenCounter(model_path)
 
