@@ -24,11 +24,14 @@ from pathlib import Path, PurePosixPath
 
 #: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: a
 #: benchmark's argv names it, the run (or plan.sh) writes it before the client starts
-#: (specc.run.datasets.write_sharegpt_source), so the client never downloads ShareGPT.
+#: (specc.prompts.datasets.write_sharegpt_source), so the client never downloads ShareGPT.
 BENCH_SERVING_RANDOM_SOURCE = "bench_serving/random_source.json"
 
 #: 2: typed readiness (log markers are regex lists), cache flush and acceptance per server.
 PLAN_VERSION = 2
+
+#: The parse scripts a plan may name (engine_info.parser): the preflight runs one.
+PARSER_MODULE = re.compile(r"specc\.engines\.parsers\.[a-z][a-z0-9_]*")
 
 #: What a probe answer may mean while a server starts.
 ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
@@ -329,6 +332,33 @@ class Acceptance(Record):
         return [] if (self.run or self.cumulative) else ["a run or a cumulative source"]
 
 
+# -- the engine ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineInfo(Record):
+    """What running the plan needs to know of its engine, written by the engine's adapter at
+    compile time: the process that runs a plan imports no adapter (docs/architecture.md)."""
+    version: str
+    pinned_version: str
+    version_read: str
+    health_path: str
+    uses_gpus: bool
+    health_timeout_s: float
+    #: The engine's own launcher: every server's argv starts with it, and `specc run --plan`
+    #: refuses a plan whose command does not (`sh -c ...` with valid flags after it).
+    launcher: tuple[str, ...]
+    #: The module (a script, run as a file under the engine's Python, see
+    #: specc/engines/parsers) that feeds launch commands to the engine's own parser.
+    parser: str
+    #: The distribution whose installed release must be `version` (None: specc's own).
+    package: str | None = None
+
+    def _check(self):
+        out = [] if self.launcher else ["launcher: at least the program"]
+        if not PARSER_MODULE.fullmatch(self.parser):   # the preflight runs it: only specc's own
+            out.append(f"parser {self.parser!r} is not a module of specc.engines.parsers")
+        return out
+
+
 # -- the plan ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Server(Record):
@@ -341,7 +371,7 @@ class Server(Record):
     gpus: tuple[int, ...]
     wave: int
     argv: tuple[str, ...]
-    env: dict
+    env: dict[str, str]
     log: str
     readiness: Readiness
     cache_flush: CacheFlush
@@ -356,9 +386,13 @@ class Server(Record):
     #: Spanning nodes: what ranks other than 0 add to `argv` (vLLM's `--headless`: only
     #: rank 0 serves HTTP); written only when there are some.
     follower_args: tuple[str, ...] = ()
+    #: The API key the server is launched with, as its command holds it (a `${NAME}`
+    #: reference, resolved at launch): clients send it as `Authorization: Bearer`. Read from
+    #: the command by the adapter at compile time; written only when there is one.
+    api_key: str | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
-    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args")
+    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key")
 
 
 @dataclass(frozen=True)
@@ -402,6 +436,11 @@ class SlurmJob(Record):
         if self.nodes < 1:
             out.append("nodes must be >= 1")
         return out
+
+
+#: Where specc before the plan's `cluster` record kept a Slurm plan's jobs (relative to the
+#: run dir): compile deletes it, and run refuses a plan beside one that lacks `cluster`.
+OLD_JOBS_FILE = Path("slurm") / "cluster.json"
 
 
 @dataclass(frozen=True)
@@ -491,7 +530,7 @@ class Plan(Record):
     benchmarks: tuple[Benchmark, ...]
     diagnostics: tuple[dict, ...] = ()
     dropped: tuple[Dropped, ...] = ()
-    engine_info: dict = field(default_factory=dict)
+    engine_info: EngineInfo = field(kw_only=True)   # required; kw_only keeps plan.json's order
     facts: dict = field(default_factory=dict)
     estimates: dict = field(default_factory=dict)
     fail_fast: bool = False
@@ -567,7 +606,14 @@ class Plan(Record):
         if d.get("version") != PLAN_VERSION:
             raise PlanError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}: it was "
                             "written by another specc; compile the experiment again")
-        return _load(cls, d, path or "plan")
+        plan = _load(cls, d, path or "plan")
+        launcher = plan.engine_info.launcher   # as read: a Slurm node wraps commands in srun
+        foreign = [f"server {s.id}: its command does not start with {plan.engine}'s own "
+                   f"launcher `{' '.join(launcher)}`" for s in plan.servers
+                   if s.argv[:len(launcher)] != launcher]
+        if foreign:
+            raise PlanError(f"{path or 'plan'}: " + "; ".join(foreign))
+        return plan
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":

@@ -99,5 +99,5 @@ def test_bench_serving_on_vllm_with_the_random_dataset_gets_a_local_path(compose
     argv = list(result.plan.benchmarks[0].argv)
     assert argv[argv.index("--backend") + 1] == "vllm"
     assert argv[argv.index("--dataset-path") + 1] == BENCH_SERVING_RANDOM_SOURCE
-    assert f"python -m specc.run.datasets --sharegpt-source {BENCH_SERVING_RANDOM_SOURCE}" \
+    assert f"python -m specc.prompts.datasets --sharegpt-source {BENCH_SERVING_RANDOM_SOURCE}" \
         in plan_sh(result.plan)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specc.compile import facts as facts_mod
+from specc import facts as facts_mod
 from specc.compile import rules
 from specc.compile.pipeline import compile_config
 from specc.engines import get_engine

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, referenced
@@ -246,7 +247,7 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
     benchmarks = _by_server(plan)
     if any(b.argv and BENCH_SERVING_RANDOM_SOURCE in b.argv for b in plan.benchmarks):
         # bench_serving's random dataset would download ShareGPT without a local file
-        yield (f"\npython -m specc.run.datasets --sharegpt-source "
+        yield (f"\npython -m specc.prompts.datasets --sharegpt-source "
                f"{_q(BENCH_SERVING_RANDOM_SOURCE)}")
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
@@ -307,22 +308,6 @@ def _argv_lines(argv, secrets=()) -> list[str]:
             lines.append(_q(a, secrets))
             i += 1
     return lines
-
-
-def _table(rows, headers) -> str:
-    """A GitHub table whose cells cannot break the layout (newlines, pipes in values)."""
-    def cell(x):
-        return str(x).replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|") \
-            if isinstance(x, str) else x
-    return tabulate([[cell(x) for x in r] for r in rows], headers=headers, tablefmt="github")
-
-
-def _fmt_s(sec: float | None) -> str:
-    if sec is None:
-        return "-"
-    if sec >= 90:
-        return f"{sec / 60:.1f} min"
-    return f"{sec:.1f} s"
 
 
 #: Rows a review table (and the list of launch commands) shows; the rest is counted.
@@ -398,12 +383,11 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
         return "\n".join(lines) + "\n"
     n_b = len(plan.benchmarks)
     dropped_points = sum(d.points for d in plan.dropped)
-    info = plan.engine_info or {}
-    if info.get("version"):
-        lines += ["", f"Engine: {plan.engine} {info['version']} (facts, flags and log markers "
-                      f"for that release; specc's {plan.engine} facts were read from "
-                      f"{info.get('pinned_version', '?')}). Check the node's install with "
-                      "`inv doctor --plan PATH`."]
+    info = plan.engine_info
+    lines += ["", f"Engine: {plan.engine} {info.version} (facts, flags and log markers "
+                  f"for that release; specc's {plan.engine} facts were read from "
+                  f"{info.pinned_version}). Check the node's install with "
+                  "`inv doctor --plan PATH`."]
     lines += ["", "## Matrix", "",
               f"{n_b} benchmark points on {len(plan.servers)} server(s) in {len(plan.waves)} wave(s); "
               f"{len(plan.dropped)} server configuration(s) dropped ({dropped_points} points)."]

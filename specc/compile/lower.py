@@ -17,7 +17,7 @@ from dataclasses import replace
 from specc.compile import estimate, placement, rules
 from specc.compile.matrix import canonical as _canonical, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
-from specc.diagnostics import Diagnostic, has_errors, info, unique
+from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
 from specc.plan import Benchmark, Plan, Readiness, Server
 
@@ -113,15 +113,17 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         readiness = engine.readiness(spec)
         readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
         diags += rules.check_points(spec, engine, matrix.client_points)
+        argv = tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
+                                 port=slot.port, rendezvous_port=meet))
+        diags += _launcher_problems(engine, sid, argv)
         plan_servers.append(Server(
             id=sid, label=_label(spec, engine, entry.axes), baseline=not spec.speculative,
             params=_params(spec, entry.axes), host=host, port=slot.port, gpus=slot.gpus,
             wave=slot.wave,
-            argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
-                                   port=slot.port, rendezvous_port=meet)),
-            env=env, log=f"servers/{sid}.log", readiness=readiness,
+            argv=argv, env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
+            api_key=engine.api_key(list(argv)),
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:
@@ -168,3 +170,15 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                    "note": estimate.note(first)},
         fail_fast=bool(cfg.get("fail_fast")))
     return plan, diags
+
+
+def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:
+    """A server starts with its engine's own program, never something that merely accepts
+    its flags (`specc run --plan` checks the same against plan.json's engine_info.launcher)."""
+    if argv[:len(engine.launcher)] == engine.launcher:
+        return []
+    return [error("ENGINE_LAUNCHER", "engine",
+                  f"server {sid} would start with `{' '.join(argv[:3])}`, not {engine.name}'s "
+                  f"own launcher `{' '.join(engine.launcher)}`",
+                  "launch servers only through the engine's own program; extra flags go in "
+                  "engine.extra_args")]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from specc.compile import facts
+from specc import facts
 from specc.diagnostics import Diagnostic, error
 from specc.plan import Candidate, Plan, Search
 

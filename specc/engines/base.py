@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, Acceptance, CacheFlush, Phase, Probe,
-                        Readiness, literal)
+from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, Acceptance, CacheFlush, EngineInfo, Phase,
+                        Probe, Readiness, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -132,6 +132,16 @@ class Engine(ABC):
     """
 
     name = "engine"
+    #: How every server of this engine starts (the engine's own program): `argv` begins with
+    #: it, and a plan whose command does not is refused before it runs.
+    launcher: tuple[str, ...] = ()
+    #: The script that checks launch commands with the engine's own parser (specc/engines/parsers).
+    parser = ""
+    #: The distribution whose installed release the preflight compares with `version`
+    #: (None: the engine is specc's own).
+    package: str | None = None
+    #: The launch flag that sets the key the server's API routes require.
+    api_key_flag = "--api-key"
     #: The release every fact was last read from (the drift check verifies it).
     pinned_version = ""
     #: The oldest release specc holds facts for.
@@ -212,11 +222,13 @@ class Engine(ABC):
         """The plan's fatal patterns: each fatal message as a literal regex."""
         return tuple(literal(m.text) for m in self.fatal_messages)
 
-    def info(self) -> dict:
-        """What the plan records about the engine (plan.json engine_info)."""
-        return {"version": self.version, "pinned_version": self.pinned_version,
-                "version_read": self.version_read, "health_path": self.health_path,
-                "uses_gpus": self.uses_gpus, "health_timeout_s": self.health_timeout_s}
+    def info(self) -> EngineInfo:
+        """What the plan records about the engine (plan.json engine_info): all that running
+        the plan needs of this adapter."""
+        return EngineInfo(version=self.version, pinned_version=self.pinned_version,
+                          version_read=self.version_read, health_path=self.health_path,
+                          uses_gpus=self.uses_gpus, health_timeout_s=self.health_timeout_s,
+                          launcher=self.launcher, parser=self.parser, package=self.package)
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
@@ -224,6 +236,18 @@ class Engine(ABC):
              rendezvous_port: int | None = None) -> list[str]:
         """The server's launch command (rank 0's, spanning nodes: `rendezvous_port` is the
         head's port the ranks meet at, planned for a server of more than one node)."""
+
+    def api_key(self, argv: list[str]) -> str | None:
+        """The API key a launch command sets (as written: a secret is a `${NAME}` reference by
+        now), which clients must send; None: the server takes requests without one."""
+        key = None
+        for i, a in enumerate(argv):
+            a = str(a)
+            if a == self.api_key_flag and i + 1 < len(argv):
+                key = str(argv[i + 1])
+            elif a.startswith(self.api_key_flag + "="):
+                key = a.split("=", 1)[1]
+        return key
 
     def server_flag(self, knob: str) -> str:
         """This release's flag for a server knob."""
@@ -255,7 +279,7 @@ class Engine(ABC):
         return []
 
     def env(self, spec: ServerSpec, gpus: list[int], *,
-            flush_cache: bool = False) -> tuple[dict, list[str]]:
+            flush_cache: bool = False) -> tuple[dict[str, str], list[str]]:
         """(env for the server, names of secrets referenced rather than written: in the
         env and in extra_args, which compile has already turned into references).
 
@@ -263,7 +287,7 @@ class Engine(ABC):
         """
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
         values, secrets = split_env(spec.engine.get("env") or {})
-        env.update(values)
+        env.update((k, str(v)) for k, v in values.items())   # an environment holds strings
         if flush_cache:
             for name, value in self.flush_cache_env.items():
                 env.setdefault(name, value)
@@ -400,7 +424,7 @@ class Engine(ABC):
         if dataset == "random" and not path:
             # 0.5.23's random dataset samples token ids from ShareGPT and downloads it from
             # the Hub when --dataset-path is no JSON file (benchmark/datasets/random.py):
-            # offline that fails. The run writes this file first (specc.run.datasets).
+            # offline that fails. The run writes this file first (specc.prompts.datasets).
             path = BENCH_SERVING_RANDOM_SOURCE
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),

@@ -417,7 +417,8 @@ class SGLang(Engine):
     """`python -m sglang.launch_server`."""
 
     name = "sglang"
-    module = "sglang.launch_server"
+    launcher = ("python", "-m", "sglang.launch_server")
+    parser = "specc.engines.parsers.sglang_parse"
     #: The distribution whose version and parser `inv doctor` and tests/drift read.
     package = "sglang"
     pinned_version = PINNED_VERSION
@@ -446,7 +447,7 @@ class SGLang(Engine):
 
     def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng, sp = spec.model_pair, spec.hardware, spec.engine, spec.speculation
-        args = ["python", "-m", self.module] + flag_args([
+        args = list(self.launcher) + flag_args([
             ("--model-path", mp["target"]["path"]),
             ("--tp-size", hw["tp"]),
             ("--dp-size", hw.get("dp") if hw.get("dp", 1) > 1 else None),

@@ -10,7 +10,9 @@ class Sim(SGLang):
     """`python -m specc.sim`: same flags as SGLang plus `--sim-*` knobs."""
 
     name = "sim"
-    module = "specc.sim"
+    launcher = ("python", "-m", "specc.sim")
+    parser = "specc.engines.parsers.sim_parse"
+    package = None
     version_read = "specc.sim (mirrors SGLang " + SGLang.version_read + ")"
     uses_gpus = False
     #: Python start-up of the simulator process, unscaled.

@@ -279,6 +279,8 @@ class VLLM(Engine):
 
     name = "vllm"
     package = "vllm"
+    launcher = ("vllm", "serve")
+    parser = "specc.engines.parsers.vllm_parse"
     pinned_version = PINNED_VERSION
     oldest_version = OLDEST_VERSION
     version_read = VLLM_VERSION_READ
@@ -339,7 +341,7 @@ class VLLM(Engine):
     def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng = spec.model_pair, spec.hardware, spec.engine
         sc = self.speculative_config(spec)
-        args = ["vllm", "serve", mp["target"]["path"]] + flag_args([
+        args = [*self.launcher, mp["target"]["path"]] + flag_args([
             ("--tensor-parallel-size", hw["tp"]),
             ("--data-parallel-size", hw.get("dp") if hw.get("dp", 1) > 1 else None),
             ("--pipeline-parallel-size", hw.get("pp") if hw.get("pp", 1) > 1 else None),

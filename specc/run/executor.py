@@ -24,7 +24,7 @@ from specc.plan import Plan, Server
 from specc.run.progress import SweepProgress
 from specc.run.readiness import wait_ready
 from specc.results import ResultLog
-from specc.run.state import RunState, StateError, corrupt_line
+from specc.state import RunState, StateError, corrupt_line
 
 
 #: How often a running benchmark checks that its server process is still alive.
@@ -73,7 +73,7 @@ class Executor:
         if meet and lifecycle.port_in_use(server.host, meet):
             return (f"rendezvous port {meet} (where the server's nodes meet) is already in use "
                     f"by {lifecycle.port_holder(meet)}; stop it or change engine.base_port")
-        if not self.plan.engine_info.get("uses_gpus", True):
+        if not self.plan.engine_info.uses_gpus:
             return None   # e.g. the simulator: no GPUs to check
         problems, note = lifecycle.gpu_holders(self.ctx, server.gpus)
         if note:

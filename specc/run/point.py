@@ -22,8 +22,8 @@ from specc.plan import BENCH_SERVING_RANDOM_SOURCE, Benchmark, Plan, PlanError, 
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 from specc.run import positions
 from specc.run.acceptance import AcceptanceReading
+from specc.prompts.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.answers import accept_bound
-from specc.run.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.lifecycle import auth_headers
 
 
@@ -39,7 +39,7 @@ def failed_row(bench: Benchmark, reason: str) -> dict:
 async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | None = None):
     """specc's load generator: the point's prompt sequence, ``repeats`` times, each run
     stopping adaptively when ``target_ci`` says so; per-request lines to requests/."""
-    from specc.run import requests as reqlog
+    from specc import requestlog as reqlog
     from specc.run.loadgen import run_load
     from specc.run.loadgen.metrics import summarize
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specc import exits
-from specc.files import (LOG_TAIL_BYTES, PLAN_BYTES, STATE_BYTES, atomic_write, load_json,
+from specc.files import (LOG_TAIL_BYTES, STATE_BYTES, atomic_write, load_json,
                          read_text)
 from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
@@ -44,7 +44,7 @@ from specc.run import rundir
 from specc.run.node import read_rows, results_path, state_path
 from specc.run.outcome import backfill_speedups, exit_code, point_summary
 from specc.run.point import failed_row
-from specc.run.state import RunState
+from specc.state import RunState
 
 #: Job states after which nothing more happens to a job.
 TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED",
@@ -722,13 +722,13 @@ def is_slurm_run(run_dir: Path) -> bool:
     """A run dir whose plan.json has Slurm jobs (its `cluster` record), or was compiled for
     Slurm by an older specc. A plan.json that cannot be read leaves the driver's record to
     say so: `down` must still cancel the jobs."""
-    from specc.compile.sbatch import OLD_JOBS_FILE
+    from specc.plan import OLD_JOBS_FILE
 
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
     try:
-        return "cluster" in load_json(Path(run_dir) / "plan.json", PLAN_BYTES)
-    except (OSError, ValueError, TypeError):
+        return Plan.load(Path(run_dir) / "plan.json").cluster is not None
+    except (OSError, ValueError):   # PlanError is a ValueError
         return jobs_path(run_dir).exists()
 
 

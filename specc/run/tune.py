@@ -137,7 +137,7 @@ def _figures(run_dir: Path, row: dict, base_row: dict | None) -> dict:
     """The point's figures with intervals (the report's statistics) and its per-request
     (output tokens, verify passes)."""
     from specc import stats
-    from specc.run import requests as reqlog
+    from specc import requestlog as reqlog
 
     mine = reqlog.read(run_dir, row["benchmark"])
     if not mine:

@@ -492,8 +492,8 @@ def test_yarn_without_original_derives_unscaled(start_sim, tmp_path):
 # --- one source with the compiler ----------------------------------------------------------
 def test_sim_uses_the_compiler_facts(tmp_path):
     """Architecture (the wrapper's), the automatic memory fraction and KV bytes per token
-    come from specc.compile.facts / specc.engines.sglang, not from the simulator."""
-    from specc.compile import facts
+    come from specc.facts / specc.engines.sglang, not from the simulator."""
+    from specc import facts
     from specc.sim.args import GPU_MEM_GB, Sim, build_parser
 
     (tmp_path / "kimi").mkdir()
