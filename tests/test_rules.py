@@ -382,7 +382,7 @@ def test_client_rules_read_each_dataset_once_and_still_judge_every_point(compose
                                                                         monkeypatch):
     """A sweep over lengths names one dataset per point: it is read once per distinct
     dataset, while the per-point rules still see every point."""
-    from specc.run import promptsets
+    from specc.prompts import promptsets
 
     cfg = compose(LLAMA)
     engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
