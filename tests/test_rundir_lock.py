@@ -42,7 +42,10 @@ def test_two_executors_on_one_run_dir(guard, tmp_path):
     naming it, its server untouched); once it is SIGKILLed its lock is gone: `specc down`
     cleans up and a rerun completes with one row per point."""
     run_dir = tmp_path / "run"
-    plan = compile_plan(run_dir, ["baseline=false", "+sweep={benchmark.concurrency:[1,2]}"],
+    # the hung load may stay silent for 10 min: the server must outlive the test's steps on a
+    # busy machine (with the small plan's 3 s budget it was torn down before they ended)
+    plan = compile_plan(run_dir, ["baseline=false", "+sweep={benchmark.concurrency:[1,2]}",
+                                  "+readiness.phase_budgets_s.load_weights=600"],
                         port=guard.port(1))
     first = guard.spawn([PY, "-m", "specc", "run", "--plan", str(run_dir / "plan.json")],
                         cwd=REPO, env={**os.environ, "SPECC_SIM_FAULT": "hang@load_weights"},
