@@ -120,6 +120,9 @@ class Engine(ABC):
     default_port = 30000
     health_path = "/health"
     health_timeout_s = 0.0
+    #: Where a running server says its release ({"paths": [...], "field": dotted key});
+    #: the run manifest records the answer next to the pinned release. None: it does not.
+    release_probe: dict | None = None
     ready_line: str | None = None
     fatal_patterns: tuple[str, ...] = ()
     #: "error": startup dies when the draft's context is shorter; "cap": silently capped.
@@ -188,7 +191,8 @@ class Engine(ABC):
         """What the plan records about the engine (plan.json engine_info)."""
         return {"version": self.version, "pinned_version": self.pinned_version,
                 "version_read": self.version_read, "health_path": self.health_path,
-                "uses_gpus": self.uses_gpus, "health_timeout_s": self.health_timeout_s}
+                "uses_gpus": self.uses_gpus, "health_timeout_s": self.health_timeout_s,
+                **({"release_probe": self.release_probe} if self.release_probe else {})}
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
