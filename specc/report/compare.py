@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,15 +92,10 @@ def load_run(path: Path | str) -> Run:
     if not rows and res_path.stat().st_size:
         raise CompareError(f"{res_path}: corrupt (no line is a result row: "
                            f"{warnings[0] if warnings else 'empty'}); rerun the sweep")
-    manifest = {}
-    for name in ("manifest.json", "report.json"):
-        try:
-            obj = json.loads((d / name).read_text())
-        except (OSError, ValueError):
-            continue
-        manifest = obj.get("manifest", obj) if name == "report.json" else obj
-        if isinstance(manifest, dict) and manifest:
-            break
+    report = _json_file(d / "report.json")
+    manifest = _json_file(d / "manifest.json") or report.get("manifest") or {}
+    # the intervals report.json holds (the speedup's, from requests/) beside the row's own
+    report_rows = {r.get("benchmark"): r for r in report.get("rows") or [] if isinstance(r, dict)}
     points: dict[str, Point] = {}
     planned: dict[str, str] = {}
     label_of_bench: dict[str, str] = {}
@@ -113,13 +109,27 @@ def load_run(path: Path | str) -> Run:
         row = rows.get(b["id"])
         if row is None:
             continue
-        ivs = row.extra.get("intervals") or {}
+        ivs = dict(row.extra.get("intervals") or {}) if isinstance(
+            row.extra.get("intervals"), dict) else {}
+        rep = report_rows.get(b["id"]) or {}
+        for _, metric in FIGURES.values():
+            if metric not in ivs and _number(rep.get(f"{metric}_lo")) and _number(
+                    rep.get(f"{metric}_hi")):
+                ivs[metric] = [rep[f"{metric}_lo"], rep[f"{metric}_hi"]]
         points[key] = Point(key=key, label=label, benchmark=b["id"], status=row.status,
-                            metrics=row.metrics, intervals=ivs if isinstance(ivs, dict) else {},
+                            metrics=row.metrics, intervals=ivs,
                             baseline=b.get("baseline"),
                             basis=row.extra.get("basis") if isinstance(row.extra.get("basis"),
                                                                         dict) else {})
     return Run(d, manifest if isinstance(manifest, dict) else {}, points, planned, warnings)
+
+
+def _json_file(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def _dig(obj, path):
@@ -152,105 +162,157 @@ def _se(iv) -> float | None:
     return (float(iv[1]) - float(iv[0])) / (2 * 1.959963984540054)
 
 
-def _columns(reqs: list[dict]):
-    ok = [r for r in reqs if r.get("ok") and isinstance(r.get("e2e_latency"), (int, float))
-          and isinstance(r.get("ttft"), (int, float))]
-    return {(r.get("repeat", 0), r.get("i"), r.get("id")): r for r in ok}
-
-
-def _paired(a: dict, b: dict, dur_a: float, dur_b: float) -> dict:
-    """Relative changes b/a - 1 with paired-bootstrap intervals over shared prompts."""
-    shared = [k for k in a if k in b]
-    if len(shared) < 2 or dur_a <= 0 or dur_b <= 0:
+def read_requests(run_dir: Path, benchmark: str) -> dict:
+    """A point's ok requests of its latest attempt, by (repeat, place, prompt id): one
+    json.loads a file (the careful line-by-line reader only for a file with a bad line)."""
+    path = os.path.join(run_dir, reqlog.DIR, benchmark + ".jsonl")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
         return {}
+    try:
+        rows = json.loads("[" + text.strip().replace("\n", ",") + "]")
+    except ValueError:   # a cut or foreign line
+        rows = reqlog.read(run_dir, benchmark)
+    rows = [r for r in rows if type(r) is dict and "i" in r]
+    if not rows:
+        return {}
+    last = max(r.get("attempt", 0) for r in rows)
     out = {}
-    ta = [a[k]["output_tokens"] for k in shared]
-    la = [a[k]["e2e_latency"] for k in shared]
-    tb = [b[k]["output_tokens"] for k in shared]
-    lb = [b[k]["e2e_latency"] for k in shared]
-    scale = (sum(r["e2e_latency"] for r in b.values()) / dur_b) / (
-        sum(r["e2e_latency"] for r in a.values()) / dur_a)
-    iv = stats.paired_ratio_interval(tb, lb, ta, la, scale=scale)
-    out["output_throughput"] = iv
-    for name, col in (("ttft", lambda r: r["ttft"]),
-                      ("itl", lambda r: (r["e2e_latency"] - r["ttft"]) / (r["output_tokens"] - 1)
-                       if r["output_tokens"] > 1 else None)):
-        pairs = [(col(a[k]), col(b[k])) for k in shared]
-        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
-        if len(pairs) >= 2 and sum(x for x, _ in pairs) > 0:
-            out[name] = stats.paired_ratio_interval([y for _, y in pairs], [1.0] * len(pairs),
-                                                    [x for x, _ in pairs], [1.0] * len(pairs))
-    return {k: {"change": iv.value - 1, "lo": None if iv.lo is None else iv.lo - 1,
-                "hi": None if iv.hi is None else iv.hi - 1, "basis": f"paired, {iv.n} prompts"}
-            for k, iv in out.items()}
+    for r in rows:
+        if r.get("attempt", 0) == last and r.get("ok"):
+            try:   # finite numbers only: a hand-edited line is left out, not a traceback
+                if math.isfinite(r["e2e_latency"] + r["ttft"] + r["output_tokens"]):
+                    out[(r.get("repeat", 0), r["i"], r.get("id"))] = r
+            except (KeyError, TypeError):
+                continue
+    return out
 
 
-def _independent(pa: Point, pb: Point, name: str, metric: str) -> dict | None:
-    """b/a - 1 from each run's figure and interval, taken as independent (delta method)."""
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _tpot(r: dict) -> float | None:
+    tok = r["output_tokens"]
+    return (r["e2e_latency"] - r["ttft"]) / (tok - 1) if tok > 1 else None
+
+
+def _paired_batch(items: list[tuple]) -> dict:
+    """Paired changes for many points at once. ``items``: (figs dict to fill, a's requests,
+    b's requests, a's duration, b's duration, shared keys, point key); points with the
+    same number of shared prompts share one bootstrap draw (stats.paired_ratio_resamples)."""
+    import numpy as np
+
+    groups: dict[int, list[tuple]] = {}
+    for it in items:
+        groups.setdefault(len(it[5]), []).append(it)
+    resampled: dict[str, tuple] = {}   # point key -> (value, resamples, shared keys)
+    for n, group in groups.items():
+        tb = np.array([[it[2][k]["output_tokens"] for k in it[5]] for it in group], float)
+        lb = np.array([[it[2][k]["e2e_latency"] for k in it[5]] for it in group], float)
+        ta = np.array([[it[1][k]["output_tokens"] for k in it[5]] for it in group], float)
+        la = np.array([[it[1][k]["e2e_latency"] for k in it[5]] for it in group], float)
+        # each side's in-flight factor over all its requests: throughput = C * tokens / latency
+        scale = np.array([(sum(r["e2e_latency"] for r in it[2].values()) / it[4])
+                          / (sum(r["e2e_latency"] for r in it[1].values()) / it[3])
+                          for it in group])
+        v, res = stats.paired_ratio_resamples(tb, lb, ta, la)
+        v, res = v * scale, res * scale[:, None]
+        figures = {"output_throughput": (v, res)}
+        for name, col in (("ttft", lambda r: r["ttft"]), ("itl", _tpot)):
+            xa = [[col(it[1][k]) for k in it[5]] for it in group]
+            xb = [[col(it[2][k]) for k in it[5]] for it in group]
+            valid = np.array([[x is not None and y is not None for x, y in zip(ra, rb)]
+                              for ra, rb in zip(xa, xb)], float)
+            xa = np.nan_to_num(np.array(xa, dtype=float)) * valid
+            xb = np.nan_to_num(np.array(xb, dtype=float)) * valid
+            figures[name] = stats.paired_ratio_resamples(xb, valid, xa, valid)
+        for name, (val, rs) in figures.items():
+            lo, hi = stats.resampled_percentiles(rs)
+            for j, it in enumerate(group):
+                if math.isfinite(val[j]):
+                    it[0][name] = _change(val[j], lo[j], hi[j], f"paired, {n} prompts")
+        for j, it in enumerate(group):
+            resampled[it[6]] = (v[j], res[j], it[5])
+    return resampled
+
+
+def _change(ratio, lo, hi, basis: str) -> dict:
+    ok = all(math.isfinite(x) for x in (lo, hi))
+    return {"change": float(ratio) - 1, "lo": float(lo) - 1 if ok else None,
+            "hi": float(hi) - 1 if ok else None, "basis": basis if ok else "no interval"}
+
+
+def _independent(pa: Point, pb: Point, metric: str) -> dict | None:
+    """b/a - 1 from each run's figure and interval, taken as independent (delta method on
+    the log ratio; each interval's standard error from its width)."""
     va, vb = pa.metrics.get(metric), pb.metrics.get(metric)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               for v in (va, vb)) or va <= 0:
+    if not (_number(va) and _number(vb)) or va <= 0:
         return None
     change = vb / va - 1
     sa, sb = _se(pa.intervals.get(metric)), _se(pb.intervals.get(metric))
     if sa is None or sb is None or vb <= 0:
         return {"change": change, "lo": None, "hi": None, "basis": "no interval"}
-    # log ratio: var = (sa/va)^2 + (sb/vb)^2; back to a relative change
     s = math.hypot(sa / va, sb / vb)
     return {"change": change, "lo": math.exp(math.log(vb / va) - 1.96 * s) - 1,
             "hi": math.exp(math.log(vb / va) + 1.96 * s) - 1, "basis": "independent"}
-
-
-def _speedup_iv(run: Run, p: Point):
-    """A point's speedup interval from its and its baseline's requests (None without)."""
-    if not p.baseline:
-        return None
-    base = next((q for q in run.points.values() if q.benchmark == p.baseline), None)
-    if base is None:
-        return None
-    mine, theirs = reqlog.read(run.path, p.benchmark), reqlog.read(run.path, base.benchmark)
-    if not mine or not theirs:
-        return None
-    figs = stats.point_figures(mine, _dur(p), base=theirs, base_duration=_dur(base))
-    iv = figs.get("speedup")
-    return None if iv is None or iv.lo is None else [iv.lo, iv.hi]
 
 
 def _dur(p: Point) -> float:
     reps = p.basis.get("repeats") or []
     d = sum(x.get("duration") or 0.0 for x in reps if isinstance(x, dict))
     v = p.metrics.get("duration")
-    return d or (float(v) if isinstance(v, (int, float)) else 0.0)
+    return d or (float(v) if _number(v) else 0.0)
 
 
-def compare_points(ra: Run, rb: Run, pa: Point, pb: Point, threshold: float) -> dict:
-    """One matched point: each figure's change, interval, and whether it regressed."""
-    figs: dict = {}
-    req_a, req_b = reqlog.read(ra.path, pa.benchmark), reqlog.read(rb.path, pb.benchmark)
-    if req_a and req_b:
-        figs.update(_paired(_columns(req_a), _columns(req_b), _dur(pa), _dur(pb)))
-    for name, (_, metric) in FIGURES.items():
-        if name in figs:
-            continue
-        if name == "speedup" and pa.metrics.get("speedup") is not None:
-            for run, p in ((ra, pa), (rb, pb)):
-                if "speedup" not in p.intervals:
-                    iv = _speedup_iv(run, p)
-                    if iv:
-                        p.intervals["speedup"] = iv
-        got = _independent(pa, pb, name, metric)
-        if got is not None:
-            figs[name] = got
-    regressed = []
+def _flag(figs: dict, threshold: float) -> list[str]:
+    """Which figures regressed: the interval excludes zero and the change is worse than
+    the threshold (lower throughput or speedup, higher TTFT or ITL)."""
+    out = []
     for name, f in figs.items():
-        higher_better = FIGURES[name][0]
-        worse = -f["change"] if higher_better else f["change"]
+        worse = -f["change"] if FIGURES[name][0] else f["change"]
         excludes_zero = f["lo"] is not None and (f["lo"] > 0 or f["hi"] < 0)
         f["regression"] = bool(excludes_zero and worse > threshold)
         if f["regression"]:
-            regressed.append(name)
-    return {"point": pa.label, "a": pa.benchmark, "b": pb.benchmark, "figures": figs,
-            "regressed": regressed}
+            out.append(name)
+    return out
+
+
+def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float) -> list[dict]:
+    """Every matched point of two runs: each figure's change, interval, regression."""
+    import numpy as np
+
+    figs = {k: {} for k in keys}
+    batch = []
+    for k in keys:
+        pa, pb = ra.points[k], rb.points[k]
+        req_a, req_b = read_requests(ra.path, pa.benchmark), read_requests(rb.path, pb.benchmark)
+        shared = [x for x in req_a if x in req_b] if req_a and req_b else []
+        if len(shared) >= 2 and _dur(pa) > 0 and _dur(pb) > 0:
+            batch.append((figs[k], req_a, req_b, _dur(pa), _dur(pb), tuple(shared), k))
+    resampled = _paired_batch(batch) if batch else {}
+    key_of = {p.benchmark: k for k, p in ra.points.items()}
+    for k in keys:   # speedup change = throughput change / its baseline's, on the same draws
+        base_key = key_of.get(ra.points[k].baseline or "")
+        mine, base = resampled.get(k), resampled.get(base_key)
+        if mine is not None and base is not None and mine[2] == base[2]:
+            res = (mine[1] / base[1])[None, :]
+            lo, hi = stats.resampled_percentiles(np.asarray(res))
+            figs[k]["speedup"] = _change(mine[0] / base[0], lo[0], hi[0],
+                                         f"paired, {len(mine[2])} prompts")
+    out = []
+    for k in keys:
+        pa, pb = ra.points[k], rb.points[k]
+        for name, (_, metric) in FIGURES.items():
+            if name not in figs[k]:
+                got = _independent(pa, pb, metric)
+                if got is not None:
+                    figs[k][name] = got
+        out.append({"point": pa.label, "a": pa.benchmark, "b": pb.benchmark,
+                    "figures": figs[k], "regressed": _flag(figs[k], threshold)})
+    return out
 
 
 def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD) -> dict:
@@ -274,14 +336,13 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD) -> dict:
             raise CompareError(f"{a.path} and {b.path} share no point (no model pair, "
                                "speculative setting and client parameters in common); "
                                "compare runs of the same sweep")
-        missing = [a.planned[k] + (f" (not in {a.path.name})" if k not in a.points else
-                                   f" (not in {b.path.name})")
-                   for k in shared
-                   if k not in a.points or k not in b.points
-                   or a.points[k].status != "ok" or b.points[k].status != "ok"]
-        rows = [compare_points(a, b, a.points[k], b.points[k], threshold) for k in shared
-                if k in a.points and k in b.points and a.points[k].status == "ok"
-                and b.points[k].status == "ok"]
+        done = [k for k in shared if k in a.points and k in b.points
+                and a.points[k].status == "ok" and b.points[k].status == "ok"]
+        missing = [f"{a.planned[k]}: " + ", ".join(
+            f"{r.path.name} {'has no result' if k not in r.points else 'failed'}"
+            for r in (a, b) if k not in r.points or r.points[k].status != "ok")
+            for k in shared if k not in done]
+        rows = compare_pair(a, b, done, threshold)
         out["comparisons"].append({"a": str(a.path), "b": str(b.path), "points": rows,
                                    "missing": missing,
                                    "regressed": [r["point"] for r in rows if r["regressed"]]})

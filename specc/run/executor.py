@@ -454,7 +454,8 @@ async def _reported_release(server: Server, probe: dict | None) -> str | None:
     from specc.net import base_url
     from specc.run.provenance import read_release
 
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(trust_env=False,
+                                 headers=lifecycle.auth_headers(server)) as client:
         return await read_release(client, base_url(server.host, server.port), probe)
 
 
