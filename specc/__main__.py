@@ -60,7 +60,7 @@ def _program():
 
 #: Tasks that take any number of run dirs as bare words (invoke has no variadic
 #: positionals): each word becomes `--runs WORD`; the options listed take a value.
-VARIADIC_RUNS = {"compare": {"--threshold", "-t"}}
+VARIADIC_RUNS = {"compare": {"--threshold", "-t", "--figures", "-f"}}
 
 
 def _variadic(argv: list[str]) -> list[str]:

@@ -267,11 +267,14 @@ def _dur(p: Point) -> float:
     return d or (float(v) if _number(v) else 0.0)
 
 
-def _flag(figs: dict, threshold: float) -> list[str]:
-    """Which figures regressed: the interval excludes zero and the change is worse than
-    the threshold (lower throughput or speedup, higher TTFT or ITL)."""
+def _flag(figs: dict, threshold: float, gated=tuple(FIGURES)) -> list[str]:
+    """Which of the ``gated`` figures regressed: the interval excludes zero and the change
+    is worse than the threshold (lower throughput or speedup, higher TTFT or ITL)."""
     out = []
     for name, f in figs.items():
+        if name not in gated:
+            f["regression"] = False
+            continue
         worse = -f["change"] if FIGURES[name][0] else f["change"]
         excludes_zero = f["lo"] is not None and (f["lo"] > 0 or f["hi"] < 0)
         f["regression"] = bool(excludes_zero and worse > threshold)
@@ -280,7 +283,8 @@ def _flag(figs: dict, threshold: float) -> list[str]:
     return out
 
 
-def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float) -> list[dict]:
+def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float,
+                 gated=tuple(FIGURES)) -> list[dict]:
     """Every matched point of two runs: each figure's change, interval, regression."""
     import numpy as np
 
@@ -311,12 +315,20 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float) -> list[di
                 if got is not None:
                     figs[k][name] = got
         out.append({"point": pa.label, "a": pa.benchmark, "b": pb.benchmark,
-                    "figures": figs[k], "regressed": _flag(figs[k], threshold)})
+                    "figures": figs[k], "regressed": _flag(figs[k], threshold, gated)})
     return out
 
 
-def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD) -> dict:
-    """Compare every later run against the first; CompareError for bad input."""
+def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
+                 figures: tuple = tuple(FIGURES)) -> dict:
+    """Compare every later run against the first; CompareError for bad input.
+    ``figures``: the ones that can flag a regression (all are shown)."""
+    unknown = [f for f in figures if f not in FIGURES]
+    if unknown or not figures:
+        raise CompareError(f"--figures: {', '.join(unknown) or 'none given'} unknown; choose "
+                           f"from {', '.join(FIGURES)}")
+    if not 0 <= threshold < 1:
+        raise CompareError(f"--threshold {threshold}: a fraction in [0, 1) (0.05 = 5%)")
     if len(paths) < 2:
         raise CompareError("compare needs two run dirs or more: specc compare RUN_A RUN_B")
     resolved = [Path(p).resolve() for p in paths]
@@ -326,7 +338,8 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD) -> dict:
                                "nothing); give two different run dirs")
     runs = [load_run(p) for p in paths]
     a = runs[0]
-    out = {"threshold": threshold, "runs": [str(r.path) for r in runs],
+    out = {"threshold": threshold, "figures": list(figures),
+           "runs": [str(r.path) for r in runs],
            "provenance": provenance_diff(runs), "comparisons": [], "warnings": []}
     for r in runs:
         out["warnings"] += [f"{r.path}: {w}" for w in r.warnings]
@@ -342,7 +355,7 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD) -> dict:
             f"{r.path.name} {'has no result' if k not in r.points else 'failed'}"
             for r in (a, b) if k not in r.points or r.points[k].status != "ok")
             for k in shared if k not in done]
-        rows = compare_pair(a, b, done, threshold)
+        rows = compare_pair(a, b, done, threshold, figures)
         out["comparisons"].append({"a": str(a.path), "b": str(b.path), "points": rows,
                                    "missing": missing,
                                    "regressed": [r["point"] for r in rows if r["regressed"]]})
