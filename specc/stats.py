@@ -200,7 +200,9 @@ def paired_ratio_resamples(num_a, den_a, num_b, den_b, *, resamples: int = RESAM
     with np.errstate(divide="ignore", invalid="ignore"):
         sums = [c.sum(axis=1, dtype=float) for c in cols]
         values = (sums[0] / sums[1]) / (sums[2] / sums[3])
-        na, da, nb, db = (c @ w.T for c in cols)
+        # in slices of 64 resamples, as _resampled_sums: below OpenBLAS's threading threshold
+        na, da, nb, db = (np.concatenate([c @ w[i:i + 64].T for i in range(0, len(w), 64)],
+                                         axis=1) for c in cols)
         return values, (na / da) / (nb / db)
 
 

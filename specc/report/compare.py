@@ -32,6 +32,8 @@ FIGURES = {"output_throughput": (True, "output_throughput"),
            "ttft": (False, "mean_ttft_ms"),
            "itl": (False, "mean_tpot_ms")}
 DEFAULT_THRESHOLD = 0.05
+#: Points bootstrapped together: a (points x resamples) block stays a few MiB.
+CHUNK = 256
 #: The provenance fields compared first: the usual cause of a change.
 PROVENANCE = (("engine", ("engine", "name")), ("engine release", ("engine", "reported_release")),
               ("pinned release", ("engine", "pinned_release")), ("GPU", ("gpu", "name")),
@@ -208,8 +210,9 @@ def _paired_batch(items: list[tuple]) -> dict:
     groups: dict[int, list[tuple]] = {}
     for it in items:
         groups.setdefault(len(it[5]), []).append(it)
+    chunks = [(n, g[i:i + CHUNK]) for n, g in groups.items() for i in range(0, len(g), CHUNK)]
     resampled: dict[str, tuple] = {}   # point key -> (value, resamples, shared keys)
-    for n, group in groups.items():
+    for n, group in chunks:
         tb = np.array([[it[2][k]["output_tokens"] for k in it[5]] for it in group], float)
         lb = np.array([[it[2][k]["e2e_latency"] for k in it[5]] for it in group], float)
         ta = np.array([[it[1][k]["output_tokens"] for k in it[5]] for it in group], float)
@@ -219,7 +222,7 @@ def _paired_batch(items: list[tuple]) -> dict:
                           / (sum(r["e2e_latency"] for r in it[1].values()) / it[3])
                           for it in group])
         v, res = stats.paired_ratio_resamples(tb, lb, ta, la)
-        v, res = v * scale, res * scale[:, None]
+        v, res = v * scale, res * scale[:, None].astype(res.dtype)
         figures = {"output_throughput": (v, res)}
         for name, col in (("ttft", lambda r: r["ttft"]), ("itl", _tpot)):
             xa = [[col(it[1][k]) for k in it[5]] for it in group]
@@ -298,13 +301,16 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float,
             batch.append((figs[k], req_a, req_b, _dur(pa), _dur(pb), tuple(shared), k))
     resampled = _paired_batch(batch) if batch else {}
     key_of = {p.benchmark: k for k, p in ra.points.items()}
-    for k in keys:   # speedup change = throughput change / its baseline's, on the same draws
-        base_key = key_of.get(ra.points[k].baseline or "")
-        mine, base = resampled.get(k), resampled.get(base_key)
+    speedups = []   # speedup change = throughput change / its baseline's, on the same draws
+    for k in keys:
+        mine, base = resampled.get(k), resampled.get(key_of.get(ra.points[k].baseline or ""))
         if mine is not None and base is not None and mine[2] == base[2]:
-            res = (mine[1] / base[1])[None, :]
-            lo, hi = stats.resampled_percentiles(np.asarray(res))
-            figs[k]["speedup"] = _change(mine[0] / base[0], lo[0], hi[0],
+            speedups.append((k, mine, base))
+    for i in range(0, len(speedups), CHUNK):
+        part = speedups[i:i + CHUNK]
+        lo, hi = stats.resampled_percentiles(np.stack([m[1] / b[1] for _, m, b in part]))
+        for j, (k, mine, base) in enumerate(part):
+            figs[k]["speedup"] = _change(mine[0] / base[0], lo[j], hi[j],
                                          f"paired, {len(mine[2])} prompts")
     out = []
     for k in keys:
