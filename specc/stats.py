@@ -212,13 +212,12 @@ def resampled_percentiles(resampled, level: float = LEVEL):
     np = _np()
     r = np.where(np.isfinite(resampled), resampled, np.inf)   # a 0/0 resample sorts last
     a, last = (1.0 - level) / 2.0, r.shape[1] - 1
-    out = []
-    for q in (a, 1.0 - a):
-        pos = q * last
-        k = int(math.floor(pos))
-        part = np.partition(r, [k, min(k + 1, last)], axis=1)
-        out.append(part[:, k] + (part[:, min(k + 1, last)] - part[:, k]) * (pos - k))
-    return out[0], out[1]
+    pos = [q * last for q in (a, 1.0 - a)]
+    ks = [int(math.floor(p)) for p in pos]
+    part = np.partition(r, sorted({i for k in ks for i in (k, min(k + 1, last))}), axis=1)
+    lo, hi = (part[:, k] + (part[:, min(k + 1, last)] - part[:, k]) * (p - k)
+              for k, p in zip(ks, pos))
+    return lo, hi
 
 
 def throughput_interval(tokens: Sequence[float], latencies: Sequence[float], duration: float,

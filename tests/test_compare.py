@@ -206,3 +206,20 @@ def test_on_the_simulator_a_rerun_passes_and_a_worse_draft_is_flagged(guard, tmp
     f = cmp["points"][1]["figures"]["output_throughput"] if cmp["points"][1][
         "point"].startswith("EAGLE3") else cmp["points"][0]["figures"]["output_throughput"]
     assert f["regression"] and f["hi"] < -0.15 and f["basis"].startswith("paired")
+
+
+def test_the_batched_bootstrap_is_the_per_point_one():
+    """compare's many-points-at-once bootstrap gives each point the interval
+    stats.paired_ratio_interval gives it alone (same draws, same percentile rule)."""
+    import numpy as np
+
+    from specc import stats
+
+    rng = np.random.default_rng(3)
+    cols = [rng.uniform(1, 2, size=(4, 16)) for _ in range(4)]
+    values, res = stats.paired_ratio_resamples(*cols)
+    lo, hi = stats.resampled_percentiles(res)
+    for p in range(4):
+        one = stats.paired_ratio_interval(*(c[p] for c in cols))
+        assert values[p] == pytest.approx(one.value, rel=1e-6)
+        assert (lo[p], hi[p]) == pytest.approx((one.lo, one.hi), rel=1e-4)
