@@ -42,11 +42,11 @@ def _ints(values) -> str:
 def overrides(points: int, shape: str) -> list[str]:
     """CLI overrides for a sweep of `points` sweep points (baselines come on top)."""
     if shape == "points":
-        axes = (f"engine.max_running_requests:[512,1024],benchmark.concurrency:[{CONCURRENCY}],"
+        axes = (f"server.max_running_requests:[512,1024],benchmark.concurrency:[{CONCURRENCY}],"
                 f"benchmark.output_len:[{_ints(range(8, 808, 8))}],"
                 f"benchmark.seed:[{_ints(range(max(1, points // 10_000)))}]")
     else:
-        axes = (f"engine.max_running_requests:[{_ints(range(64, 64 + max(1, points // 50)))}],"
+        axes = (f"server.max_running_requests:[{_ints(range(64, 64 + max(1, points // 50)))}],"
                 f"benchmark.concurrency:[{CONCURRENCY}]")
     return ["+experiment=llama3_eagle3_pack", f"++sweep={{speculation:[{SPECULATION}],{axes}}}",
             f"max_points={points}"]

@@ -22,11 +22,25 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
     result = compile_config(config)
     config = result.config   # secrets replaced by references: nothing below may echo one
-    title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
-    busy = rundir.busy(run_dir)
-    if busy:   # an executor runs from this plan.json: never rewrite it under it
-        print(f"error RUN_DIR_BUSY: {busy}", file=sys.stderr)
+    try:   # held from compile to the end of execution: no other job or executor writes here
+        with rundir.locked(run_dir, hand_down=True):
+            if hydra_info.get("multirun"):
+                taken = rundir.claim_for_job(run_dir, hydra_info.get("sweep_id", ""),
+                                             hydra_info.get("overrides", []))
+                if taken:
+                    print(f"error RUN_DIR_TAKEN at hydra.sweep.subdir: {taken}", file=sys.stderr)
+                    return exits.INVALID
+            return _compile_and_run(result, config, run_dir, hydra_info)
+    except rundir.RunDirBusy as e:   # an executor runs from this plan.json: never rewrite it
+        print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
         return exits.BUSY
+    except rundir.RunDirUnwritable as e:
+        print(f"error RUN_DIR_UNWRITABLE: {e}", file=sys.stderr)
+        return exits.INVALID
+
+
+def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> int:
+    title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
     text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
     if not result.ok:
         for d in result.diagnostics:
@@ -51,11 +65,36 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
 
 
 def _program():
-    from invoke import Program
+    from invoke import Exit, ParseError, Program
 
     from specc import __version__, tasks
 
-    return Program(namespace=tasks.namespace, name="specc", binary="specc", version=__version__)
+    class _Program(Program):
+        """invoke's usage errors as specc's one line and exit 2 (invoke prints its raw
+        message and exits 1; a flag that is not a number raised a traceback)."""
+
+        def parse_tasks(self):
+            try:
+                super().parse_tasks()
+            except (ParseError, ValueError) as e:
+                raise Exit(usage_line(self.core.unparsed, e), code=exits.INVALID) from None
+
+        def parse_cleanup(self):
+            try:
+                super().parse_cleanup()
+            except ParseError as e:
+                raise Exit(usage_line(self.core.unparsed, e), code=exits.INVALID) from None
+
+    return _Program(namespace=tasks.namespace, name="specc", binary="specc", version=__version__)
+
+
+def usage_line(argv, exc) -> str:
+    task = next((a for a in argv if not a.startswith("-")), "")
+    why = str(exc).replace("'", "").replace("\n", " ")
+    if isinstance(exc, ValueError) and "invalid literal for int()" in why:
+        why = f"{why.rsplit(': ', 1)[-1]} is not a whole number"
+    return (f"error TASK_USAGE at {task or 'specc'}: {why} "
+            f"(fix: `specc {task + ' ' if task else ''}--help` lists its options)")
 
 
 #: Tasks that take any number of run dirs as bare words (invoke has no variadic
@@ -99,9 +138,19 @@ def _is_word(arg: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specc import secrets
+
+    old = sys.stdout, sys.stderr   # nothing specc prints may hold a secret
+    sys.stdout, sys.stderr = secrets.Scrubbed(sys.stdout), secrets.Scrubbed(sys.stderr)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        sys.stdout, sys.stderr = old
+
+
+def _main(argv: list[str]) -> int:
     from specc.report.combine import combine
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if argv and _is_word(argv[0]):
         from specc.tasks import namespace
 

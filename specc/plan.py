@@ -20,13 +20,59 @@ import types
 import typing
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 #: 2: typed readiness (log markers are regex lists), cache flush and acceptance per server.
 PLAN_VERSION = 2
 
 #: What a probe answer may mean while a server starts.
 ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
+
+
+#: What an id that names a file in the run dir may be (requests/<point>.jsonl, <job>.sbatch).
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]*$")
+
+
+def _inside(rel: str) -> bool:
+    """A path relative to the run dir that stays inside it (no `..`, not absolute)."""
+    p = PurePosixPath(rel)
+    return bool(rel) and "\0" not in rel and not p.is_absolute() and ".." not in p.parts
+
+
+def _outside_run_dir(plan) -> list[str]:
+    """Every path the executor writes from a plan.json must stay inside the run dir: a
+    hand-edited `../../x` or absolute server log, id or script is refused."""
+    out = [f"server {s.id!r}: log {s.log!r} is not a path inside the run dir"
+           for s in plan.servers if not _inside(s.log)]
+    out += [f"server {s.id!r}: its id is not a plain file name" for s in plan.servers
+            if not _SAFE_NAME.match(s.id)]
+    out += [f"benchmark {b.id!r}: its id is not a plain file name" for b in plan.benchmarks
+            if not _SAFE_NAME.match(b.id)]
+    for j in plan.cluster.jobs if plan.cluster is not None else ():
+        if not _SAFE_NAME.match(j.name):
+            out.append(f"cluster job {j.name!r}: its name is not a plain file name")
+        if not _inside(j.script):
+            out.append(f"cluster job {j.name}: script {j.script!r} is not a path inside the run dir")
+    return out[:5]
+
+
+#: plan.json's last key: the sha256 of every byte before it (the reviewed plan, as written).
+_DIGEST_TAIL = re.compile(rb',\n"digest":"(sha256:[0-9a-f]{64})"\}\n\Z')
+
+
+def digest_of(body: bytes) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def digest_check(data: bytes) -> tuple[str | None, bool]:
+    """(the digest plan.json records, whether its bytes still match it): False when it was
+    edited after it was compiled (and reviewed), or carries no digest."""
+    m = _DIGEST_TAIL.search(data, max(0, len(data) - 200))
+    if m is None:
+        return None, False
+    return m.group(1).decode(), digest_of(data[:m.start()]) == m.group(1).decode()
 
 
 class PlanError(ValueError):
@@ -402,8 +448,9 @@ class Plan(Record):
 
     def _check(self):
         ids = {s.id for s in self.servers}
-        out = [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
-               if b.server not in ids]
+        out = _outside_run_dir(self)
+        out += [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
+                if b.server not in ids]
         bench_ids = {b.id for b in self.benchmarks}
         out += [f"benchmark {b.id}: no baseline point {b.baseline!r}" for b in self.benchmarks
                 if b.baseline is not None and b.baseline not in bench_ids]
@@ -464,8 +511,20 @@ class Plan(Record):
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
         """Read a plan.json; PlanError (a ValueError) says what is wrong and where in it."""
+        return cls.load_checked(path)[0]
+
+    @classmethod
+    def load_checked(cls, path: str | Path) -> tuple["Plan", str | None, bool]:
+        """(the plan, the digest plan.json records, whether the file still matches it)."""
+        from specc.files import PLAN_BYTES, UnreadableFile, read_bounded, parse_json
+
         try:
-            data = json.loads(Path(path).read_text())
-        except ValueError as e:
-            raise PlanError(f"not JSON ({e})") from None
-        return cls.from_json(data)
+            raw = read_bounded(path, PLAN_BYTES)
+            data = parse_json(raw, "plan.json")
+        except UnreadableFile as e:
+            raise PlanError(str(e)) from None
+        recorded, unedited = digest_check(raw)
+        if isinstance(data, dict):
+            said = data.pop("digest", None)   # rewritten by another tool: still its record
+            recorded = recorded or (said if isinstance(said, str) else None)
+        return cls.from_json(data), recorded, unedited

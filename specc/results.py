@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specc.files import append_durable, atomic_write
+from specc.files import RECORDS_BYTES, append_durable, atomic_write, read_bounded, read_text
 
 STATUSES = ("ok", "failed")
 _FIELDS = ("benchmark", "server", "status", "reason", "metrics", "params")
@@ -156,9 +156,11 @@ def parse_rows(text: str, name: str = "results.jsonl") -> tuple[dict[str, Result
 def read_rows(path: Path) -> tuple[dict[str, ResultRow], list[str]]:
     """``parse_rows`` of a results.jsonl file; none and no warnings when it does not exist."""
     path = Path(path)
-    if not path.exists():
+    try:
+        text = read_text(path, RECORDS_BYTES)
+    except FileNotFoundError:
         return {}, []
-    return parse_rows(path.read_text(errors="replace"), path.name)
+    return parse_rows(text, path.name)
 
 
 def speedup(row: ResultRow, baseline: ResultRow | None) -> float | None:
@@ -209,9 +211,10 @@ class ResultLog:
         self._load()
 
     def _load(self) -> None:
-        if not self.path.exists():
+        try:
+            data = read_bounded(self.path, RECORDS_BYTES)   # UnreadableFile: a FIFO, too big
+        except FileNotFoundError:
             return
-        data = self.path.read_bytes()
         cut = []
         if data and not data.endswith(b"\n"):
             # a line cut by a killed writer: drop it, it is the point that was in flight

@@ -19,6 +19,14 @@ The rule (docs/secrets.md):
   secrets as such (`HF_TOKEN`, `--api-key`) rather than rely on it.
 - Every value under a secret name is secret, lists and mappings included; so is
   the argument after a secret flag (`--api-key X`, `--api-key=X`).
+- A value that *contains* a credential is secret: a word after `Bearer `/`Basic `/
+  `Token `, a URL's userinfo (`https://user:pass@host`), or the value of a `key=value`
+  whose key is a secret name (`"Bearer sk-..."`, `"--opt=x,api_key=..."`).
+
+At run time the values resolved from the environment are remembered (`remember`),
+with their escaped forms (repr, JSON: an engine logs a key's repr, a row holds its
+JSON), and `scrub` blanks them, and any `Bearer <word>`, userinfo or secret
+`key=value`, in every file specc writes (`specc.files`) and everything it prints.
 
 In a compiled plan a secret is the reference `${NAME}` and `NAME` is listed in the
 server's `secrets`; the executor resolves it from its own environment at launch,
@@ -35,7 +43,7 @@ from collections import Counter
 
 #: Words of a name that make its value secret, wherever they stand ...
 SECRET_WORDS = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE",
-                          "CREDENTIAL", "CREDENTIALS", "APIKEY"})
+                          "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTH", "AUTHORIZATION"})
 #: ... and these when they end it (`num_key_value_heads` is a shape, `API_KEY` is not).
 SECRET_LAST_WORDS = frozenset({"TOKEN", "KEY"})
 #: A name ending in one of these names a place, not a secret.
@@ -90,6 +98,35 @@ def looks_secret(value) -> bool:
     return entropy >= 4.0 and switches >= 0.45
 
 
+#: Credentials inside a longer value: after an auth scheme, a URL's userinfo, `key=value`.
+_SCHEME = re.compile(r"(?i)(?:\bbearer\s+|authori[sz]ation[\"']?\s*[:=]\s*[\"']?"
+                     r"(?:basic|token|digest)\s+)([^\s\"'\\,;<>]{4,})")
+_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://([^/\s@:]+:[^/\s@]+|[^/\s@:]{8,})@")
+_KEY_VALUE = re.compile(r"([A-Za-z_][\w.\-]*)(=|:[ \t]+)([^\s&;,\"'\\<>]{4,})")
+
+
+def _secret_key(key: str, sep: str, value: str = "") -> bool:
+    """`key=value` with a secret key; with `:` only a key or password (`first token: 0.5s`
+    is a report's text, `X-Api-Key: ...` a header). A lower-case word is prose, not a
+    credential (`key=value` in a hint)."""
+    if not is_secret(key) or re.fullmatch(r"[a-z]+\)?", value):
+        return False
+    return sep == "=" or _WORD_SPLIT.split(key)[-1].upper() != "TOKEN"
+
+
+def embedded_secrets(value) -> list[str]:
+    """The credentials a longer value holds (see the module docstring); [] for none."""
+    if not isinstance(value, str) or len(value) < MIN_REDACT_LEN:
+        return []
+    found = [m.group(1) for m in _SCHEME.finditer(value)]
+    found += [m.group(1) for m in _USERINFO.finditer(value)]
+    found += [m.group(3) for m in _KEY_VALUE.finditer(value)
+              if _secret_key(m.group(1), m.group(2), m.group(3)) and m.group(3).lower() not in (
+                  "bearer", "basic", "token")]
+    return [v for v in found if not REF.fullmatch(v) and v != REDACTED
+            and not v.startswith(("<", "${"))]
+
+
 def has_credential_shape(value) -> bool:
     """Only the known prefixes: for config fields that hold names and paths, where a long
     random-looking word is more likely an identifier than a credential."""
@@ -142,7 +179,8 @@ def split_env(env: dict) -> tuple[dict, list[str]]:
             text = str(value).lower()
         else:
             text = value if isinstance(value, str) else str(value)
-        if reference_name(text) == name or is_secret(name) or looks_secret(text):
+        if (reference_name(text) == name or is_secret(name) or looks_secret(text)
+                or embedded_secrets(text)):
             out[name] = env_reference(name)
             names.append(name)
         else:
@@ -195,10 +233,12 @@ def split_args(args: list) -> tuple[list, list[str], list[str]]:
         text = a if isinstance(a, str) else str(a)
         if text.startswith("--") and "=" in text:
             flag, value = text.split("=", 1)
-            secret = is_secret(flag) or looks_secret(value) or _is_own_reference(value, flag)
+            secret = (is_secret(flag) or looks_secret(value) or embedded_secrets(value)
+                      or _is_own_reference(value, flag))
             out.append(f"{flag}={ref(flag, value)}" if secret else a)
         elif not isinstance(a, bool) and (
-                (prev is not None and is_secret(prev)) or looks_secret(text)
+                (prev is not None and is_secret(prev) and not text.startswith("--"))
+                or looks_secret(text) or embedded_secrets(text)
                 or _is_own_reference(text, prev)):
             out.append(ref(prev, text))
         else:
@@ -232,7 +272,7 @@ def scrub_config(cfg: dict) -> tuple[dict, set[str], list[tuple[str, str]]]:
                     continue
                 text = value if isinstance(value, str) else str(value)
                 if not isinstance(value, bool) and reference_name(text) != name and (
-                        is_secret(name) or looks_secret(text)):
+                        is_secret(name) or looks_secret(text) or embedded_secrets(text)):
                     found.add(text)
                     env[name] = env_reference(name)
         args = engine.get("extra_args")
@@ -249,16 +289,18 @@ def scrub_config(cfg: dict) -> tuple[dict, set[str], list[tuple[str, str]]]:
                 if is_secret(str(k)) and v is not None and not reference_name(v):
                     found.update(_leaves(v))
                     node[k] = _blank(v)
-                elif has_credential_shape(v):
+                elif has_credential_shape(v) or embedded_secrets(v):
                     found.add(v)
+                    found.update(embedded_secrets(v))
                     node[k] = REDACTED
                     problems.append((p, "this value looks like a credential"))
                 else:
                     walk(v, p)
         elif isinstance(node, list):
             for i, v in enumerate(node):
-                if has_credential_shape(v):
+                if has_credential_shape(v) or embedded_secrets(v):
                     found.add(v)
+                    found.update(embedded_secrets(v))
                     node[i] = REDACTED
                     problems.append((f"{path}[{i}]", "this value looks like a credential"))
                 else:
@@ -282,14 +324,16 @@ def scan_overrides(argv) -> set[str]:
             continue
         key, value = arg.split("=", 1)
         words = [w for w in key.lstrip("+~").split(".") if w]
+        found.update(embedded_secrets(value))
         if any(is_secret(w) for w in words):
             found.add(value)
             found.update(_TOKENS.findall(value))
             continue
         prev = None
         for tok in _TOKENS.findall(value):
-            if (prev is not None and is_secret(prev)) or looks_secret(tok):
-                found.add(tok)
+            if not tok.startswith("-") and (
+                    (prev is not None and is_secret(prev)) or looks_secret(tok)):
+                found.add(tok)   # (a flag is never the value: it names the next one)
             prev = tok
     return {v for v in found if len(v) >= MIN_REDACT_LEN}
 
@@ -299,6 +343,71 @@ def redact(text: str, values) -> str:
     for v in sorted((v for v in values if len(v) >= MIN_REDACT_LEN), key=len, reverse=True):
         text = text.replace(v, REDACTED)
     return text
+
+
+def variants(value: str) -> set[str]:
+    """A value and the escaped forms it is written in (repr, JSON, both ASCII-escaped): an
+    engine logs a key's repr, so `a\\tb` must be blanked as well as `a<TAB>b`."""
+    import json
+
+    forms = {value, repr(value)[1:-1], json.dumps(value)[1:-1],
+             json.dumps(value, ensure_ascii=False)[1:-1], ascii(value)[1:-1]}
+    # twice escaped: a server's JSON error body quoted in a reason, in a JSON row
+    forms |= {json.dumps(f, ensure_ascii=a)[1:-1] for f in list(forms) for a in (True, False)}
+    return {f for f in forms if len(f) >= MIN_REDACT_LEN}
+
+
+#: Secret values met in this process (compile: the config's; run: the environment's).
+_KNOWN: set[str] = set()
+
+
+def remember(values) -> None:
+    """Add secret values (and their escaped forms) to what `scrub` blanks."""
+    for v in values:
+        if isinstance(v, str) and len(v) >= MIN_REDACT_LEN:
+            _KNOWN.update(variants(v))
+
+
+def _blank_group(m: re.Match) -> str:
+    whole, value = m.group(0), m.group(m.lastindex)
+    if value.startswith(("${", "<")) or REF.fullmatch(value):
+        return whole
+    start = m.start(m.lastindex) - m.start(0)
+    return whole[:start] + REDACTED + whole[start + len(value):]
+
+
+def _blank_key_value(m: re.Match) -> str:
+    if m.group(3).lower() in ("bearer", "basic", "token") or not _secret_key(*m.groups()):
+        return m.group(0)   # `Authorization: Bearer x`: the scheme's word is blanked instead
+    return _blank_group(m)
+
+
+def scrub(text: str) -> str:
+    """`text` with every remembered secret blanked, and any credential it holds in the open
+    (`Bearer <word>`, a URL's userinfo, a secret `key=value`): what specc writes or prints."""
+    if _KNOWN:
+        text = redact(text, _KNOWN)
+    if "earer" in text or "EARER" in text or "uthori" in text or "UTHORI" in text:
+        text = _SCHEME.sub(_blank_group, text)
+    if "@" in text:
+        text = _USERINFO.sub(_blank_group, text)
+    if "=" in text or ":" in text:   # keys first checked by the regex, names by is_secret
+        text = _KEY_VALUE.sub(_blank_key_value, text)
+    return text
+
+
+class Scrubbed:
+    """A text stream that passes everything written through `scrub` (and blanks `values`
+    besides): what specc prints, Hydra's and invoke's messages included."""
+
+    def __init__(self, stream, values=()):
+        self._stream, self._values = stream, set(values)
+
+    def write(self, text):
+        return self._stream.write(scrub(redact(text, self._values) if self._values else text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def redact_tree(node, values, parent_secret: bool = False):

@@ -8,6 +8,7 @@ dir is in use by another executor.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -17,16 +18,24 @@ from invoke import Collection, Exit, task
 
 
 def _run_dir(run: str) -> Path:
+    """A run dir is a folder holding the plan.json specc compiled into it: anything else
+    (`--run /tmp`, a typo) is refused before a file is read or written there."""
     d = Path(run)
     if not d.is_dir():
-        raise Exit(f"error: no run dir at {run!r}", code=2)
+        raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
+    if not os.path.lexists(d / "plan.json"):   # a FIFO there is refused when read
+        raise Exit(f"error RUN_DIR_INVALID at --run: {run!r} holds no plan.json, so it is not a "
+                   "run dir (fix: the folder `specc` compiled into, e.g. outputs/<date>/<time>)",
+                   code=2)
     return d
 
 
 def _plan_points(plan_file: Path) -> int:
     """How many points plan.json holds; Exit(2) with one line when it is not a plan."""
+    from specc.files import PLAN_BYTES, load_json
+
     try:
-        data = json.loads(plan_file.read_text())
+        data = load_json(plan_file, PLAN_BYTES)
         return len(data["benchmarks"])
     except (OSError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
@@ -41,15 +50,20 @@ def _plan_points(plan_file: Path) -> int:
 def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
     """Compile an experiment into a reviewable plan (plan.json, plan.sh, review.md)."""
     args = [f"+experiment={experiment}"] + ([f"engine={engine}"] if engine else [])
-    args += shlex.split(overrides)
+    try:
+        args += shlex.split(overrides)
+    except ValueError as e:   # an unclosed quote
+        raise Exit(f"error TASK_USAGE at --overrides: {e} in {overrides!r} (fix: quote each "
+                   "override as the shell would, e.g. --overrides \"a='b c'\")", code=2)
     result = c.run(shlex.join([sys.executable, "-m", "specc", *args]), warn=True, pty=False)
     if not result.ok:
         raise Exit(code=result.exited)
 
 
 @task(help={"plan": "path to a reviewed plan.json (its folder is the run dir)",
-            "retry_failed": "forget failed points first so they run again"})
-def run(c, plan, retry_failed=False):
+            "retry_failed": "forget failed points first so they run again",
+            "accept_edited": "run a plan.json edited since it was compiled and reviewed"})
+def run(c, plan, retry_failed=False, accept_edited=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
     from specc.compile.sbatch import OLD_JOBS_FILE
     from specc.run.executor import execute_plan
@@ -57,10 +71,18 @@ def run(c, plan, retry_failed=False):
 
     path = Path(plan)
     try:
-        p = Plan.load(path)
+        p, digest, unedited = Plan.load_checked(path)
     except (OSError, ValueError) as e:   # PlanError is a ValueError
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2)
+    if not unedited:   # the plan that runs must be the plan that was reviewed
+        why = (f"was edited after it was compiled (review.md names {digest})" if digest
+               else "carries no digest (written by hand or by an older specc)")
+        if not accept_edited:
+            raise Exit(f"error PLAN_EDITED at {plan}: plan.json {why}; review it and pass "
+                       "--accept-edited, or compile the experiment again", code=2)
+        print(f"warning PLAN_EDITED at {plan}: plan.json {why}; running it as edited "
+              "(--accept-edited)", file=sys.stderr)
     if not p.cluster and (path.parent / OLD_JOBS_FILE).exists():   # never run it here instead
         raise Exit(f"error PLAN_UNREADABLE at {plan}: compiled for Slurm by an older specc (its "
                    f"jobs are in {OLD_JOBS_FILE}, not in the plan); compile the experiment again",
@@ -80,6 +102,7 @@ def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
     from tabulate import tabulate
 
+    from specc.files import UnreadableFile
     from specc.run.lifecycle import is_leftover
     from specc.run.state import StateError, read_state
     from specc.results import ResultLog
@@ -110,7 +133,10 @@ def status(c, run):
     plan_file = d / "plan.json"
     if plan_file.exists():
         total = _plan_points(plan_file)
-        res = ResultLog(d / "results.jsonl").rows
+        try:
+            res = ResultLog(d / "results.jsonl").rows
+        except UnreadableFile as e:
+            raise Exit(f"error RUN_DIR_FILE: {e} (move it aside)", code=2)
         ok = sum(r["status"] == "ok" for r in res.values())
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 
@@ -119,14 +145,23 @@ def status(c, run):
             "follow": "keep printing new lines"})
 def logs(c, run, server="", lines=40, follow=False):
     """Print the last lines of each server's log (the log knows)."""
+    if int(lines) < 0:
+        raise Exit(f"error TASK_USAGE at --lines: {lines} is negative (fix: a count of lines, "
+                   "e.g. --lines 40)", code=2)
     d = _run_dir(run)
     files = sorted((d / "servers").glob(f"{server or '*'}.log"))
     files += sorted((d / "slurm" / "logs").glob(f"{server or '*'}-*.out"))   # Slurm jobs' own
     if not files:
         raise Exit(f"error: no server logs in {d / 'servers'}", code=2)
+    from specc.files import LOG_TAIL_BYTES, UnreadableFile, read_text
+
     for f in files:
+        try:
+            text = read_text(f, LOG_TAIL_BYTES, tail=True)
+        except (UnreadableFile, OSError) as e:
+            raise Exit(f"error RUN_DIR_FILE: {e}", code=2)
         print(f"==> {f.name} <==")
-        print("\n".join(f.read_text(errors="replace").splitlines()[-lines:]))
+        print("\n".join(text.splitlines()[-lines:]))
     if follow:
         c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
 
@@ -213,11 +248,13 @@ def report(c, run):
     """Write report.md/.csv/.json and plots from results.jsonl, and print the tables."""
     from specc.report import ReportError, combine_reports, render_terminal, write_report
 
-    d = _run_dir(run)
+    d = Path(run)
+    if not d.is_dir():
+        raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
     if (d / "plan.json").exists():
         try:
             report = write_report(d)
-        except (ReportError, OSError) as e:
+        except (ReportError, OSError, ValueError) as e:   # UnreadableFile is a ValueError
             why = f"{e.strerror} ({e.filename})" if isinstance(e, OSError) and e.strerror else e
             raise Exit(f"error REPORT: {why}", code=2)
         print(render_terminal(report))

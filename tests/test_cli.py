@@ -47,12 +47,17 @@ BAD = {
     "secret_arg_override_syntax": ([f"engine.extra_args=[--api-key,{BAD_OVERRIDE_SECRET}"],
                                    ["CONFIG_OVERRIDE_SYNTAX", "engine.extra_args"]),
     # an engine key the chosen engine does not have names the engine that has it
-    "engine_key": (["+engine.max_num_seqs=8", CTX],
-                   ["SCHEMA_ENGINE_KEY", "engine.max_num_seqs", "vllm key",
-                    "sglang's equivalent is engine.max_running_requests"]),
+    "engine_key": (["engine=vllm", "+engine.attention_backend=fa3", CTX],
+                   ["SCHEMA_ENGINE_KEY", "engine.attention_backend", "sglang / sim key"]),
+    # an engine's own spelling of a knob every engine has names the server knob
+    "engine_knob": (["+engine.max_num_seqs=8", CTX],
+                    ["SCHEMA_ENGINE_KEY", "engine.max_num_seqs", "server.max_running_requests=8"]),
+    "engine_knob_unplussed": (["engine=vllm", "engine.gpu_memory_utilization=0.8", CTX],
+                              ["SCHEMA_ENGINE_KEY", "engine.gpu_memory_utilization",
+                               "server.mem_fraction=0.8"]),
     "engine_key_swept": (["engine=vllm", "sweep={engine.max_running_requests:[8,16]}", CTX],
                          ["SCHEMA_ENGINE_KEY", "sweep.engine.max_running_requests",
-                          "vllm's equivalent is engine.max_num_seqs"]),
+                          "sweep server.max_running_requests instead"]),
     # input gaps that used to compile and fail (or drop values) at run time
     "num_prompts_huge": (["benchmark.num_prompts=1000000000", CTX],
                          ["BENCH_TOO_LARGE", "benchmark.num_prompts"]),

@@ -445,7 +445,7 @@ def test_a_server_larger_than_a_node_spans_nodes_on_slurm(tmp_path):
 
 
 def test_multinode_is_refused_locally():
-    for engine in (["engine=sglang"], ["engine=vllm", "~engine.max_running_requests"]):
+    for engine in (["engine=sglang"], ["engine=vllm"]):
         local = compile_config(compose_config(["+experiment=eagle3_sweep"] + engine
                                               + TWO_NODES[:3]))
         found = [d for d in local.diagnostics if d.code == "TOPOLOGY_MULTINODE"]
@@ -453,8 +453,7 @@ def test_multinode_is_refused_locally():
         assert any("cluster=slurm" in d.hint for d in found)
 
 
-VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "cluster=slurm", "engine=vllm",
-                  "~engine.max_running_requests"] + TWO_NODES
+VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "cluster=slurm", "engine=vllm"] + TWO_NODES
 
 
 def test_a_vllm_server_spans_nodes_on_slurm_with_headless_followers():

@@ -164,16 +164,19 @@ def test_a_full_disk_stops_the_sweep_keeps_rows_and_a_rerun_finishes(guard, tmpf
     row intact; with space again the rerun runs only what is left. (The server's log is
     kept elsewhere: a server that cannot log is a different failure.)"""
     run_dir = tmpfs / "run"
+    run_dir.mkdir()
+    (run_dir / "elsewhere").symlink_to(tmpfs.parent)   # a plan names paths inside its run dir
 
     def log_elsewhere(plan):
         for s in plan["servers"]:
-            s["log"] = str(tmpfs.parent / "server.log")
+            s["log"] = "elsewhere/server.log"
 
     plan = compile_plan(run_dir, ["baseline=false", "+sweep={benchmark.concurrency:[1,2,4]}",
                                   "benchmark.num_prompts=24", "benchmark.output_len=64"],
                         port=guard.port(1), edit=log_elsewhere)
     out = open(tmpfs.parent / "executor.out", "w")
-    proc = guard.spawn([PY, "-m", "specc", "run", "--plan", str(run_dir / "plan.json")],
+    proc = guard.spawn([PY, "-m", "specc", "run", "--plan", str(run_dir / "plan.json"),
+                        "--accept-edited"],
                        cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True)
     assert wait_for(lambda: results(run_dir), timeout=60), "no point finished"
     filler = tmpfs / "filler"
@@ -199,7 +202,7 @@ def test_a_full_disk_stops_the_sweep_keeps_rows_and_a_rerun_finishes(guard, tmpf
     done = [json.loads(ln) for ln in kept.splitlines()]
     assert 1 <= len(done) < len(plan.benchmarks)
     os.unlink(filler)
-    again = _specc("run", "--plan", str(run_dir / "plan.json"))
+    again = _specc("run", "--plan", str(run_dir / "plan.json"), "--accept-edited")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
     rows = results(run_dir)
     assert sorted(r["benchmark"] for r in rows) == sorted(b.id for b in plan.benchmarks)

@@ -81,7 +81,7 @@ def test_vllm_console_script_runs_under_its_shebang_interpreter(tmp_path, monkey
 
 
 def test_sim_plans_are_checked_by_the_simulators_parser(compose):
-    plan = _plan(compose, SWEEP + ["engine=sim", "engine.cuda_graph_max_bs=64"])
+    plan = _plan(compose, SWEEP + ["engine=sim", "server.cuda_graph_max_bs=64"])
     assert check_plan(plan) == []
 
 

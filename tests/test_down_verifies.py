@@ -26,6 +26,7 @@ def _record(run_dir, proc, **fields):
     entry = {"pid": proc.pid, "pgid": proc.pid, "host": "localhost", "port": 1,
              "status": "ready", **fields}
     (run_dir / "state.json").write_text(json.dumps({"servers": {"srv": entry}}))
+    (run_dir / "plan.json").write_text("{}")   # `down` refuses a folder that is no run dir
 
 
 def test_a_recycled_pgid_is_left_alone(tmp_path):

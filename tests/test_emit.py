@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from specc.compile.pipeline import compile_config
 from specc.compile.emit import (_SH_PRELUDE, REVIEW_ROWS, command_line, plan_json, plan_sh,
                                 review, write_outputs)
+from specc.plan import digest_of
 from specc.plan import Plan
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -68,7 +69,11 @@ def test_golden_matches_the_cli_run_dir(tmp_path, run_specc):
     """Compiled by the real CLI from another cwd: the same bytes (nothing machine-specific)."""
     code, _, err = run_specc(["+experiment=eagle3_sweep", "engine=sglang"], tmp_path, cwd=tmp_path)
     assert code == 0, err
-    assert (tmp_path / "run" / "plan.json").read_text() == (GOLDEN / "eagle3_sweep.plan.json").read_text()
+    text = (tmp_path / "run" / "plan.json").read_text()
+    body, _, digest = text.rpartition(',\n"digest":')   # sealed with its digest: the same plan
+    assert body + "}\n" == (GOLDEN / "eagle3_sweep.plan.json").read_text()
+    assert digest == f'"{digest_of(body.encode())}"}}\n'
+    assert f"Plan digest: `{digest_of(body.encode())}`" in (tmp_path / "run" / "review.md").read_text()
     assert (tmp_path / "run" / "plan.sh").read_text() == (GOLDEN / "eagle3_sweep.plan.sh").read_text()
 
 
@@ -245,7 +250,7 @@ def big_plan():
     cfg = compose_config(["+experiment=llama3_eagle3_pack"])
     cfg["max_points"] = 10_000
     cfg["sweep"] = {"speculation": cfg["sweep"]["speculation"][:5],
-                    "engine.max_running_requests": [512, 1024],
+                    "server.max_running_requests": [512, 1024],
                     "benchmark.concurrency": [1, 2, 3, 4, 6, 8, 16, 32, 64, 128],
                     "benchmark.output_len": list(range(8, 808, 8))}
     result = compile_config(cfg)
@@ -258,8 +263,11 @@ def test_plan_json_is_one_line_per_server_and_point(big_plan, tmp_path):
     plan = big_plan.plan
     write_outputs(tmp_path, plan, big_plan.diagnostics, title="t")
     text = (tmp_path / "plan.json").read_text()
-    assert json.loads(text) == plan.to_json()
     assert Plan.load(tmp_path / "plan.json") == plan
+    body, _, digest = text.rpartition(',\n"digest":')   # the last key: the digest of the rest
+    assert digest_of(body.encode()) == json.loads(text)["digest"] and digest.endswith('"}\n')
+    text = body + "}\n"
+    assert json.loads(text) == plan.to_json()
     lines = text.splitlines()
     value = plan.to_json()
     for key in ("servers", "benchmarks"):
@@ -295,7 +303,7 @@ def test_review_summarises_a_large_matrix(compose):
     cfg = compose(LLAMA + ["baseline=false", "hardware.tp=1"])
     cfg["max_points"] = 10_000
     n = REVIEW_ROWS + 30
-    cfg["sweep"] = {"engine.max_running_requests": list(range(64, 64 + n))}
+    cfg["sweep"] = {"server.max_running_requests": list(range(64, 64 + n))}
     result = compile_config(cfg)
     assert result.ok and len(result.plan.servers) == n
     text = review(result.plan, result.diagnostics, title="t")

@@ -87,8 +87,73 @@ def test_adapters_default_to_the_pinned_release():
 
 def test_sglang_cuda_graph_flag_per_release():
     # 0.5.23's parser rejects --cuda-graph-max-bs as ambiguous (-decode / -prefill)
-    assert get_engine("sglang").cuda_graph_max_bs_flag == "--cuda-graph-max-bs-decode"
-    assert get_engine("sglang", "0.5.13").cuda_graph_max_bs_flag == "--cuda-graph-max-bs"
+    assert get_engine("sglang").server_flag("cuda_graph_max_bs") == "--cuda-graph-max-bs-decode"
+    assert get_engine("sglang", "0.5.13").server_flag("cuda_graph_max_bs") == "--cuda-graph-max-bs"
+
+
+KNOBS = ["server.max_running_requests=64", "server.mem_fraction=0.85",
+         "server.cuda_graph_max_bs=32", "server.dtype=bfloat16", "server.kv_cache_dtype=fp8_e4m3",
+         "server.quantization=fp8", "model_pair.context_length=2048"]
+
+
+def _argv(compose, overrides):
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose(overrides))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    return {("baseline" if s.baseline else "spec"): s.argv for s in result.plan.servers}
+
+
+def _flag(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+@pytest.mark.parametrize("engine, version, flags", [
+    ("sglang", "0.5.23", {"--max-running-requests": "64", "--mem-fraction-static": "0.85",
+                          "--cuda-graph-max-bs-decode": "32", "--dtype": "bfloat16",
+                          "--kv-cache-dtype": "fp8_e4m3", "--quantization": "fp8",
+                          "--context-length": "2048"}),
+    ("sglang", "0.5.13", {"--cuda-graph-max-bs": "32", "--mem-fraction-static": "0.85"}),
+    ("sim", "0.5.23", {"--max-running-requests": "64", "--cuda-graph-max-bs-decode": "32"}),
+    ("vllm", "0.33.0", {"--max-num-seqs": "64", "--gpu-memory-utilization": "0.85",
+                        "--max-cudagraph-capture-size": "32", "--dtype": "bfloat16",
+                        "--kv-cache-dtype": "fp8_e4m3", "--quantization": "fp8",
+                        "--max-model-len": "2048"}),
+])
+def test_each_server_knob_becomes_the_engines_own_flag(compose, engine, version, flags):
+    argv = _argv(compose, KNOBS + [f"engine={engine}", f"engine.version={version}"])["baseline"]
+    assert {f: _flag(argv, f) for f in flags} == flags
+
+
+def test_unset_knobs_emit_no_flag_so_the_engine_keeps_its_default(compose):
+    """Issue 17 item 5: specc wrote --gpu-memory-utilization 0.9 over vLLM 0.33's 0.92."""
+    for engine, flags in (("sglang", ("--max-running-requests", "--mem-fraction-static",
+                                      "--cuda-graph-max-bs-decode", "--dtype", "--kv-cache-dtype",
+                                      "--quantization", "--context-length")),
+                          ("vllm", ("--max-num-seqs", "--gpu-memory-utilization",
+                                    "--max-cudagraph-capture-size", "--dtype", "--kv-cache-dtype",
+                                    "--quantization", "--max-model-len"))):
+        cfg = compose([f"engine={engine}", "model_pair=kimi_k25_eagle3"])
+        assert all(v is None for v in cfg["server"].values())
+        for argv in _argv(compose, [f"engine={engine}", "model_pair=kimi_k25_eagle3"]).values():
+            assert not set(flags) & set(argv), (engine, argv)
+
+
+def test_vllm_graph_size_counts_each_requests_verified_tokens(compose):
+    """server.cuda_graph_max_bs is requests; vLLM's --max-cudagraph-capture-size is tokens, and a
+    speculative step verifies 1 + num_speculative_tokens per request (config/vllm.py)."""
+    argv = _argv(compose, KNOBS + ["engine=vllm", "speculation.num_steps=3",
+                                   "speculation.num_draft_tokens=4"])
+    assert _flag(argv["baseline"], "--max-cudagraph-capture-size") == "32"
+    assert _flag(argv["spec"], "--max-cudagraph-capture-size") == str(32 * (1 + 3))
+
+
+def test_vllm_memory_fraction_default_is_the_releases_own():
+    from specc.engines import vllm
+
+    assert vllm.for_version("0.33.0", vllm.GPU_MEMORY_UTILIZATION_DEFAULT) == 0.92
+    assert ("vllm/config/cache.py", "gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)") \
+        in [(path, text) for _, path, text in get_engine("vllm").source_evidence()]
 
 
 def _markers(engine):
@@ -135,12 +200,11 @@ def test_sglang_0_5_23_phase_order_and_markers():
 
 
 def test_readiness_phases_are_lists_of_patterns_in_the_plan(compose):
-    from specc.compile.matrix import spec_for as _spec_for
+    from specc.compile.matrix import SERVER_SECTIONS, spec_for as _spec_for
 
     cfg = compose(["model_pair.context_length=2048", "speculation.num_steps=1",
                    "speculation.topk=1", "speculation.num_draft_tokens=2"])
-    spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
-                                          "readiness")})
+    spec = _spec_for({k: cfg[k] for k in SERVER_SECTIONS})
     r = get_engine("sglang").readiness(spec)
     names = [p.name for p in r.phases]
     assert "capture_draft_cuda_graph" not in names   # num_steps 1: no draft decode graph
@@ -149,11 +213,10 @@ def test_readiness_phases_are_lists_of_patterns_in_the_plan(compose):
 
 
 def test_vllm_cache_flush_sets_dev_mode_in_the_server_env(compose):
-    from specc.compile.matrix import spec_for as _spec_for
+    from specc.compile.matrix import SERVER_SECTIONS, spec_for as _spec_for
 
     cfg = compose(["engine=vllm", "model_pair.context_length=2048"])
-    spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
-                                          "readiness")})
+    spec = _spec_for({k: cfg[k] for k in SERVER_SECTIONS})
     env, _ = get_engine("vllm").env(spec, [0], flush_cache=True)
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     env, _ = get_engine("vllm").env(spec, [0], flush_cache=False)
@@ -173,7 +236,7 @@ def test_sglang_acceptance_recipe_follows_the_release():
     assert old.run is None and old.cumulative.scope == "cumulative"
 
 
-VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "engine=vllm",
                   "model_pair=llama3_8b_eagle3", "cluster=slurm", "hardware.gpus_per_node=4",
                   "hardware.nodes=2", "hardware.tp=8", "cluster.nodes_per_server=2"]
 
@@ -219,6 +282,6 @@ def test_a_two_node_vllm_log_waits_in_join_then_loads():
         seen.append(m.phase)
     assert seen == [phase for phase, _ in log] and not m.guess
     # one node: no join phase, the rendezvous lines are plain progress
-    single = _servers(["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+    single = _servers(["+experiment=eagle3_sweep", "engine=vllm",
                        "model_pair=llama3_8b_eagle3"])[0]
     assert "join" not in [p.name for p in single.readiness.phases]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specc.compile import rules
-from specc.compile.matrix import spec_for as _spec_for
+from specc.compile.matrix import SERVER_SECTIONS, spec_for as _spec_for
 from specc.engines import get_engine
 
 COMPILE = Path(rules.__file__).parent
@@ -26,8 +26,7 @@ def test_the_unsupported_target_fix_comes_from_the_adapter(compose):
     # vLLM's EAGLE-3 target allow-list is gone in 0.33; releases before 0.17.0 had it
     cfg = compose(["model_pair=kimi_k25_eagle3", "engine=vllm", "engine.version=0.16.0"])
     engine = get_engine("vllm", "0.16.0")
-    spec = _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
-                                          "readiness")})
+    spec = _spec_for({k: cfg[k] for k in SERVER_SECTIONS})
     (d,) = rules.draft_architecture(spec, engine)
     assert d.code == "ENGINE_TARGET_UNSUPPORTED" and d.hint == engine.target_unsupported_fix
     assert "engine=" in d.hint

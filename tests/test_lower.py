@@ -293,9 +293,9 @@ def test_vllm_flush_cache_sets_dev_mode_and_says_so(compose):
 
 
 def test_the_headline_pair_compiles_on_vllm_0_33(compose):
-    result = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"])
+    result = _compile(compose, SWEEP + ["engine=vllm"])
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
-    result = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests", "engine.version=0.16.0"])
+    result = _compile(compose, SWEEP + ["engine=vllm", "engine.version=0.16.0"])
     assert not result.ok
     assert any(d.code == "ENGINE_TARGET_UNSUPPORTED" for d in result.diagnostics)
 
@@ -304,12 +304,12 @@ def test_plan_records_the_engine_version(compose):
     plan = _compile(compose, SWEEP).plan
     assert plan.engine_info["version"] == plan.engine_info["pinned_version"] == "0.5.23"
     assert "--cuda-graph-max-bs-decode" in _compile(
-        compose, SWEEP + ["engine.cuda_graph_max_bs=64"]).plan.servers[0].argv
-    old = _compile(compose, SWEEP + ["engine.version=0.5.9", "engine.cuda_graph_max_bs=64"]).plan
+        compose, SWEEP + ["server.cuda_graph_max_bs=64"]).plan.servers[0].argv
+    old = _compile(compose, SWEEP + ["engine.version=0.5.9", "server.cuda_graph_max_bs=64"]).plan
     assert old.engine_info["version"] == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
     names = [p.name for p in old.servers[1].readiness.phases]
     assert names.index("load_draft_weights") > names.index("capture_cuda_graph")
-    vllm = _compile(compose, SWEEP + ["engine=vllm", "~engine.max_running_requests"]).plan
+    vllm = _compile(compose, SWEEP + ["engine=vllm"]).plan
     assert vllm.engine_info["version"] == "0.33.0"
 
 

@@ -11,15 +11,14 @@ from specc.compile import rules
 from specc.compile.pipeline import compile_config
 from specc.engines import get_engine
 from specc.engines.sglang import derived_context_length
-from specc.compile.matrix import spec_for as _spec_for
+from specc.compile.matrix import SERVER_SECTIONS, spec_for as _spec_for
 
 LLAMA = ["model_pair.context_length=2048"]           # the llama pair needs this to be valid
 KIMI = ["model_pair=kimi_k25_eagle3"]
 
 
 def _spec(cfg):
-    return _spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "speculation",
-                                          "readiness")})
+    return _spec_for({k: cfg[k] for k in SERVER_SECTIONS})
 
 
 def server_diags(compose, overrides, rule=None):
@@ -43,11 +42,12 @@ def codes(diags):
 
 def test_every_rule_is_covered_here():
     covered = {"facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
-               "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
+               "spec_tokens_required", "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
                "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
-               "cache_flush", "engine_tree_knobs", "sample_size"}
+               "cache_flush", "engine_tree_knobs", "sample_size",
+               "dataset_fits_context"}   # tests/test_dataset_check.py
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES + rules.CLIENT_RULES} == covered
 
 
@@ -128,6 +128,30 @@ def test_served_context(compose):
 
 
 # --- speculation knobs ---------------------------------------------------------------
+
+def test_spec_tokens_required_on_an_engine_without_defaults(compose):
+    """vLLM 0.33 picks no number of speculative tokens (it raises without one): no row may be
+    labelled "engine defaults" there; SGLang picks per architecture and says so."""
+    none = ["speculation.num_steps=null", "speculation.topk=null", "speculation.num_draft_tokens=null"]
+    (d,) = server_diags(compose, LLAMA + ["engine=vllm"] + none, rules.spec_tokens_required)
+    assert (d.code, d.severity, d.path) == ("SPEC_TOKENS_REQUIRED", "error", "speculation.num_steps")
+    assert "vllm 0.33.0" in d.message and "num_steps" in d.hint
+    assert server_diags(compose, LLAMA + ["engine=vllm"] + none, rules.spec_params_all_or_none) == []
+    assert server_diags(compose, LLAMA + none, rules.spec_tokens_required) == []       # SGLang
+    assert server_diags(compose, LLAMA + ["engine=vllm"], rules.spec_tokens_required) == []
+    assert server_diags(compose, LLAMA + ["engine=vllm", "speculation=ngram"],
+                        rules.spec_tokens_required) == []                     # 8 draft tokens: 7
+
+
+def test_spec_tokens_required_exits_2_in_one_line(run_specc, tmp_path):
+    code, out, err = run_specc(["engine=vllm", "speculation.num_steps=null", "speculation.topk=null",
+                                "speculation.num_draft_tokens=null", "model_pair.context_length=2048"],
+                               tmp_path)
+    assert code == 2
+    lines = [l for l in (out + err).splitlines() if l.startswith("error ")]
+    assert lines == [l for l in lines if "SPEC_TOKENS_REQUIRED at speculation.num_steps" in l] != []
+    assert not (tmp_path / "run" / "plan.json").exists()
+
 
 def test_spec_params_all_or_none(compose):
     (d,) = server_diags(compose, LLAMA + ["speculation.topk=null"], rules.spec_params_all_or_none)
@@ -247,7 +271,7 @@ def test_memory_weights(compose):
     found = server_diags(compose, ov, rules.memory_weights)
     assert [d.code for d in found] == ["MEMORY_WEIGHTS"]
     assert server_diags(compose, KIMI, rules.memory_weights) == []   # h200x8, tp 8
-    assert server_diags(compose, KIMI + ["hardware=h100x8", "engine.mem_fraction_static=0.9"],
+    assert server_diags(compose, KIMI + ["hardware=h100x8", "server.mem_fraction=0.9"],
                         rules.memory_weights) == []
 
 
@@ -261,15 +285,16 @@ def test_memory_weights_of_a_baseline_exclude_the_draft(compose):
 def test_running_requests(compose):
     (d,) = point_diags(compose, LLAMA, rules.running_requests, concurrency=64)
     assert (d.code, d.severity, d.path) == ("RUNNING_REQUESTS_CAP", "warning",
-                                            "engine.max_running_requests")
+                                            "server.max_running_requests")
     assert "48" in d.message
     assert point_diags(compose, LLAMA, rules.running_requests, concurrency=48) == []
-    assert point_diags(compose, LLAMA + ["engine.max_running_requests=64"], rules.running_requests,
+    assert point_diags(compose, LLAMA + ["server.max_running_requests=64"], rules.running_requests,
                        concurrency=64) == []
     # vLLM's --max-num-seqs default: 1024 on H100/H200-class GPUs, 256 elsewhere
     assert point_diags(compose, LLAMA + ["engine=vllm"], rules.running_requests, concurrency=300) == []
     (d,) = point_diags(compose, LLAMA + ["engine=vllm"], rules.running_requests, concurrency=1100)
-    assert d.path == "engine.max_num_seqs" and "1024" in d.message
+    assert d.path == "server.max_running_requests" and "1024" in d.message
+    assert d.hint == "set server.max_running_requests=1100"   # the same knob on every engine
     (d,) = point_diags(compose, LLAMA + ["engine=vllm", "hardware=h100x8"], rules.running_requests,
                        concurrency=1100)
     assert "1024" in d.message
@@ -277,7 +302,7 @@ def test_running_requests(compose):
                                          "hardware.gpu_memory_gb=80"], rules.running_requests,
                        concurrency=300)
     assert "256" in d.message
-    (d,) = point_diags(compose, LLAMA + ["engine.cuda_graph_max_bs=8"], rules.running_requests,
+    (d,) = point_diags(compose, LLAMA + ["server.cuda_graph_max_bs=8"], rules.running_requests,
                        concurrency=16)
     assert d.code == "CUDA_GRAPH_BS"
 
@@ -287,6 +312,18 @@ def test_memory_kv(compose):
                        output_len=8192)
     assert d.code == "MEMORY_KV" and d.path == "benchmark.concurrency"
     assert point_diags(compose, KIMI, rules.memory_kv, concurrency=16) == []
+
+
+def test_memory_kv_on_vllm_uses_the_releases_own_default_fraction(compose):
+    """No server.mem_fraction: vLLM runs at 0.33.0's default 0.92 (not specc's old 0.9), and
+    the estimate says so; a configured fraction is the one used."""
+    (d,) = point_diags(compose, KIMI + ["engine=vllm"], rules.memory_kv, concurrency=2000,
+                       input_len=8192, output_len=8192)
+    assert f"> {141 * 0.92:.1f} GB per GPU" in d.message
+    assert "vLLM 0.33.0's default --gpu-memory-utilization (vllm/config/cache.py)" in d.message
+    (d,) = point_diags(compose, KIMI + ["engine=vllm", "server.mem_fraction=0.8"], rules.memory_kv,
+                       concurrency=2000, input_len=8192, output_len=8192)
+    assert f"> {141 * 0.8:.1f} GB per GPU (server.mem_fraction)" in d.message
 
 
 def test_lengths_fit_context(compose):

@@ -34,8 +34,8 @@ def test_shipped_configs_are_schema_valid(compose):
     (lambda c: c.update(experiment="bad name!"), "SCHEMA_PATTERN", "experiment", "letters"),
     (lambda c: c["engine"].update(env={"BAD-NAME": "x"}), "SCHEMA_PATTERN", "engine.env",
      "not starting with a digit"),
-    (lambda c: c["engine"].update(mem_fraction_static=1.5), "SCHEMA_ANYOF",
-     "engine.mem_fraction_static", "type"),
+    (lambda c: c["server"].update(mem_fraction=1.5), "SCHEMA_ANYOF",
+     "server.mem_fraction", "type"),
 ])
 def test_one_diagnostic_at_the_offending_path(compose, mutate, code, path, hint):
     found = _diags(compose, mutate)
@@ -64,8 +64,9 @@ def test_subschema_and_validate_value():
     assert schema.subschema("hardware.tp")["minimum"] == 1
     assert schema.subschema("model_pair.draft.path") is not None     # through the nullable draft
     assert schema.subschema("hardware.nope") is None
-    assert schema.subschema("engine.max_num_seqs", "sglang") is None
-    assert schema.subschema("engine.max_num_seqs")["anyOf"]      # some engine has it
+    assert schema.subschema("engine.attention_backend", "vllm") is None
+    assert schema.subschema("engine.attention_backend")["anyOf"]      # some engine has it
+    assert schema.subschema("server.max_running_requests")["anyOf"]
     assert schema.validate_value("hardware.tp", 2) is None
     assert "not of type" in schema.validate_value("hardware.tp", "x")
     assert "swept" in schema.validate_value("nope.x", 1)
@@ -73,28 +74,47 @@ def test_subschema_and_validate_value():
 
 # --- one engine schema per engine ------------------------------------------------------
 
-@pytest.mark.parametrize("engine, key, value, owner, equivalent", [
-    ("sglang", "max_num_seqs", 8, "vllm", "engine.max_running_requests"),
-    ("sim", "max_num_seqs", 8, "vllm", "engine.max_running_requests"),
-    ("vllm", "max_running_requests", 8, "sglang", "engine.max_num_seqs"),
-    ("vllm", "mem_fraction_static", 0.8, "sglang", "engine.gpu_memory_utilization"),
-    ("sglang", "gpu_memory_utilization", 0.8, "vllm", "engine.mem_fraction_static"),
-    ("vllm", "cuda_graph_max_bs", 8, "sglang", None),
-    ("sglang", "sim", {"seed": 1}, "sim", None),
+@pytest.mark.parametrize("engine, key, value, knob", [
+    ("sglang", "max_num_seqs", 8, "max_running_requests"),
+    ("sim", "max_running_requests", 8, "max_running_requests"),
+    ("vllm", "max_running_requests", 8, "max_running_requests"),
+    ("vllm", "mem_fraction_static", 0.8, "mem_fraction"),
+    ("sglang", "gpu_memory_utilization", 0.8, "mem_fraction"),
+    ("vllm", "gpu_memory_utilization", 0.8, "mem_fraction"),
+    ("sglang", "cuda_graph_max_bs", 8, "cuda_graph_max_bs"),
+    ("vllm", "kv_cache_dtype", "fp8", "kv_cache_dtype"),
 ])
-def test_a_key_of_another_engine_names_that_engine(compose, engine, key, value, owner,
-                                                   equivalent):
+def test_an_engine_spelling_of_a_server_knob_names_the_knob(compose, engine, key, value, knob):
+    """Each engine's old key for a knob both engines have is one line naming server.<knob>:
+    the knob is said once, so an old key and the knob can never both be set."""
+    cfg = compose([f"engine={engine}"])
+    cfg["engine"][key] = value
+    (d,) = schema.validate(cfg)
+    assert (d.code, d.path) == ("SCHEMA_ENGINE_KEY", f"engine.{key}")
+    assert f"server.{knob}" in d.message
+    assert d.hint == f"use server.{knob}={value}"
+
+
+@pytest.mark.parametrize("engine, key, value, owner", [
+    ("vllm", "attention_backend", "fa3", "sglang / sim"),
+    ("sglang", "sim", {"seed": 1}, "sim"),
+])
+def test_a_key_of_another_engine_names_that_engine(compose, engine, key, value, owner):
     cfg = compose([f"engine={engine}"])
     cfg["engine"][key] = value
     (d,) = schema.validate(cfg)
     assert (d.code, d.path) == ("SCHEMA_ENGINE_KEY", f"engine.{key}")
     assert f"{key} is a {owner}" in d.message
-    if equivalent:
-        assert f"{engine}'s equivalent is {equivalent}" in d.message
-        assert f"use {equivalent}" in d.hint
-    else:
-        assert f"{engine} has no equivalent" in d.message
-    assert f"engine={owner}" in d.hint
+    assert f"{engine} has no equivalent" in d.message
+    assert f"engine={owner.split()[0]}" in d.hint
+
+
+def test_the_server_section_lists_every_knob_and_each_adapter_translates_it(compose):
+    from specc.engines import ENGINES
+
+    assert set(compose([])["server"]) == set(schema.SERVER_KNOBS)
+    for name, cls in ENGINES.items():
+        assert set(cls.server_flags) == set(schema.SERVER_KNOBS), name
 
 
 def test_an_unknown_engine_key_lists_the_chosen_engines_keys_only(compose):
@@ -102,7 +122,7 @@ def test_an_unknown_engine_key_lists_the_chosen_engines_keys_only(compose):
     cfg["engine"]["bogus"] = 1
     (d,) = schema.validate(cfg)
     assert (d.code, d.path) == ("SCHEMA_ADDITIONALPROPERTIES", "engine.bogus")
-    assert "max_num_seqs" in d.hint and "max_running_requests" not in d.hint
+    assert d.hint.endswith("env, extra_args, name, python, version")   # vllm's own keys only
 
 
 def test_two_unknown_keys_are_two_diagnostics(compose):
@@ -114,14 +134,17 @@ def test_two_unknown_keys_are_two_diagnostics(compose):
 
 def test_engine_keys_in_a_sweep_are_checked_against_the_chosen_engine(compose):
     cfg = compose(["engine=vllm"])
-    cfg["sweep"] = {"engine.max_num_seqs": [8, 16]}
+    cfg["sweep"] = {"server.max_running_requests": [8, 16]}
     assert schema.validate(cfg) == []
-    cfg["sweep"] = {"engine.max_running_requests": [8, 16]}
+    cfg["sweep"] = {"engine.max_num_seqs": [8, 16]}
     (d,) = schema.validate(cfg)
-    assert (d.code, d.path) == ("SCHEMA_ENGINE_KEY", "sweep.engine.max_running_requests")
-    assert "sweep engine.max_num_seqs instead" in d.hint
+    assert (d.code, d.path) == ("SCHEMA_ENGINE_KEY", "sweep.engine.max_num_seqs")
+    assert d.hint == "sweep server.max_running_requests instead"
     cfg["sweep"] = {"engine": [{"max_running_requests": 8}]}
     assert [d.code for d in schema.validate(cfg)] == ["SCHEMA_ENGINE_KEY"]
+    cfg["sweep"] = {"engine.attention_backend": ["fa3"]}
+    (d,) = schema.validate(cfg)
+    assert "attention_backend is a sglang / sim key" in d.message
     cfg["sweep"] = {"engine.name": ["sglang", "vllm"]}
     (d,) = schema.validate(cfg)
     assert (d.code, d.path) == ("SWEEP_AXIS", "sweep.engine.name") and "-m engine=" in d.hint
@@ -191,3 +214,52 @@ def test_resolve_paths_expands_home_and_makes_local_paths_absolute(compose, tmp_
     assert out["sweep"]["model_pair.draft.path"] == [str(tmp_path / "models" / "llama"), "org/x"]
     assert out["sweep"]["benchmark"] == [{"dataset_path": str(tmp_path / "q.jsonl")}]
     assert cfg["benchmark"]["dataset_path"] == "data/p.jsonl"     # the input is left alone
+
+
+# --- each default said once --------------------------------------------------------------
+
+def test_keys_a_config_leaves_out_take_the_shipped_defaults(compose):
+    """The conf's default options are the one place client, readiness and server defaults are
+    said: compile fills what a config leaves out, so the plan holds every value (a config
+    without min_requests used to get 4 prompts from a literal in the matrix, not conf's 80)."""
+    from specc.compile.pipeline import compile_config
+
+    cfg = compose(["model_pair.context_length=2048", "speculation=none"])
+    for key in ("min_requests", "seed", "warmup_requests", "range_ratio", "hf_split",
+                "temperature", "ignore_eos", "repeats", "timeout_s"):
+        del cfg["benchmark"][key]
+    del cfg["readiness"]["probe_timeout_s"]
+    del cfg["server"]
+    plan = compile_config(cfg).plan
+    (bench,) = plan.benchmarks
+    shipped = schema.shipped_defaults("benchmark/default.yaml")
+    assert shipped["min_requests"] == 80 and bench.params["num_prompts"] == 80
+    for key in ("seed", "warmup_requests", "range_ratio", "hf_split", "temperature",
+                "ignore_eos", "repeats", "timeout_s"):
+        assert bench.params[key] == shipped[key], key
+    assert plan.servers[0].readiness.probe.timeout_s == \
+        schema.shipped_defaults("readiness/default.yaml")["probe_timeout_s"]
+
+
+def test_changing_a_shipped_default_changes_every_reader(compose, tmp_path, monkeypatch):
+    """One source: a default changed in the conf dir reaches the plan, the point runner's
+    params and bench_serving's command alike."""
+    import shutil
+
+    from specc.compile.pipeline import compile_config
+    from specc.config import compose as compose_mod
+
+    conf = tmp_path / "conf"
+    shutil.copytree(compose_mod.CONF_DIR, conf)
+    path = conf / "benchmark" / "default.yaml"
+    path.write_text(path.read_text().replace("warmup_requests: 1", "warmup_requests: 3")
+                    .replace("range_ratio: 1.0", "range_ratio: 0.5"))
+    monkeypatch.setattr(compose_mod, "CONF_DIR", conf)
+    cfg = compose(["model_pair.context_length=2048", "speculation=none",
+                   "benchmark.driver=bench_serving", "benchmark.dataset=random"])
+    del cfg["benchmark"]["warmup_requests"], cfg["benchmark"]["range_ratio"]
+    (bench,) = compile_config(cfg).plan.benchmarks
+    assert (bench.params["warmup_requests"], bench.params["range_ratio"]) == (3, 0.5)
+    argv = list(bench.argv)
+    assert argv[argv.index("--warmup-requests") + 1] == "3"
+    assert argv[argv.index("--random-range-ratio") + 1] == "0.5"

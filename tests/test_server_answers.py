@@ -275,7 +275,7 @@ def _hostile_plan(run_dir: Path, mode: str, overrides=()):
 ])
 def test_specc_run_against_a_hostile_server(tmp_path, mode, status, reason):
     plan = _hostile_plan(tmp_path / "run", mode)
-    res = run_cli(["run", "--plan", str(plan)], timeout=200)
+    res = run_cli(["run", "--plan", str(plan), "--accept-edited"], timeout=200)
     out = res.stdout + res.stderr
     assert "Traceback" not in out, out[-3000:]
     assert res.returncode == (0 if status == "ok" else 3), out[-3000:]

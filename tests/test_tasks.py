@@ -56,7 +56,7 @@ def test_inv_run_refuses_a_plan_with_errors(tmp_path):
 
     run_dir = tmp_path / "run"
     compile_plan(run_dir, ["baseline=false"], port=guard.port(1), edit=add_error)
-    res = run_inv(["run", "--plan", str(run_dir / "plan.json")], timeout=30)
+    res = run_inv(["run", "--plan", str(run_dir / "plan.json"), "--accept-edited"], timeout=30)
     assert res.returncode == 2
     assert "draft too short" in res.stderr and "PLAN_HAS_ERRORS" in res.stderr
     assert not (run_dir / "results.jsonl").exists() and not (run_dir / "state.json").exists()

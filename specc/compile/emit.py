@@ -336,8 +336,12 @@ def _values_text(values: dict) -> str:
     return f"({len(vals)} values, {vals[0]} to {vals[-1]})"
 
 
-def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str) -> str:
+def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
+           digest: str | None = None) -> str:
     lines = [f"# specc review: {title}", ""]
+    if digest:
+        lines += [f"Plan digest: `{digest}` (plan.json as reviewed; `specc run` refuses a "
+                  "plan.json edited since, unless `--accept-edited`)", ""]
     errors = [d for d in diagnostics if d.severity == "error"]
     if plan is None or errors:
         lines.append(f"**INVALID**: {len(errors)} error(s); nothing can run until they are fixed.")
@@ -445,15 +449,45 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
     from specc.compile import sbatch
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    text = review(plan, diagnostics, title=title)
+    valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
+    digest = None
+    if valid:   # first: the review names the digest of the plan.json it describes
+        digest = _Digest()
+        atomic_write(run_dir / "plan.json", _blocks(digest.sealed(plan_json_chunks(plan))))
+    text = review(plan, diagnostics, title=title, digest=digest and digest.value)
     if plan is not None and plan.cluster:
         text += "\n" + sbatch.review_section(plan)
     atomic_write(run_dir / "review.md", text)
-    if plan is not None and not any(d.severity == "error" for d in diagnostics):
-        atomic_write(run_dir / "plan.json", _blocks(plan_json_chunks(plan)))
+    if valid:
         atomic_write(run_dir / "plan.sh", _blocks(plan_sh_chunks(plan)), mode=0o755)
         sbatch.write_scripts(run_dir, plan)
     return text
+
+
+class _Digest:
+    """Hashes plan.json as it streams out and ends it with `"digest":"sha256:..."`, the hash
+    of every byte before that key (`specc run` checks it: a reviewed plan is the plan that
+    runs)."""
+
+    def __init__(self):
+        import hashlib
+
+        self._h = hashlib.sha256()
+        self.value: str | None = None
+
+    def sealed(self, chunks):
+        from specc.secrets import scrub
+
+        pending = None
+        for chunk in chunks:
+            if pending is not None:
+                text = scrub(pending)   # what atomic_write writes
+                self._h.update(text.encode("utf-8"))
+                yield text
+            pending = chunk
+        assert pending == "}\n", pending   # the closing brace: the digest goes before it
+        self.value = "sha256:" + self._h.hexdigest()
+        yield f',\n"digest":"{self.value}"}}\n'
 
 
 def _blocks(chunks, size: int = 1 << 18) -> Iterator[str]:

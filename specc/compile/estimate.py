@@ -73,7 +73,7 @@ class ServerTimes:
     def __init__(self, engine: Engine, benches):
         self.engine = engine
         self.shapes = Counter((b["num_prompts"], b["concurrency"], b["input_len"], b["output_len"],
-                               b.get("repeats", 1)) for b in benches)
+                               b["repeats"]) for b in benches)
         self._points_s: dict[str, float] = {}
 
     def seconds(self, spec: ServerSpec, start_s: float) -> float:

@@ -8,10 +8,8 @@ is kept (naming the file and the field) for the FACTS_INVALID rule to report.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -68,50 +66,17 @@ class ModelConfig:
     problems: tuple[tuple[str, str], ...] = ()
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def read_bounded(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, str | None]:
-    """(content, None), (None, None) if there is no such file, or (None, problem).
+    """(content, None), (None, None) if there is no such file, or (None, problem): a model
+    file read as every untrusted file is (`specc.files.read_bounded`)."""
+    from specc.files import UnreadableFile, read_bounded as read
 
-    Opened non-blocking (a FIFO must not hang the compile), checked to be a
-    regular file on the open descriptor (no race with a swap), read to at most
-    `limit` bytes (a symlink to an endless file must not grow memory).
-    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            return None, None
-        if e.errno == errno.ELOOP:
-            return None, f"{path}: a symlink loop"
-        return None, f"{path}: cannot be read ({e.strerror})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, f"{path}: {_kind(st.st_mode)}, not a regular file"
-        if st.st_size > limit:
-            return None, f"{path}: {st.st_size} bytes, over the {limit // 2**20} MiB a model file may have"
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                return None, f"{path}: over the {limit // 2**20} MiB a model file may have"
-        return b"".join(chunks), None
-    except OSError as e:
-        return None, f"{path}: cannot be read ({e.strerror})"
-    finally:
-        os.close(fd)
+        return read(path, limit), None
+    except FileNotFoundError:
+        return None, None
+    except UnreadableFile as e:
+        return None, str(e)
 
 
 def _load_json(path: Path) -> tuple[object, str | None]:

@@ -26,7 +26,7 @@ from specc.engines import get_engine
 from specc.engines.base import Engine
 from specc.plan import Dropped
 
-SERVER_SECTIONS = ("model_pair", "hardware", "engine", "speculation", "readiness")
+SERVER_SECTIONS = ("model_pair", "hardware", "engine", "server", "speculation", "readiness")
 CLIENT_SECTION = "benchmark"
 SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
 
@@ -102,8 +102,8 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
             continue
         if top not in SERVER_SECTIONS + (CLIENT_SECTION,):
             out.append(error("SWEEP_AXIS", where, f"'{path}' cannot be swept",
-                             "sweep keys under model_pair, hardware, engine, speculation "
-                             "or benchmark"))
+                             "sweep keys under model_pair, hardware, engine, server, "
+                             "speculation or benchmark"))
             continue
         if len(set(map(canonical, values))) != len(values):
             out.append(error("SWEEP_AXIS", where, "repeated values", "list each value once"))
@@ -126,6 +126,8 @@ def check_axes(cfg: dict) -> list[Diagnostic]:
 
 
 def spec_for(sections: dict, cluster: str = "local") -> ServerSpec:
+    if len(sections.get("server") or ()) != len(schema.SERVER_KNOBS):   # every knob, once
+        sections = {**sections, "server": schema.server_section(sections)}
     mp = sections["model_pair"]
     eng = sections["engine"]
     context = get_engine(eng["name"], eng.get("version")).derived_context_length
@@ -152,8 +154,8 @@ def _num_prompts(bench: dict) -> int:
     and ``min_output_tokens`` tokens, and one full wave at the point's concurrency."""
     if bench.get("num_prompts"):
         return bench["num_prompts"]
-    by_tokens = -(-bench.get("min_output_tokens", 0) // bench["output_len"])
-    return max(bench.get("min_requests", 4), by_tokens, bench["concurrency"])
+    by_tokens = -(-bench["min_output_tokens"] // bench["output_len"])
+    return max(bench["min_requests"], by_tokens, bench["concurrency"])
 
 
 def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
@@ -204,7 +206,7 @@ def expand(cfg: dict, engine: Engine) -> tuple[Matrix | None, list[Diagnostic]]:
             f"over max_points={cfg['max_points']}",
             f"narrow the sweep, or raise the cap knowingly: max_points={n_server * n_client * 2}")]
 
-    base = {k: cfg[k] for k in SERVER_SECTIONS}
+    base = {k: schema.server_section(cfg) if k == "server" else cfg[k] for k in SERVER_SECTIONS}
     cluster = (cfg.get("cluster") or {}).get("name", "local")
     sweeps_spec = any(p.split(".")[0] == "speculation" for p, _ in server_axes)
 

@@ -79,7 +79,7 @@ def compile_config(config: dict) -> Compilation:
     diags = _secret_diagnostics(config, problems) + schema.validate(config)
     if has_errors(diags):
         return Compilation(config, None, diags)
-    config = schema.resolve_paths(config)
+    config = schema.with_defaults(schema.resolve_paths(config))
     plan, found = lower(config)
     found = _real_errors_first(config, found)
     if plan is not None and not has_errors(found):

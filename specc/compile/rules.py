@@ -7,6 +7,8 @@ attributes, never from here.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Iterator
 
 from specc.diagnostics import Diagnostic, error, info, warning
@@ -117,11 +119,25 @@ def spec_params_all_or_none(spec: ServerSpec, engine: Engine) -> Iterator[Diagno
         yield error("SPEC_PARAMS_ALL_OR_NONE", f"speculation.{missing[0]}",
                     f"give all of num_steps, topk, num_draft_tokens or none; missing {', '.join(missing)}",
                     "set the missing ones, or null all three to take the engine's defaults")
-    elif not any(given):
+    elif not any(given) and engine.picks_spec_params:
         yield info("SPEC_ENGINE_DEFAULTS", "speculation",
                    f"no num_steps/topk/num_draft_tokens: {engine.name} picks its own per target "
                    "architecture; the plan labels them as the engine's defaults",
                    "set all three to make the row's label explicit")
+
+
+def spec_tokens_required(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """An engine that picks no speculation parameters needs the number of tokens to draft:
+    specc does not pick one for it and label the row "engine defaults"."""
+    if not spec.speculative or engine.picks_spec_params:
+        return
+    if engine.num_speculative_tokens(spec) is None:
+        yield error("SPEC_TOKENS_REQUIRED", "speculation.num_steps",
+                    f"{engine.name} {engine.version} has no default number of speculative "
+                    f"tokens for {spec.algorithm}: it refuses a draft config without "
+                    "num_speculative_tokens",
+                    "set speculation.num_steps (the tokens drafted per step), with topk=1 and "
+                    "num_draft_tokens=num_steps+1")
 
 
 def spec_algorithm_knobs(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -259,7 +275,7 @@ def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
 
 def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """A probe timeout under the engine's own health-check time calls a busy server dead."""
-    timeout = spec.readiness.get("probe_timeout_s", 30.0)
+    timeout = spec.readiness["probe_timeout_s"]
     if timeout < engine.health_timeout_s:
         yield error("READINESS_PROBE_TIMEOUT", "readiness.probe_timeout_s",
                     f"probe timeout {timeout:g} s is shorter than {engine.name}'s own health check "
@@ -305,16 +321,15 @@ def running_requests(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[
     cap, source = engine.max_running_requests(spec)
     conc = bench["concurrency"]
     if cap is not None and conc > cap:
-        path = engine.max_running_path
-        yield warning("RUNNING_REQUESTS_CAP", path,
+        yield warning("RUNNING_REQUESTS_CAP", "server.max_running_requests",
                       f"concurrency {conc} > {cap} running requests ({source}): "
                       f"{conc - cap} requests queue and the point measures queueing",
-                      f"set {path}={conc}")
-    graph_bs = spec.engine.get("cuda_graph_max_bs")
+                      f"set server.max_running_requests={conc}")
+    graph_bs = spec.server.get("cuda_graph_max_bs")
     if graph_bs and conc > graph_bs:
-        yield warning("CUDA_GRAPH_BS", "engine.cuda_graph_max_bs",
+        yield warning("CUDA_GRAPH_BS", "server.cuda_graph_max_bs",
                       f"concurrency {conc} > cuda_graph_max_bs {graph_bs}: larger batches run "
-                      "without CUDA graphs", f"set engine.cuda_graph_max_bs={conc}")
+                      "without CUDA graphs", f"set server.cuda_graph_max_bs={conc}")
 
 
 def memory_kv(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
@@ -331,7 +346,7 @@ def memory_kv(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnos
                     f"weights {weights:.1f} GB + KV cache {kv:.1f} GB for {tokens} tokens "
                     f"(concurrency {bench['concurrency']} x {bench['input_len'] + bench['output_len']}) "
                     f"> {budget:.1f} GB per GPU ({source})",
-                    "lower concurrency or lengths, raise tp, or use kv_cache_dtype=fp8_e4m3")
+                    "lower concurrency or lengths, raise tp, or use server.kv_cache_dtype=fp8_e4m3")
 
 
 def lengths_fit_context(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
@@ -384,8 +399,50 @@ def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diag
         elif not os.path.isfile(os.path.expanduser(path)):
             yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
                         f"no readable file at {path!r}", "fix the path")
+        else:
+            yield from _dataset_contents(spec, bench, kind, os.path.expanduser(path))
         return
     yield from _prompt_set(bench)
+
+
+def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
+                      path: str) -> Iterator[Diagnostic]:
+    """A jsonl or ShareGPT file's prompts, checked before anything launches (the file is read
+    once per compile and output length, streamed and bounded). Without a server (`spec`
+    None): the file's own problems; with one: the prompts that do not fit its context."""
+    try:
+        stamp = os.stat(path).st_mtime_ns   # an edited file is read again
+    except OSError:
+        stamp = 0
+    out_len = int(bench.get("output_len") or 0)
+    own = _dataset_problems(kind, path, stamp, out_len, None, None)
+    lines = own
+    if spec is not None:
+        context = spec.model_pair.get("context_length") or spec.target.context_length
+        if not context:
+            return
+        lines = [ln for ln in _dataset_problems(kind, path, stamp, out_len, context,
+                                                getattr(spec.target, "path", None))
+                 if ln not in own]
+    for line in lines:
+        yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", line,
+                    "fix the file (one JSON object per line with a \"prompt\"; positive "
+                    "lengths that fit the context), or choose another dataset")
+
+
+@functools.lru_cache(maxsize=64)
+def _dataset_problems(kind, path, stamp, output_len, context, model_path) -> tuple[str, ...]:
+    from specc.run.datasets import check_file
+
+    return tuple(check_file(kind, path, output_len=output_len, context_length=context,
+                            counter=_counter(model_path)))
+
+
+@functools.lru_cache(maxsize=4)
+def _counter(model_path):
+    from specc.run.datasets import TokenCounter
+
+    return TokenCounter(model_path)
 
 
 def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
@@ -416,7 +473,7 @@ def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
         # parse cached (per length, a sweep over lengths re-read it for every point)
         promptsets.load(kind, path=path, output_len=1,
                         categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
-                        hf_split=bench.get("hf_split", "test"))
+                        hf_split=bench["hf_split"])
     except promptsets.CategoryError as e:
         yield error("BENCH_DATASET_CATEGORY", "benchmark.categories", str(e),
                     "name categories the set has, or set benchmark.categories=null")
@@ -442,9 +499,9 @@ def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
         yield error("BENCH_TARGET_CI", "benchmark.target_ci",
                     f"target_ci {target} is not a positive relative half-width",
                     "set benchmark.target_ci=0.02 (+-2%), or null for a fixed sample")
-    elif target is not None and bench.get("max_requests", 0) < bench["num_prompts"]:
+    elif target is not None and bench["max_requests"] < bench["num_prompts"]:
         yield error("BENCH_MAX_REQUESTS", "benchmark.max_requests",
-                    f"max_requests {bench.get('max_requests')} is below the first batch of "
+                    f"max_requests {bench['max_requests']} is below the first batch of "
                     f"{bench['num_prompts']} requests", f"set benchmark.max_requests >= "
                     f"{bench['num_prompts']}")
     if bench.get("driver") == "bench_serving" and bench["dataset"] not in (
@@ -468,10 +525,20 @@ def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
 
 
 SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
-                spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
+                spec_tokens_required, spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_deadline, memory_weights)
-POINT_RULES = (running_requests, memory_kv, lengths_fit_context)
+def dataset_fits_context(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """A jsonl/ShareGPT file's prompts (plus their output lengths) fit the server's context."""
+    import os
+
+    path = bench.get("dataset_path")
+    if bench["dataset"] in ("jsonl", "sharegpt") and path and os.path.isfile(
+            os.path.expanduser(path)):
+        yield from _dataset_contents(spec, bench, bench["dataset"], os.path.expanduser(path))
+
+
+POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).
 CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size)

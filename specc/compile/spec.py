@@ -18,6 +18,8 @@ class ServerSpec:
     model_pair: dict
     hardware: dict
     engine: dict
+    #: The engine-neutral knobs (config `server`), every one present; None: the engine's default.
+    server: dict
     speculation: dict
     readiness: dict
     target: ModelFacts
@@ -61,7 +63,7 @@ class ServerSpec:
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token costs on each GPU (specc.facts.kv_bytes_per_token)."""
         return kv_bytes_per_token(self.target.values, tp=self.hardware["tp"],
-                                  kv_cache_dtype=self.engine.get("kv_cache_dtype"))
+                                  kv_cache_dtype=self.server.get("kv_cache_dtype"))
 
     def weight_gb_per_gpu(self, which: str = "target") -> float:
         # a server without a draft algorithm (a baseline, NGRAM) loads no draft weights

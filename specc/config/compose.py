@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 import re
 import sys
 from pathlib import Path
@@ -95,19 +96,8 @@ def _scrub_saved_configs(files, values) -> None:
             OmegaConf.save(OmegaConf.create(clean), f)
 
 
-class _Redacting:
-    """A text stream that hides known secret values in everything written through it
-    (Hydra's --cfg output, argparse's usage errors, its exception messages)."""
-
-    def __init__(self, stream, values):
-        self._stream, self._values = stream, values
-
-    def write(self, text):
-        return self._stream.write(secrets.redact(text, self._values))
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
+#: The sweep's id, in the environment of every job it launches.
+SWEEP_ID_ENV = "SPECC_SWEEP_ID"
 
 #: Hydra's flags that take a value (`--cfg job`); `--info` takes one optionally.
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
@@ -134,8 +124,18 @@ def _hydra_argv(argv: list[str]) -> list[str]:
             if takes and i + 1 < len(argv):
                 flags.append(argv[i + 1])
                 i += 1
+            elif a in _INFO_FLAGS:   # a bare --info must not take specc's own override as its topic
+                flags.append("all")
         i += 1
     return [*flags, *overrides, *_INTERNAL]
+
+
+class UsageError(Exception):
+    """argparse's complaint about the command line (Hydra's parser), as one message."""
+
+
+def _usage_error(self, message):   # argparse.ArgumentParser.error, while Hydra parses
+    raise UsageError(message)
 
 
 def _duplicate_keys(value: str) -> list[str]:
@@ -254,6 +254,9 @@ def run(argv: list[str], job, finish_sweep) -> int:
 
     Returns the worst exit code: 0 ok, 2 invalid input, 3 execution failure.
     """
+    # one id per invocation, inherited by jobs a launcher runs elsewhere: two jobs of one
+    # sweep must not compile into one run dir
+    os.environ[SWEEP_ID_ENV] = f"{os.getpid()}-{time.time_ns()}"
     hidden = secrets.scan_overrides(argv)
     problems = duplicate_key_lines(argv)
     launcher = submitit_launcher(argv)
@@ -263,14 +266,19 @@ def run(argv: list[str], job, finish_sweep) -> int:
         for line in problems:
             print(secrets.redact(line, hidden), file=sys.stderr)
         return 2
-    if not hidden:
-        return _run(argv, job, finish_sweep, hidden)
+    secrets.remember(hidden)
     old = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Redacting(sys.stdout, hidden), _Redacting(sys.stderr, hidden)
+    sys.stdout, sys.stderr = secrets.Scrubbed(sys.stdout, hidden), secrets.Scrubbed(sys.stderr, hidden)
     try:
         return _run(argv, job, finish_sweep, hidden)
     finally:
         sys.stdout, sys.stderr = old
+
+
+def dir_name(name) -> str:
+    """The experiment's name as one folder under outputs/: a name the schema refuses
+    (`../../x`, `/abs`) must not put the review outside it."""
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", str(name)).lstrip(".") or "_"
 
 
 def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
@@ -278,6 +286,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     from omegaconf import OmegaConf
 
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let errors reach us; we print them our way
+    OmegaConf.register_new_resolver("specc_dir_name", dir_name, replace=True)
     codes: list[int] = []
     sweep: dict = {}
     seen = set(hidden)   # every secret value met, for the sweep's multirun.yaml
@@ -299,13 +308,16 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
             return 2
         plain.pop("hydra", None)
         seen.update(secrets.scrub_config(plain)[1])
+        secrets.remember(seen)
         _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
         multirun = str(hc.mode) == "RunMode.MULTIRUN"
         if multirun:
             sweep["dir"] = Path(hc.sweep.dir)
-            sweep.setdefault("jobs", []).append(run_dir)
+            if run_dir not in sweep.setdefault("jobs", []):   # colliding subdirs: once
+                sweep["jobs"].append(run_dir)
         codes.append(job(plain, run_dir, {"multirun": multirun,
-                                          "overrides": list(hc.overrides.task)}))
+                                          "overrides": list(hc.overrides.task),
+                                          "sweep_id": os.environ.get(SWEEP_ID_ENV, "")}))
         return codes[-1]   # for a launcher that ran this job in another process
 
     old_argv = sys.argv
@@ -314,8 +326,16 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     if launcher:   # specc's subclass: waits for every job, cancels them all on Ctrl-C
         sys.argv.append(f"hydra.launcher._target_=hydra_plugins.specc_submitit."
                         f"{_SUBMITIT[launcher]}")
+    import argparse
+
+    argparse_error = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _usage_error   # one line, not 7 of usage
     try:
         _main()
+    except UsageError as exc:
+        print(secrets.redact(f"error CONFIG_USAGE at <command line>: {exc} (fix: `specc --help` "
+                             "lists the flags; overrides are key=value)", seen), file=sys.stderr)
+        return 2
     except SystemExit as exc:   # --help, --cfg and friends
         return int(exc.code or 0)
     except LaunchRefused as exc:
@@ -331,6 +351,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
         return 2
     finally:
         sys.argv = old_argv
+        argparse.ArgumentParser.error = argparse_error
     for sweep_dir, run_dir, code in remote_jobs:
         sweep["dir"] = sweep_dir
         if run_dir.is_dir():   # a job that died before Hydra made its dir has nothing to combine

@@ -122,35 +122,47 @@ _ENGINE_COMMON = {
     "env": _ENV,
 }
 _SGLANG = {
-    "mem_fraction_static": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
-    "max_running_requests": _nullable(_POS_INT),
-    "cuda_graph_max_bs": _nullable(_POS_INT),
     "attention_backend": _nullable(_STR),
-    "dtype": _nullable(_STR),
-    "kv_cache_dtype": _nullable(_STR),
-    "quantization": _nullable(_STR),
     "enable_metrics": _BOOL,
 }
 _ENGINE_REQUIRED = ("name", "base_port")
 #: The `engine` section per engine.name: each engine's own knobs, nothing else.
 ENGINE_SCHEMAS = {
     "sglang": _obj({**_ENGINE_COMMON, **_SGLANG}, required=_ENGINE_REQUIRED),
-    "vllm": _obj({**_ENGINE_COMMON,
-                  "gpu_memory_utilization": {"type": "number", "exclusiveMinimum": 0,
-                                             "maximum": 1},
-                  "max_num_seqs": _nullable(_POS_INT)}, required=_ENGINE_REQUIRED),
+    "vllm": _obj(_ENGINE_COMMON, required=_ENGINE_REQUIRED),
     "sim": _obj({**_ENGINE_COMMON, **_SGLANG, "sim": _obj({
         "time_scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
         "seed": _INT,
         "acceptance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 1}),
     })}, required=_ENGINE_REQUIRED),
 }
-#: The same knob under each engine's own name.
-ENGINE_EQUIVALENTS = (
-    {"sglang": "max_running_requests", "sim": "max_running_requests", "vllm": "max_num_seqs"},
-    {"sglang": "mem_fraction_static", "sim": "mem_fraction_static",
-     "vllm": "gpu_memory_utilization"},
-)
+
+#: The knobs every engine has, said once under `server` (each adapter writes its own flag;
+#: docs/config-knobs.md). null: the engine release's own default, and no flag.
+SERVER = _obj({
+    "max_running_requests": _nullable(_POS_INT),
+    "mem_fraction": _nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1}),
+    "cuda_graph_max_bs": _nullable(_POS_INT),
+    "dtype": _nullable(_STR),
+    "kv_cache_dtype": _nullable(_STR),
+    "quantization": _nullable(_STR),
+})
+SERVER_KNOBS = tuple(SERVER["properties"])
+#: Engine keys that were one engine's spelling of a server knob: engine.<key> -> server.<knob>.
+MOVED_TO_SERVER = {"max_running_requests": "max_running_requests",
+                   "max_num_seqs": "max_running_requests",
+                   "mem_fraction_static": "mem_fraction",
+                   "gpu_memory_utilization": "mem_fraction",
+                   "cuda_graph_max_bs": "cuda_graph_max_bs",
+                   "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
+                   "quantization": "quantization"}
+
+
+def server_section(config: dict) -> dict:
+    """The `server` section with every knob present (null where the config says nothing)."""
+    given = config.get("server") if isinstance(config.get("server"), dict) else {}
+    return {k: given.get(k) for k in SERVER_KNOBS}
+
 
 SCHEMA = _obj({
     "experiment": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$",
@@ -180,6 +192,7 @@ SCHEMA = _obj({
         "pp": _POS_INT,
         "ep": _POS_INT,
     }, required=("gpu_memory_gb", "gpus_per_node", "nodes", "tp")),
+    "server": SERVER,
     "engine": {"type": "object", "properties": {"name": {"enum": list(ENGINE_SCHEMAS)}},
                "required": ["name"],
                "allOf": [{"if": {"type": "object", "properties": {"name": {"const": name}},
@@ -315,19 +328,22 @@ def _value(value) -> str:
 
 
 def other_engine_key(chosen: str, key: str, where: str, value=None, *, swept: bool = False):
-    """A key the chosen engine does not have but another does: name that engine and the
-    chosen engine's equivalent. None if no engine has the key."""
+    """A key the chosen engine does not have: an engine's old spelling of a server knob
+    (name the knob), or another engine's own knob (name that engine). None if no engine
+    has the key."""
+    knob = MOVED_TO_SERVER.get(key)
+    if knob is not None:
+        fix = (f"sweep server.{knob} instead" if swept
+               else f"use server.{knob}={_value(value)}" if not isinstance(value, (dict, list))
+               else f"use server.{knob}")
+        return error("SCHEMA_ENGINE_KEY", where,
+                     f"engine.{key} is server.{knob} now: one knob for every engine, each "
+                     "engine writes its own flag", fix)
     owners = [n for n, sch in ENGINE_SCHEMAS.items() if key in sch["properties"]]
     if not owners or chosen not in ENGINE_SCHEMAS:
         return None
-    eq = next((g[chosen] for g in ENGINE_EQUIVALENTS if key in g.values() and chosen in g), None)
-    message = f"{key} is a {' / '.join(owners)} key; " + (
-        f"{chosen}'s equivalent is engine.{eq}" if eq else f"{chosen} has no equivalent")
-    if swept:
-        fix = f"sweep engine.{eq} instead" if eq else "remove the axis"
-    else:
-        fix = (f"use engine.{eq}={_value(value)}" if eq and not isinstance(value, (dict, list))
-               else f"use engine.{eq}" if eq else "remove it")
+    message = f"{key} is a {' / '.join(owners)} key; {chosen} has no equivalent"
+    fix = "remove the axis" if swept else "remove it"
     return error("SCHEMA_ENGINE_KEY", where, message, f"{fix}, or engine={owners[0]}")
 
 
@@ -403,7 +419,8 @@ def check_sweep(config: dict) -> list[Diagnostic]:
                              "one plan per engine: python -m specc -m engine=sglang,vllm ..."))
             continue
         for key in keys:
-            if chosen in ENGINE_SCHEMAS and key not in ENGINE_SCHEMAS[chosen]["properties"]:
+            if key in MOVED_TO_SERVER or (chosen in ENGINE_SCHEMAS
+                                          and key not in ENGINE_SCHEMAS[chosen]["properties"]):
                 found = other_engine_key(chosen, key, where, swept=True)
                 if found:
                     out.append(found)
@@ -451,6 +468,46 @@ def validate_value(path: str, value) -> str | None:
         return "not a config key that can be swept"
     errs = list(Draft202012Validator(schema, format_checker=_format_checker()).iter_errors(value))
     return errs[0].message if errs else None
+
+
+# --- defaults ----------------------------------------------------------------------------
+
+#: Sections whose keys a config may leave out, and the shipped option that says each key's
+#: default: the one place it is said. Compile fills the gaps, so the plan holds every value
+#: and no later reader (rules, adapters, the point runner) carries a default of its own.
+DEFAULTED = {"benchmark": "benchmark/default.yaml", "readiness": "readiness/default.yaml",
+             "server": "server/default.yaml"}
+#: The simulator's own section (engine=sim), from its option's `sim` mapping.
+SIM_DEFAULTS = "engine/sim.yaml"
+
+
+@lru_cache(maxsize=None)
+def _shipped(conf_dir: str, relpath: str) -> dict:
+    import yaml
+
+    with open(os.path.join(conf_dir, relpath)) as f:
+        return yaml.safe_load(f) or {}
+
+
+def shipped_defaults(relpath: str) -> dict:
+    """The keys of a shipped config option (relative to the conf dir), as YAML says them."""
+    from specc.config.compose import CONF_DIR
+
+    return dict(_shipped(str(CONF_DIR), relpath))
+
+
+def with_defaults(config: dict) -> dict:
+    """A schema-valid config with every key of the DEFAULTED sections (and engine.sim on the
+    simulator) present: what the config leaves out, the shipped option says."""
+    cfg = dict(config)
+    for section, relpath in DEFAULTED.items():
+        given = cfg.get(section) if isinstance(cfg.get(section), dict) else {}
+        cfg[section] = {**shipped_defaults(relpath), **given}
+    engine = cfg.get("engine")
+    if isinstance(engine, dict) and engine.get("name") == "sim":
+        cfg["engine"] = {**engine, "sim": {**shipped_defaults(SIM_DEFAULTS)["sim"],
+                                           **(engine.get("sim") or {})}}
+    return cfg
 
 
 # --- paths -------------------------------------------------------------------------------

@@ -157,8 +157,9 @@ class Engine(ABC):
     multinode = False
     #: Spanning nodes, rank 0 waits here for every node (the readiness plan's first phase).
     join_phase: PhaseMarker | None = None
-    #: The config key that caps running requests.
-    max_running_path = "engine.max_running_requests"
+    #: Each engine-neutral server knob (config `server`, every key) -> this engine's flag:
+    #: a flag, or [(first release it holds for, flag)] newest first (see `for_version`).
+    server_flags: dict = {}
     #: Runs on GPUs (False: nothing to check for other GPU holders).
     uses_gpus = True
     #: `--backend` of SGLang's bench_serving for this engine.
@@ -169,6 +170,9 @@ class Engine(ABC):
     target_unsupported_fix = "use another engine or algorithm for this pair"
     #: Tree speculation (topk, a draft-token budget); False: a chain of num_steps tokens.
     tree_speculation = True
+    #: Picks num_steps/topk/num_draft_tokens per target architecture when none are given;
+    #: False: the config must say how many tokens to draft (SPEC_TOKENS_REQUIRED).
+    picks_spec_params = True
 
     def __init__(self, version: str | None = None):
         self.version = str(version) if version else self.pinned_version
@@ -200,6 +204,21 @@ class Engine(ABC):
              rendezvous_port: int | None = None) -> list[str]:
         """The server's launch command (rank 0's, spanning nodes: `rendezvous_port` is the
         head's port the ranks meet at, planned for a server of more than one node)."""
+
+    def server_flag(self, knob: str) -> str:
+        """This release's flag for a server knob."""
+        flag = self.server_flags[knob]
+        return flag if isinstance(flag, str) else for_version(self.version, flag)
+
+    def server_value(self, spec: ServerSpec, knob: str):
+        """The value this engine's flag takes for a server knob (None: not set, so no flag and
+        the engine's own default)."""
+        return spec.server.get(knob)
+
+    def server_args(self, spec: ServerSpec) -> list[str]:
+        """The flags of the server knobs the config sets, nothing for the others."""
+        return flag_args([(self.server_flag(k), self.server_value(spec, k))
+                          for k in self.server_flags])
 
     def follower_args(self, spec: ServerSpec) -> list[str]:
         """What ranks other than 0 of a multi-node server add to `argv`."""
@@ -301,8 +320,7 @@ class Engine(ABC):
 
     def budget(self, spec: ServerSpec, estimate_s: float) -> float:
         r = spec.readiness
-        return round(max(estimate_s * r.get("phase_budget_factor", 3.0),
-                         r.get("phase_budget_floor_s", 120.0)), 1)
+        return round(max(estimate_s * r["phase_budget_factor"], r["phase_budget_floor_s"]), 1)
 
     def readiness(self, spec: ServerSpec) -> Readiness:
         """The plan's readiness section. Fatal patterns are literal strings."""
@@ -315,9 +333,8 @@ class Engine(ABC):
                                 budget_s=self.budget(spec, p["estimate_s"])))
         budgets = sum(p.budget_s for p in phases)
         return Readiness(
-            probe=Probe(method="GET", path=self.health_path, interval_s=r.get("probe_interval_s", 0.1),
-                        timeout_s=r.get("probe_timeout_s", 30.0),
-                        success_threshold=r.get("success_threshold", 1)),
+            probe=Probe(method="GET", path=self.health_path, interval_s=r["probe_interval_s"],
+                        timeout_s=r["probe_timeout_s"], success_threshold=r["success_threshold"]),
             answers=dict(self.answers),
             engine_health_timeout_s=self.health_timeout_s,
             ready_log=patterns(self.ready_line),
@@ -355,11 +372,11 @@ class Engine(ABC):
                 *(["--dataset-path", bench["dataset_path"]] if bench.get("dataset_path") else []),
                 "--random-input-len", str(bench["input_len"]),
                 "--random-output-len", str(bench["output_len"]),
-                "--random-range-ratio", str(bench.get("range_ratio", 1.0)),
+                "--random-range-ratio", str(bench["range_ratio"]),
                 "--num-prompts", str(num_prompts),
                 "--max-concurrency", str(bench["concurrency"]),
                 "--request-rate", "inf" if rate is None else str(rate),
-                "--seed", str(bench.get("seed", 0)),
-                "--warmup-requests", str(bench.get("warmup_requests", 1)),
+                "--seed", str(bench["seed"]),
+                "--warmup-requests", str(bench["warmup_requests"]),
                 "--output-file", output_file]
 

@@ -152,11 +152,17 @@ FATAL_EVIDENCE = (
 )
 
 # --- flags -----------------------------------------------------------------
-#: engine.cuda_graph_max_bs -> this flag. 0.5.14 added --cuda-graph-max-bs-decode and
+#: server.cuda_graph_max_bs -> this flag. 0.5.14 added --cuda-graph-max-bs-decode and
 #: kept --cuda-graph-max-bs as a deprecated alias; 0.5.20+ dropped the alias, so the
 #: old name is an ambiguous prefix (-decode / -prefill) that argparse rejects.
 CUDA_GRAPH_MAX_BS_FLAG = [("0.5.14", "--cuda-graph-max-bs-decode"),
                           (OLDEST_VERSION, "--cuda-graph-max-bs")]
+#: The engine-neutral server knobs (config `server`) -> SGLang's flags (server_args.py).
+SERVER_FLAGS = {"max_running_requests": "--max-running-requests",
+                "mem_fraction": "--mem-fraction-static",
+                "cuda_graph_max_bs": CUDA_GRAPH_MAX_BS_FLAG,
+                "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+                "quantization": "--quantization"}
 
 # --- acceptance ------------------------------------------------------------
 #: Counters (srt/observability/metrics_collector.py), both counted when a request
@@ -385,6 +391,7 @@ class SGLang(Engine):
     serving_silence_s = 60.0
     request_id_field = "rid"          # GenerateReqInput.rid, and the OpenAI requests' rid
     flush_cache_path = FLUSH_CACHE_PATH
+    server_flags = SERVER_FLAGS
     #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
     eagle_reserve_gb = 2.0
 
@@ -400,13 +407,8 @@ class SGLang(Engine):
             ("--port", port),
             ("--trust-remote-code", bool(mp["target"].get("trust_remote_code"))),
             ("--context-length", mp.get("context_length")),
-            ("--mem-fraction-static", eng.get("mem_fraction_static")),
-            ("--max-running-requests", eng.get("max_running_requests")),
-            (self.cuda_graph_max_bs_flag, eng.get("cuda_graph_max_bs")),
+        ]) + self.server_args(spec) + flag_args([
             ("--attention-backend", eng.get("attention_backend")),
-            ("--dtype", eng.get("dtype")),
-            ("--kv-cache-dtype", eng.get("kv_cache_dtype")),
-            ("--quantization", eng.get("quantization")),
             ("--enable-metrics", bool(eng.get("enable_metrics"))),
         ])
         if spec.nodes > 1:   # each node's rank and the head's address: on the node
@@ -424,10 +426,6 @@ class SGLang(Engine):
                 ("--speculative-num-draft-tokens", sp.get("num_draft_tokens")),
             ])
         return args + [str(a) for a in eng.get("extra_args") or []]
-
-    @property
-    def cuda_graph_max_bs_flag(self) -> str:
-        return for_version(self.version, CUDA_GRAPH_MAX_BS_FLAG)
 
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)
@@ -447,14 +445,14 @@ class SGLang(Engine):
             "Warning: ")
 
     def reserved_gb_per_gpu(self, spec):
-        if spec.uses_draft_model and spec.engine.get("mem_fraction_static") is None:
+        if spec.uses_draft_model and spec.server.get("mem_fraction") is None:
             return self.eagle_reserve_gb
         return 0.0
 
     def memory_fraction(self, spec):
-        value = spec.engine.get("mem_fraction_static")
+        value = spec.server.get("mem_fraction")
         if value is not None:
-            return float(value), "engine.mem_fraction_static"
+            return float(value), "server.mem_fraction"
         running, _ = self.max_running_requests(spec)
         hw = spec.hardware
         return auto_mem_fraction_static(
@@ -462,9 +460,9 @@ class SGLang(Engine):
             max_running_requests=running), "SGLang auto (0.5.23 formula)"
 
     def max_running_requests(self, spec):
-        value = spec.engine.get("max_running_requests")
+        value = spec.server.get("max_running_requests")
         if value is not None:
-            return int(value), "engine.max_running_requests"
+            return int(value), "server.max_running_requests"
         if spec.speculative:
             return self.spec_default_max_running, "SGLang's default with speculation"
         return None, "SGLang auto (from KV cache size)"

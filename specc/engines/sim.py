@@ -19,18 +19,18 @@ class Sim(SGLang):
     min_budget_s = 3.0
 
     def time_scale(self, spec) -> float:
-        return float((spec.engine.get("sim") or {}).get("time_scale", 0.01))
+        return float(spec.engine["sim"]["time_scale"])
 
     def argv(self, spec, *, host, port, rendezvous_port=None):
-        sim = spec.engine.get("sim") or {}
+        sim = spec.engine["sim"]
         args = super().argv(spec, host=host, port=port, rendezvous_port=rendezvous_port)
         args += flag_args([
             # SGLang 0.5.23's run-scoped acceptance needs the /metrics counters
             ("--enable-metrics", not spec.engine.get("enable_metrics")),
             ("--sim-version", None if self.sim_version() == "0.5.23" else self.sim_version()),
-            ("--sim-time-scale", sim.get("time_scale", 0.01)),
-            ("--sim-seed", sim.get("seed", 0)),
-            ("--sim-acceptance", sim.get("acceptance")),
+            ("--sim-time-scale", sim["time_scale"]),
+            ("--sim-seed", sim["seed"]),
+            ("--sim-acceptance", sim["acceptance"]),
             ("--sim-gpu", spec.hardware.get("gpu")),
             ("--sim-target-facts", self.sim_facts_json(spec.target)),
             ("--sim-draft-facts",
@@ -39,7 +39,7 @@ class Sim(SGLang):
         return args
 
     def assumed_acceptance(self, spec):
-        return (spec.engine.get("sim") or {}).get("acceptance")
+        return spec.engine["sim"]["acceptance"]
 
     #: The simulator emulates an SGLang release (specc/sim/versions.py): engine.version
     #: picks the one whose strings and order the adapter's phase markers describe.

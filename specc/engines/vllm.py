@@ -118,6 +118,20 @@ FLUSH_CACHE_PATH = "/reset_prefix_cache"
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 
 
+#: The engine-neutral server knobs (config `server`) -> vLLM's flags (0.33.0
+#: engine/arg_utils.py add_cli_args; releases before are assumed to spell them alike).
+SERVER_FLAGS = {"max_running_requests": "--max-num-seqs",
+                "mem_fraction": "--gpu-memory-utilization",
+                "cuda_graph_max_bs": "--max-cudagraph-capture-size",
+                "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
+                "quantization": "--quantization"}
+#: --gpu-memory-utilization when not given: 0.92 in 0.33.0 (config/cache.py CacheConfig
+#: `gpu_memory_utilization: float = Field(default=0.92, ...)`); 0.9 in the early-2026
+#: releases (the release that raised it is not pinned down: those between read as 0.9).
+GPU_MEMORY_UTILIZATION_DEFAULT = [("0.33.0", 0.92), (OLDEST_VERSION, 0.9)]
+GPU_MEMORY_UTILIZATION_SOURCE = "vllm/config/cache.py"
+
+
 def default_max_num_seqs(gpu: str, gpu_memory_gb: float) -> int:
     """--max-num-seqs when not given (engine/arg_utils.py get_batch_defaults, API
     server): 1024 on GPUs of >= 70 GiB that are not A100s (H100, H200, B200), else 256."""
@@ -142,6 +156,12 @@ SOURCE_EVIDENCE = (
      "self.model_config.max_model_len = draft_max_model_len"),
     ("max_num_seqs 1024 on H100/H200", _V + "engine/arg_utils.py",
      "# For GPUs like H100 and H200, use larger offline defaults."),
+    ("--gpu-memory-utilization defaults to 0.92", _V + "config/cache.py",
+     "gpu_memory_utilization: float = Field(default=0.92, gt=0, le=1)"),
+    ("--max-cudagraph-capture-size counts tokens: max_num_seqs x decode_query_len",
+     _V + "config/vllm.py", "max_num_seqs * decode_query_len * 2, default_max_graph_size"),
+    ("num_speculative_tokens has no default", _V + "config/speculative.py",
+     '"num_speculative_tokens must be provided with "'),
     ("max_num_seqs 70 GiB threshold", _V + "engine/arg_utils.py",
      "device_memory >= 70 * GiB_bytes"),
     ("/reset_prefix_cache needs VLLM_SERVER_DEV_MODE", _V + "entrypoints/launchers/api_server/routers.py",
@@ -208,7 +228,10 @@ class VLLM(Engine):
     draft_context_policy = "vllm"
     rewrites_topk1_draft_tokens = False
     tree_speculation = False
-    max_running_path = "engine.max_num_seqs"
+    #: 0.33 has no per-architecture default: without num_speculative_tokens (or a draft
+    #: config's n_predict) SpeculativeConfig raises (config/speculative.py).
+    picks_spec_params = False
+    server_flags = SERVER_FLAGS
     bench_serving_backend = "vllm"
     spec_default_max_running = None
     launch_budget_s = 300.0
@@ -230,10 +253,13 @@ class VLLM(Engine):
         allowed = for_version(self.version, EAGLE3_TARGETS_BY_VERSION)
         return {"EAGLE3": allowed} if allowed else {}
 
-    def num_speculative_tokens(self, spec) -> int:
-        """vLLM drafts a chain of this many tokens; SGLang's tree knobs have no equivalent."""
+    def num_speculative_tokens(self, spec) -> int | None:
+        """vLLM drafts a chain of this many tokens; SGLang's tree knobs have no equivalent.
+        None: the config gives neither num_steps nor num_draft_tokens (SPEC_TOKENS_REQUIRED)."""
         sp = spec.speculation
-        return sp.get("num_steps") or (sp.get("num_draft_tokens") or 2) - 1
+        if sp.get("num_steps"):
+            return sp["num_steps"]
+        return sp["num_draft_tokens"] - 1 if sp.get("num_draft_tokens") else None
 
     def speculative_config(self, spec) -> dict | None:
         if not spec.speculative:
@@ -258,8 +284,7 @@ class VLLM(Engine):
             ("--port", port),
             ("--trust-remote-code", bool(mp["target"].get("trust_remote_code"))),
             ("--max-model-len", mp.get("context_length")),
-            ("--gpu-memory-utilization", eng.get("gpu_memory_utilization")),
-            ("--max-num-seqs", eng.get("max_num_seqs")),
+        ]) + self.server_args(spec) + flag_args([
             ("--speculative-config",
              json.dumps(sc, sort_keys=True, separators=(",", ":")) if sc else None),
         ])
@@ -316,13 +341,26 @@ class VLLM(Engine):
         from .sglang import derived_context_length
         return derived_context_length(model_config)
 
+    def server_value(self, spec, knob):
+        """server.cuda_graph_max_bs counts requests; vLLM's capture size counts tokens, and a
+        speculative decode step verifies 1 + num_speculative_tokens of them per request."""
+        value = spec.server.get(knob)
+        if knob == "cuda_graph_max_bs" and value is not None and spec.speculative:
+            return value * (1 + (self.num_speculative_tokens(spec) or 0))
+        return value
+
     def memory_fraction(self, spec):
-        return float(spec.engine.get("gpu_memory_utilization", 0.9)), "engine.gpu_memory_utilization"
+        value = spec.server.get("mem_fraction")
+        if value is not None:
+            return float(value), "server.mem_fraction"
+        default = for_version(self.version, GPU_MEMORY_UTILIZATION_DEFAULT)
+        return default, (f"vLLM {self.version}'s default --gpu-memory-utilization "
+                         f"({GPU_MEMORY_UTILIZATION_SOURCE})")
 
     def max_running_requests(self, spec):
-        value = spec.engine.get("max_num_seqs")
+        value = spec.server.get("max_running_requests")
         if value is not None:
-            return int(value), "engine.max_num_seqs"
+            return int(value), "server.max_running_requests"
         hw = spec.hardware
         n = default_max_num_seqs(hw.get("gpu", ""), hw["gpu_memory_gb"])
         return n, f"vLLM default --max-num-seqs ({n} on {hw.get('gpu') or 'this GPU'})"

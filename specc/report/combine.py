@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from specc.files import atomic_write
+from specc.files import STATE_BYTES, atomic_write, read_text
 from specc.report.model import DASH, PointRow, ReportError, _best, _groups, _plain
 from specc.report.read import build_report
 from specc.report.tables import (NOTES, _best_table, _csv_text, _failure_lines, _group_table,
@@ -36,9 +36,11 @@ def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
         lines.append(f"- [{d.name}]({d.name}/review.md): {'valid' if ok else 'INVALID'}")
     lines.append("")
     for d in run_dirs:
-        review = d / "review.md"
-        if review.exists():
-            body = nest_headings(review.read_text())
+        try:
+            body = nest_headings(read_text(d / "review.md", STATE_BYTES))
+        except (OSError, ValueError):
+            body = None
+        if body is not None:
             lines += [f"## job {d.name}", "", body, ""]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(sweep_dir / "review.md", "\n".join(lines))
@@ -62,7 +64,7 @@ def _job_overrides(run_dir: Path) -> str:
         return ""
     try:
         import yaml
-        items = yaml.safe_load(p.read_text()) or []
+        items = yaml.safe_load(read_text(p, STATE_BYTES)) or []
         return " ".join(str(x) for x in items) if isinstance(items, list) else ""
     except Exception:
         return ""

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from specc.files import PLAN_BYTES, STATE_BYTES, UnreadableFile, load_json
 from specc.report.model import PointRow, Report, ReportError
 from specc.results import ResultRow, read_rows, speedup
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, limit: int = PLAN_BYTES) -> Any:
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not valid JSON ({e})") from None
+        return load_json(path, limit)
+    except UnreadableFile as e:
+        raise ReportError(str(e)) from None
 
 
 def build_report(run_dir: Path | str) -> Report:
@@ -32,9 +32,9 @@ def build_report(run_dir: Path | str) -> Report:
     state_path = run_dir / "state.json"
     if state_path.exists():
         try:
-            state = json.loads(state_path.read_text())
-        except json.JSONDecodeError:
-            warnings.append("state.json: not valid JSON, server states not shown")
+            state = load_json(state_path, STATE_BYTES)
+        except (UnreadableFile, OSError) as e:
+            warnings.append(f"state.json: {str(e).split(': ', 1)[-1]}; server states not shown")
         if not isinstance(state, dict):
             state = {}
 

@@ -222,3 +222,179 @@ def _sharegpt(path: str, output_len: int) -> list[Prompt]:
                            f"{MIN_SHAREGPT_TOKENS} words and a gpt reply of >= "
                            f"{MIN_SHAREGPT_TOKENS} words)")
     return out
+
+
+# --------------------------------------------------------------------------- compile-time check
+
+#: A prompt longer than this many bytes is refused before it is read whole (no model's
+#: context holds it: 8 MiB is millions of tokens).
+MAX_PROMPT_BYTES = 8 << 20
+#: A ShareGPT file is one JSON document, parsed whole: bounded (ShareGPT_V3 is ~650 MB).
+MAX_SHAREGPT_BYTES = 1 << 30
+#: Problems listed per file before the rest are summarised.
+MAX_PROBLEMS = 5
+
+
+class TokenCounter:
+    """Counts a prompt's tokens with the target's tokenizer when one loads here (a local model
+    directory and `transformers`), else a lower bound: one token per word (a tokenizer never
+    puts two words in one token), so an estimate refuses only prompts surely too long."""
+
+    def __init__(self, model_path: str | None = None):
+        self.tokenizer = None
+        if model_path and os.path.isdir(os.path.expanduser(model_path)):
+            try:
+                from transformers import AutoTokenizer   # optional: not a dependency
+
+                self.tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(model_path))
+            except Exception:   # noqa: BLE001 - not installed, or no tokenizer files
+                self.tokenizer = None
+
+    @property
+    def how(self) -> str:
+        return ("counted with the target's tokenizer" if self.tokenizer is not None else
+                "estimated at one token per word (at least; no tokenizer loaded here)")
+
+    def __call__(self, text: str) -> int:
+        if self.tokenizer is not None:
+            return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return count_tokens(text)
+
+
+def check_file(kind: str, path: str, *, output_len: int, context_length: int | None,
+               counter: TokenCounter | None = None) -> list[str]:
+    """What is wrong with a jsonl or ShareGPT dataset file, before anything launches: one
+    line each (at most MAX_PROBLEMS, then a count), naming the file and line. Reads the
+    file streaming and bounded: a 200 MB prompt is refused without being held."""
+    counter = counter or TokenCounter()
+    problems: list[str] = []
+    try:
+        prompts = (_jsonl_items(path) if kind == "jsonl" else _sharegpt_items(path, output_len))
+        n = 0
+        for where, text, n_out in prompts:
+            n += 1
+            problem = _prompt_problem(where, text, n_out, output_len, context_length, counter)
+            if problem:
+                problems.append(problem)
+                if len(problems) > MAX_PROBLEMS:
+                    break
+        if n == 0:
+            problems.append(f"{path}: dataset is empty" if kind == "jsonl" else
+                            f"{path}: no usable conversations (a human turn of >= "
+                            f"{MIN_SHAREGPT_TOKENS} words, then a gpt reply)")
+    except DatasetError as e:
+        problems.append(str(e))
+    if len(problems) > MAX_PROBLEMS:
+        problems = problems[:MAX_PROBLEMS] + [f"{path}: more problems after these (fix these "
+                                              "first)"]
+    return problems
+
+
+def _prompt_problem(where, text, n_out, output_len, context_length, counter) -> str | None:
+    if n_out is None:
+        if output_len < 1:
+            return f"{where}: no \"output_len\"/\"max_tokens\" and benchmark.output_len is {output_len}"
+        n_out = output_len
+    if context_length:
+        if n_out >= context_length:
+            return (f"{where}: asks for {n_out} output tokens, over the context length "
+                    f"{context_length}")
+        n_in = counter(text)
+        if n_in + n_out > context_length:
+            return (f"{where}: prompt of {n_in} tokens ({counter.how}) + {n_out} output tokens "
+                    f"is over the context length {context_length}")
+    return None
+
+
+def _decode(raw: bytes, where: str) -> str:
+    if b"\0" in raw:
+        raise DatasetError(f"{where}: binary data (a NUL byte), not a text dataset")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _jsonl_items(path: str):
+    """(where, prompt, output tokens or None) per line, each line read to at most
+    MAX_PROMPT_BYTES."""
+    from specc.files import UnreadableFile, read_bounded
+
+    try:   # a FIFO, a device, a directory: refused before it is opened for lines
+        read_bounded(path, 0, tail=True)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file (jsonl dataset)") from None
+    except UnreadableFile as e:
+        raise DatasetError(str(e)) from None
+    with open(path, "rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(MAX_PROMPT_BYTES + 1)
+            if not raw:
+                return
+            lineno += 1
+            where = f"{path}:{lineno}"
+            if len(raw) > MAX_PROMPT_BYTES and not raw.endswith(b"\n"):
+                raise DatasetError(f"{where}: a line over {MAX_PROMPT_BYTES >> 20} MiB (a prompt "
+                                   "no model's context holds); not read further")
+            line = _decode(raw, where)
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError) as e:
+                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) \
+                    else "nested too deeply"
+                raise DatasetError(f"{where}: bad JSON ({why})") from None
+            if not isinstance(obj, dict):
+                raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+            text = obj.get("prompt", obj.get("text"))
+            if not isinstance(text, str) or not text.strip():
+                raise DatasetError(f"{where}: needs a non-empty string \"prompt\" (or \"text\")")
+            n_out = None
+            for key in ("output_len", "max_tokens"):
+                if obj.get(key) is not None:
+                    n_out = _positive_int(obj[key], where, key)
+                    break
+            yield where, text, n_out
+
+
+def _sharegpt_items(path: str, output_len: int):
+    from specc.files import UnreadableFile, read_bounded
+
+    try:
+        raw = read_bounded(path, MAX_SHAREGPT_BYTES)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file (sharegpt dataset)") from None
+    except UnreadableFile as e:
+        raise DatasetError(str(e)) from None
+    text = _decode(raw, path)
+    del raw
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}:{e.lineno}: bad JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: bad JSON (nested too deeply)") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: ShareGPT file must hold a JSON list of conversations")
+    for i, entry in enumerate(data):
+        conv = entry.get("conversations") if isinstance(entry, dict) else None
+        if not isinstance(conv, list):
+            raise DatasetError(f"{path}: entry {i}: no \"conversations\" list")
+        human = next((k for k, t in enumerate(conv) if isinstance(t, dict)
+                      and t.get("from") == "human" and isinstance(t.get("value"), str)), None)
+        if human is None:
+            continue   # bench_serving skips it too
+        prompt = conv[human]["value"]
+        if len(prompt.encode("utf-8", "surrogatepass")) > MAX_PROMPT_BYTES:
+            raise DatasetError(f"{path}: entry {i}: a prompt over {MAX_PROMPT_BYTES >> 20} MiB "
+                               "(no model's context holds it)")
+        nxt = conv[human + 1] if human + 1 < len(conv) else None
+        reply = nxt.get("value") if isinstance(nxt, dict) and nxt.get("from") == "gpt" else None
+        if output_len <= 0 and not isinstance(reply, str):
+            continue
+        n_out = output_len if output_len > 0 else count_tokens(reply)
+        if count_tokens(prompt) < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
+            continue
+        yield f"{path}: entry {i}", prompt, n_out

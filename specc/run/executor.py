@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from specc import exits
-from specc.files import RecordWriteError
+from specc.files import RecordWriteError, UnreadableFile
 from specc.run import interrupts, lifecycle, ownership, rundir
 from specc.run.point import failed_row, run_point, with_speedup
 from specc.plan import Plan, Server
@@ -56,6 +56,9 @@ class Executor:
         self.stop_all = False
         self.write_error: str | None = None   # the run dir stopped taking writes
         self.progress = progress or SweepProgress(len(plan.benchmarks))
+        for server in plan.servers:   # what `secrets.scrub` blanks in every file and line
+            lifecycle.secret_values(server)
+            lifecycle.auth_headers(server)
 
     # -- servers ----------------------------------------------------------------
     def _preflight(self, server: Server) -> str | None:
@@ -363,6 +366,9 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
         except rundir.RunDirBusy as e:
             print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
             return exits.BUSY
+        except UnreadableFile as e:   # results.jsonl or state.json a FIFO, a device, huge
+            print(f"error RUN_DIR_FILE: {e} (move it aside)", file=sys.stderr)
+            return exits.INVALID
         except rundir.RunDirUnwritable as e:
             print(f"error RUN_DIR_UNWRITABLE: {e}; run the plan from a writable copy "
                   f"(mkdir NEW && cp {run_dir / 'plan.json'} NEW/ && specc run --plan "
@@ -384,10 +390,40 @@ def _engine_problems(plan: Plan, run_dir: Path) -> list[str]:
     return [d.line() for d in check_plan(plan)]
 
 
+#: Descriptors beside one connection per concurrent request: logs, pipes, servers' probes,
+#: Python's own (a sweep at concurrency 1 measured ~40 here).
+FD_HEADROOM = 256
+
+
+def open_files_problem(plan: Plan) -> str | None:
+    """The load generator holds one socket per concurrent request: the open-file limit must
+    allow the plan's largest concurrency. The soft limit is raised to the hard one when that
+    is enough; else the one line that refuses the run (nothing launched). Without this, a
+    point at concurrency 3080 under `ulimit -n 1024` printed 3080 tracebacks."""
+    import resource
+
+    most = max((int(b.params.get("concurrency") or 1) for b in plan.benchmarks), default=0)
+    need = most + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return None
+    return (f"error OPEN_FILES_LIMIT at benchmark.concurrency: concurrency {most} needs about "
+            f"{need} open files and this shell allows {soft} (hard limit {hard}); nothing was "
+            f"launched (fix: `ulimit -n {need}` where specc runs, raising the hard limit in "
+            f"/etc/security/limits.conf if needed, or a concurrency up to {max(1, hard - FD_HEADROOM)})")
+
+
 def _execute_locked(plan: Plan, run_dir: Path, ctx, retry_failed: bool,
                     stopper: interrupts.Stopper) -> int:
     if stopper.stopping:
         return exits.INTERRUPTED
+    problem = open_files_problem(plan)
+    if problem:
+        print(problem, file=sys.stderr)
+        return exits.INVALID
     plan, problems = lifecycle.on_visible_gpus(plan)
     if problems:
         for line in problems:

@@ -185,12 +185,16 @@ def auth_headers(server: Server) -> dict[str, str]:
     if key is None:
         return {}
     key = secrets.expand(key, server.secrets)
+    secrets.remember([key])   # a server may echo it back (a 401 body): never written
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def secret_values(server: Server) -> list[str]:
-    """The values the server's launch resolves from the environment (to keep out of its log)."""
-    return [v for n in secrets.referenced(server) if (v := os.environ.get(n))]
+    """The values the server's launch resolves from the environment (to keep out of its log,
+    and out of everything this process writes or prints)."""
+    values = [v for n in secrets.referenced(server) if (v := os.environ.get(n))]
+    secrets.remember(values)
+    return values
 
 
 def launch(server: Server, run_dir: Path) -> Running:

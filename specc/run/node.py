@@ -58,9 +58,11 @@ def state_path(run_dir: Path, job: str) -> Path:
 def read_rows(path: Path) -> dict[str, dict]:
     """Rows of a results file another process writes: complete lines only, nothing cut
     (ResultLog would truncate a partial last line: right for its own file only)."""
+    from specc.files import RECORDS_BYTES, read_bounded
+
     try:
-        data = Path(path).read_bytes()
-    except OSError:
+        data = read_bounded(path, RECORDS_BYTES)
+    except (OSError, ValueError):
         return {}
     rows, _ = parse_rows(data[: data.rfind(b"\n") + 1].decode("utf-8", "replace"), Path(path).name)
     return {k: r.to_json() for k, r in rows.items()}

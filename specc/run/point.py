@@ -46,18 +46,18 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     p = bench.params
     target = p.get("target_ci")
     first = p["num_prompts"]
-    most = max(p.get("max_requests") or first, first) if target else first
+    most = max(p["max_requests"], first) if target else first
     prompts = load_prompts(p["dataset"], num=most, input_len=p["input_len"],
-                           output_len=p["output_len"], range_ratio=p.get("range_ratio", 1.0),
+                           output_len=p["output_len"], range_ratio=p["range_ratio"],
                            path=p.get("hf_dataset") if p["dataset"] == "hf"
-                           else p.get("dataset_path"), seed=p.get("seed", 0),
+                           else p.get("dataset_path"), seed=p["seed"],
                            categories=p.get("categories"), hf_subset=p.get("hf_subset"),
-                           hf_split=p.get("hf_split", "test"))
+                           hf_split=p["hf_split"])
     rate = p.get("request_rate") or float("inf")
     field = p.get("request_id_field")
     attempt = time.time()
     records, lines, repeats, gone, max_in_flight = [], [], [], False, 0
-    for k in range(p.get("repeats", 1)):
+    for k in range(p["repeats"]):
         stop = reqlog.Stopper(target_ci=target, min_requests=first, max_requests=most,
                               batch=p["concurrency"])
         # the category rides in the request id (the simulator reads it; engines only echo it)
@@ -66,10 +66,10 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
         res = await run_load(url, prompts, api=p["api"], model=p["model"],
                              headers=auth_headers(server),
                              concurrency=p["concurrency"], request_rate=rate,
-                             warmup=p.get("warmup_requests", 1) if k == 0 else 0,
-                             seed=p.get("seed", 0), timeout_s=p.get("timeout_s", 600),
-                             temperature=p.get("temperature", 0.0),
-                             ignore_eos=p.get("ignore_eos", True), request_ids=ids,
+                             warmup=p["warmup_requests"] if k == 0 else 0,
+                             seed=p["seed"], timeout_s=p["timeout_s"],
+                             temperature=p["temperature"],
+                             ignore_eos=p["ignore_eos"], request_ids=ids,
                              keep_sending=stop.keep_sending, on_request_done=stop.on_done)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)

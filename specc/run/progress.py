@@ -232,8 +232,10 @@ class SweepProgress:
     def _emit(self, line: str, now: float, even_closed: bool = False) -> None:
         if self._closed and not even_closed:
             return
+        from specc.secrets import scrub
+
         stamp = time.strftime("%H:%M:%S", time.localtime(now))
-        text = f"{stamp} {line}"
+        text = scrub(f"{stamp} {line}")   # a server's error text may echo a credential
         live = self._live
         if live is not None:
             from rich.text import Text

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 
-from specc.secrets import REDACT_VALUES_ENV as VALUES_ENV, redact
+from specc.secrets import REDACT_VALUES_ENV as VALUES_ENV, remember, scrub
 
 #: A partial line is written after this long without more output.
 QUIET_S = 0.2
@@ -33,8 +33,10 @@ def _split(buf: bytes) -> tuple[bytes, bytes]:
 
 
 def copy(src: int, dst: int, values: list[str]) -> None:
+    remember(values)   # with their escaped forms: an engine logs a key's repr
+
     def clean(data: bytes) -> bytes:
-        return redact(data.decode("utf-8", "surrogateescape"), values).encode(
+        return scrub(data.decode("utf-8", "surrogateescape")).encode(
             "utf-8", "surrogateescape")
 
     pending = b""

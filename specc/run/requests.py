@@ -51,14 +51,17 @@ def append(run_dir: Path, benchmark_id: str, lines: list[dict]) -> None:
 
 def read(run_dir: Path, benchmark_id: str) -> list[dict]:
     """The latest attempt's lines (empty when the point has none); unreadable lines skipped."""
-    path = path_for(run_dir, benchmark_id)
-    if not path.exists():
+    from specc.files import RECORDS_BYTES, UnreadableFile, read_text
+
+    try:
+        text = read_text(path_for(run_dir, benchmark_id), RECORDS_BYTES)
+    except (FileNotFoundError, UnreadableFile):
         return []
     rows = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(obj, dict) and "i" in obj:
             rows.append(obj)

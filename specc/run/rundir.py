@@ -21,6 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 LOCK_NAME = ".lock"
+#: Run dirs this process holds the lock of (a second flock on a new descriptor would
+#: refuse its own holder).
+_HELD: set[str] = set()
+#: Which job of a multirun compiled into the run dir (two jobs' subdirs may collide).
+JOB_FILE = ".sweep-job.json"
 
 
 class RunDirBusy(Exception):
@@ -43,21 +48,38 @@ def _holder(fd: int) -> str:
         return "another process (its lock file says nothing readable)"
 
 
+def _regular(fd: int, path: Path) -> int:
+    """fd, when it is a regular file's (a FIFO or device named .lock is not a lock)."""
+    import stat
+
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 def _open(path: Path) -> tuple[int, bool]:
     """(fd, writable): read-write if possible; read-only is enough for a flock."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644), True
+        return _regular(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644), path), True
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or not path.exists():
             raise
-        return os.open(path, os.O_RDONLY), False
+        return _regular(os.open(path, os.O_RDONLY | os.O_NONBLOCK), path), False
 
 
 @contextmanager
-def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True):
+def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True,
+           hand_down: bool = False):
     """Hold the run dir's lock; RunDirBusy if a live process holds it, RunDirUnwritable if
-    `need_write` and the run dir cannot be written (an executor must record what it runs)."""
+    `need_write` and the run dir cannot be written (an executor must record what it runs).
+    `hand_down`: code this process runs inside takes the lock as held (compile, then the
+    executor of `execute=true`); otherwise a second taker is refused, this process too."""
     run_dir = Path(run_dir)
+    key = os.path.realpath(run_dir)
+    if key in _HELD:   # this process holds it already (compile, then execute=true)
+        yield
+        return
     path = run_dir / LOCK_NAME
     try:
         fd, writable = _open(path)
@@ -79,10 +101,17 @@ def locked(run_dir: Path | str, *, command: str = "", need_write: bool = True):
                     "command": command or " ".join(sys.argv)[:300]}
             try:
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+                from specc.secrets import scrub   # the command line may hold a secret
+
+                os.pwrite(fd, scrub(json.dumps(info) + "\n").encode(), 0)
             except OSError:
                 pass   # a full disk: the lock holds all the same; only its label is missing
-        yield
+        if hand_down:
+            _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
     finally:
         os.close(fd)   # releases the flock
 
@@ -105,7 +134,7 @@ def busy(run_dir: Path | str) -> str | None:
     For the compiler, which must not rewrite plan.json under a running executor."""
     path = Path(run_dir) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _regular(os.open(path, os.O_RDONLY | os.O_NONBLOCK), path)
     except OSError:
         return None   # no lock file: nobody ever held it
     try:
@@ -115,4 +144,25 @@ def busy(run_dir: Path | str) -> str | None:
                 "choose another hydra.run.dir")
     finally:
         os.close(fd)
+    return None
+
+
+def claim_for_job(run_dir: Path | str, sweep_id: str, overrides: list[str]) -> str | None:
+    """Record that this multirun job owns run_dir; the RUN_DIR_TAKEN message when another job
+    of the same sweep (same id, other overrides) compiled into it first, else None. A rerun
+    of the same command is the same job, and a later sweep may reuse the dir."""
+    path = Path(run_dir) / JOB_FILE
+    try:
+        held = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        held = None
+    if (isinstance(held, dict) and held.get("sweep") == sweep_id
+            and held.get("overrides") != list(overrides)):
+        return (f"run dir {run_dir} already holds another job of this sweep "
+                f"({' '.join(map(str, held.get('overrides') or [])) or 'no overrides'}); "
+                "nothing was written (fix: make hydra.sweep.subdir unique per job, e.g. "
+                "its default ${hydra.job.num})")
+    from specc.files import atomic_write
+
+    atomic_write(path, json.dumps({"sweep": sweep_id, "overrides": list(overrides)}) + "\n")
     return None

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specc import exits
-from specc.files import atomic_write
+from specc.files import (LOG_TAIL_BYTES, PLAN_BYTES, STATE_BYTES, atomic_write, load_json,
+                         read_text)
 from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
 from specc.run import rundir
@@ -98,7 +99,7 @@ def jobs_path(run_dir: Path) -> Path:
 
 def read_jobs(run_dir: Path) -> dict:
     try:
-        return json.loads(jobs_path(run_dir).read_text())
+        return load_json(jobs_path(run_dir), STATE_BYTES)
     except (OSError, ValueError):
         return {}
 
@@ -259,7 +260,7 @@ class Driver:
     def follow_files(self, job: Job) -> None:
         """The node's executor state -> progress and state.json (phase, point, status)."""
         try:
-            data = json.loads(state_path(self.run_dir, job.name).read_text())
+            data = load_json(state_path(self.run_dir, job.name), STATE_BYTES)
         except (OSError, ValueError):
             data = {}
         ex = data.get("executor") or {}
@@ -423,8 +424,9 @@ class Driver:
     def job_log_tail(self, job: Job, n: int = 2) -> str:
         path = self.run_dir / "slurm" / "logs" / f"{job.name}-{job.id}.out"
         try:
-            lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-        except OSError:
+            lines = [ln for ln in read_text(path, LOG_TAIL_BYTES, tail=True).splitlines()
+                     if ln.strip()]
+        except (OSError, ValueError):
             return ""
         return " | ".join(lines[-n:])
 
@@ -578,8 +580,8 @@ class Driver:
     def node_record(self, job: Job) -> dict:
         """The node entry's record of this job (slurm/state/<job>.json), {} if none yet."""
         try:
-            ex = json.loads(state_path(self.run_dir, job.name).read_text()).get("executor") or {}
-        except (OSError, ValueError):
+            ex = load_json(state_path(self.run_dir, job.name), STATE_BYTES).get("executor") or {}
+        except (OSError, ValueError, AttributeError):
             return {}
         return ex if ex.get("job_id") == job.id else {}
 
@@ -705,7 +707,7 @@ def is_slurm_run(run_dir: Path) -> bool:
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
     try:
-        return "cluster" in json.loads((Path(run_dir) / "plan.json").read_text())
+        return "cluster" in load_json(Path(run_dir) / "plan.json", PLAN_BYTES)
     except (OSError, ValueError, TypeError):
         return jobs_path(run_dir).exists()
 
@@ -728,8 +730,8 @@ def status_text(run_dir: Path) -> str:
 
     state = {}
     try:
-        state = json.loads((Path(run_dir) / "state.json").read_text()).get("servers") or {}
-    except (OSError, ValueError):
+        state = load_json(Path(run_dir) / "state.json", STATE_BYTES).get("servers") or {}
+    except (OSError, ValueError, AttributeError):
         pass
     try:
         jobs, queue = _ours(run_dir)

@@ -61,17 +61,21 @@ def _problem(data) -> str | None:
 
 def read_state(path: Path) -> dict:
     """The parsed, checked state.json ({"servers": {}} when there is none); StateError else."""
+    from specc.files import STATE_BYTES, UnreadableFile, parse_json, read_bounded
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, STATE_BYTES).decode("utf-8")
     except FileNotFoundError:
         return {"servers": {}}
+    except UnreadableFile as e:
+        raise StateError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise StateError(f"{path} cannot be read ({getattr(e, 'strerror', None) or e})") from None
     try:
-        data = json.loads(text)
+        data = parse_json(text, str(path))
     except ValueError as e:
-        raise StateError(f"{path} is not JSON ({e})") from None
+        raise StateError(f"{path} is not JSON ({str(e).split(': ', 1)[-1]})") from None
     problem = _problem(data)
     if problem:
         raise StateError(f"{path} is not a specc state file: {problem}")

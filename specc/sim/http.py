@@ -58,6 +58,21 @@ def require_api_key(app, api_key: str):
     return asgi
 
 
+def echo_auth(app):
+    """The `echo_auth` fault: a generation request is refused with the credential it carried
+    echoed back, as a careless gateway does (specc must not write it anywhere)."""
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] in ("/generate", "/v1/completions",
+                                                          "/v1/chat/completions"):
+            auth = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            await JSONResponse({"error": "Unauthorized", "authorization": auth},
+                               status_code=401)(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return asgi
+
+
 class App:
     STARTING, READY = "starting", "ready"
 
@@ -86,6 +101,8 @@ class App:
         self.app = Starlette(routes=routes)
         if sim.args.api_key:
             self.app = require_api_key(self.app, sim.args.api_key)
+        if sim.fault is not None and sim.fault.name == "echo_auth":
+            self.app = echo_auth(self.app)
 
     # -- readiness ------------------------------------------------------------------
     async def health(self, request: Request) -> Response:

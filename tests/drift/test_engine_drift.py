@@ -42,17 +42,19 @@ CHECKED_BY = {"sglang": ("sglang", "sglang_parse.py"), "sim": ("sglang", "sglang
 #: Overrides that make the adapters emit every optional flag they have (values the
 #: real parsers accept), on top of each experiment.
 FLAG_VARIANTS = {
-    "sglang": [["engine.cuda_graph_max_bs=64", "engine.mem_fraction_static=0.85",
-                "engine.attention_backend=fa3", "engine.dtype=bfloat16",
-                "engine.kv_cache_dtype=fp8_e4m3", "engine.quantization=fp8",
-                "engine.max_running_requests=128", "hardware.tp=4", "hardware.dp=2",
+    "sglang": [["server.cuda_graph_max_bs=64", "server.mem_fraction=0.85",
+                "engine.attention_backend=fa3", "server.dtype=bfloat16",
+                "server.kv_cache_dtype=fp8_e4m3", "server.quantization=fp8",
+                "server.max_running_requests=128", "hardware.tp=4", "hardware.dp=2",
                 "hardware.ep=4", "model_pair.context_length=2048"],
                ["speculation=ngram", "model_pair.context_length=2048"],
                ["speculation=eagle", "model_pair.context_length=2048",
                 "model_pair.draft.facts.architecture=LlamaForCausalLMEagle"],
                ["speculation.num_steps=null", "speculation.topk=null",
                 "speculation.num_draft_tokens=null", "model_pair.context_length=2048"]],
-    "vllm": [["engine.max_num_seqs=128", "engine.gpu_memory_utilization=0.85", "hardware.tp=4",
+    "vllm": [["server.max_running_requests=128", "server.mem_fraction=0.85", "hardware.tp=4",
+              "server.cuda_graph_max_bs=64", "server.dtype=bfloat16",
+              "server.kv_cache_dtype=fp8_e4m3", "server.quantization=fp8",
               "hardware.dp=2", "model_pair.context_length=2048"],
              ["speculation=ngram", "model_pair.context_length=2048"],
              ["hardware.tp=4", "hardware.pp=2", "speculation=none", "sweep=null",
@@ -77,11 +79,7 @@ def compiled_servers(engine: str) -> list[dict]:
     runs += [(["+experiment=eagle3_sweep", "model_pair=llama3_8b_eagle3", *v], True)
              for v in FLAG_VARIANTS[engine]]
     for overrides, must_compile in runs:
-        try:   # an experiment's SGLang-only knob (e.g. max_running_requests) is vLLM's max_num_seqs
-            cfg = _compose([*overrides, f"engine={engine}", "~engine.max_running_requests"]
-                           if engine == "vllm" else [*overrides, f"engine={engine}"])
-        except Exception:
-            cfg = _compose([*overrides, f"engine={engine}"])
+        cfg = _compose([*overrides, f"engine={engine}"])
         result = compile_config(cfg)
         if not result.ok:   # e.g. the incident's mismatch: refused, so nothing is launched
             assert not must_compile, [d.line() for d in result.diagnostics if d.severity == "error"]
@@ -137,7 +135,7 @@ def test_every_emitted_launch_command_is_accepted_by_the_pinned_engines_parser(e
 
 
 #: A vLLM server of 8 GPUs on nodes of 4: two ranks, the follower --headless.
-VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+VLLM_TWO_NODES = ["+experiment=eagle3_sweep", "engine=vllm",
                   "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048",
                   "cluster=slurm", "hardware.gpus_per_node=4", "hardware.nodes=2",
                   "hardware.tp=8", "cluster.nodes_per_server=2"]
@@ -178,7 +176,8 @@ def test_the_checked_commands_exercise_every_optional_flag():
                  "--speculative-num-draft-tokens", "--max-running-requests", "--enable-metrics",
                  "--trust-remote-code"):
         assert flag in flags["sglang"], flag
-    for flag in ("--max-num-seqs", "--gpu-memory-utilization", "--data-parallel-size",
+    for flag in ("--max-num-seqs", "--gpu-memory-utilization", "--max-cudagraph-capture-size",
+                 "--dtype", "--kv-cache-dtype", "--quantization", "--data-parallel-size",
                  "--pipeline-parallel-size", "--max-model-len", "--speculative-config",
                  "--trust-remote-code"):
         assert flag in flags["vllm"], flag
@@ -222,7 +221,7 @@ def test_doctor_with_the_real_engines(compose):
     from specc.run.doctor import check_plan
 
     sweep = ["+experiment=eagle3_sweep"]
-    plan = compile_config(compose(sweep + ["engine.cuda_graph_max_bs=64"])).plan
+    plan = compile_config(compose(sweep + ["server.cuda_graph_max_bs=64"])).plan
     py = str(engine_python("sglang"))
     assert check_plan(plan, python=py) == []
     # what the incident-era specc emitted: 0.5.23's parser refuses it, one line per server

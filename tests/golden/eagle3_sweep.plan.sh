@@ -63,8 +63,8 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 
 
 # ===== wave 0: 1 server(s) at once =====
-# kimi-k2.5-baseline-tp8-9473b4: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-baseline-tp8-9473b4 servers/kimi-k2.5-baseline-tp8-9473b4.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-baseline-tp8-3b3ef5: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-baseline-tp8-3b3ef5 servers/kimi-k2.5-baseline-tp8-3b3ef5.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -73,18 +73,18 @@ launch kimi-k2.5-baseline-tp8-9473b4 servers/kimi-k2.5-baseline-tp8-9473b4.log e
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics
-wait_ready kimi-k2.5-baseline-tp8-9473b4 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-9473b4.log || { stop_server kimi-k2.5-baseline-tp8-9473b4; }
-if [ -n "${PGID[kimi-k2.5-baseline-tp8-9473b4]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-9473b4
-  point kimi-k2.5-baseline-tp8-9473b4-c1-313304 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c1-313304  # concurrency 1
-  point kimi-k2.5-baseline-tp8-9473b4-c4-4a6f0f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c4-4a6f0f  # concurrency 4
-  point kimi-k2.5-baseline-tp8-9473b4-c16-7ec31f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c16-7ec31f  # concurrency 16
-  point kimi-k2.5-baseline-tp8-9473b4-c64-5f315a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-9473b4-c64-5f315a  # concurrency 64
+wait_ready kimi-k2.5-baseline-tp8-3b3ef5 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3b3ef5.log || { stop_server kimi-k2.5-baseline-tp8-3b3ef5; }
+if [ -n "${PGID[kimi-k2.5-baseline-tp8-3b3ef5]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3b3ef5
+  point kimi-k2.5-baseline-tp8-3b3ef5-c1-1a968f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c1-1a968f  # concurrency 1
+  point kimi-k2.5-baseline-tp8-3b3ef5-c4-1912b7 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c4-1912b7  # concurrency 4
+  point kimi-k2.5-baseline-tp8-3b3ef5-c16-e76875 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c16-e76875  # concurrency 16
+  point kimi-k2.5-baseline-tp8-3b3ef5-c64-d0a890 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c64-d0a890  # concurrency 64
 fi
-stop_server kimi-k2.5-baseline-tp8-9473b4
+stop_server kimi-k2.5-baseline-tp8-3b3ef5
 
 # ===== wave 1: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -98,18 +98,18 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-steps 1 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-011bf3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c1-011bf3  # concurrency 1
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-74f886 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c4-74f886  # concurrency 4
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-dac38a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c16-dac38a  # concurrency 16
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-61e8f0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c-c64-61e8f0  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-588f68 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-588f68  # concurrency 1
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-34e590 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-34e590  # concurrency 4
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-9ce3d4 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-9ce3d4  # concurrency 16
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-bf4a72 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-bf4a72  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-85ef4c
+stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771
 
 # ===== wave 2: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -123,18 +123,18 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 1 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-729e37 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c1-729e37  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-7a6eba python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c4-7a6eba  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-d300d9 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c16-d300d9  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-f458d6 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a-c64-f458d6  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-eb986f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-eb986f  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-b54b4c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-b54b4c  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-e39e19 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-e39e19  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-f74338 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-f74338  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-28e92a
+stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2
 
 # ===== wave 3: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -148,18 +148,18 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-382763 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c1-382763  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-f66e1b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c4-f66e1b  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-50d22b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c16-50d22b  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-92cf69 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2-c64-92cf69  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b5b441 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b5b441  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-3f439c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-3f439c  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-7a0a8b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-7a0a8b  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-4578bb python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-4578bb  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-cda4b2
+stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2
 
 # ===== wave 4: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
+launch kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
@@ -173,14 +173,14 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 8
-wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-86c90d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c1-86c90d  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-a2f9ea python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c4-a2f9ea  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-646be0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c16-646be0  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-105aa1 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71-c64-105aa1  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-b24a5d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-b24a5d  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-3afc43 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-3afc43  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-38c152 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-38c152  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-11a929 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-11a929  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-9d9e71
+stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b
 
 stop_all
 if [ "$FAILED" -gt 0 ]; then echo "plan.sh: $FAILED server(s) or point(s) failed" >&2; exit 3; fi
