@@ -184,6 +184,7 @@ def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> dict:
         "datasets": dataset_hashes(plan.get("benchmarks") or []),
         "config_sha256": sha256_file(config) if config.exists() else None,
         "plan_sha256": sha256_file(run_dir / "plan.json"),
+        "plan_digest": plan.get("digest"),
         "launch": launch_commands(plan.get("servers") or []),
     }
 
