@@ -274,8 +274,9 @@ def report(c, run):
                        "output_throughput, speedup, ttft, itl (default: all; all are shown)",
             "json": "print the comparison as JSON"})
 def compare(c, runs, threshold=0.05, figures="", json=False):
-    """Compare runs point by point: changes with 95% intervals, regressions flagged
-    (exit 1), provenance differences first; exit 2 for bad input (docs/compare.md)."""
+    """`specc compare RUN_A RUN_B [...]`: point by point, changes with 95% intervals,
+    regressions flagged (exit 1), provenance differences first; exit 2 for bad input
+    (docs/compare.md)."""
     import json as _json
 
     from specc.report.compare import compare_runs, render
