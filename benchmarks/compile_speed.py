@@ -1,7 +1,7 @@
 """How fast specc compiles, and in how much memory, as the matrix grows.
 
     .venv/bin/python benchmarks/compile_speed.py [--runs 3] [--points 10000,100000,1000000]
-    .venv/bin/python benchmarks/compile_speed.py --profile 100000 [--shape servers]   # cProfile (SORT=tottime)
+    .venv/bin/python benchmarks/compile_speed.py --profile 100000 [--shape servers|server]   # cProfile (SORT=tottime)
 
 Each figure is the whole `python -m specc` process (Hydra, compile, plan.json,
 plan.sh, review.md written, review printed), a fresh process per run: wall and
@@ -12,8 +12,10 @@ as the largest, and the size of what it wrote. Matrices, both from llama3_eagle3
   lengths x N/10,000 seeds); with the 2 matched baselines, 1.2 N benchmark points;
 - servers: N/10 speculative server configurations (5 speculation settings x N/50
   max_running_requests) x 10 concurrencies; with the N/50 baselines, 1.2 N points
-  on 0.12 N servers.
-Goal: 10^5 sweep points in under 2 s and 200 MB, files growing linearly.
+  on 0.12 N servers;
+- server: ONE server (one EAGLE-3 setting, no baseline) x N client points (10
+  concurrencies x 100 output lengths x N/1,000 seeds): the per-point path alone.
+Goal: 10^5 sweep points in under 2 s and 200 MB in every shape, files growing linearly.
 Also the whole process for `+experiment=eagle3_sweep`, the everyday case.
 """
 
@@ -41,6 +43,13 @@ def _ints(values) -> str:
 
 def overrides(points: int, shape: str) -> list[str]:
     """CLI overrides for a sweep of `points` sweep points (baselines come on top)."""
+    if shape == "server":
+        axes = (f"benchmark.concurrency:[{CONCURRENCY}],"
+                f"benchmark.output_len:[{_ints(range(8, 808, 8))}],"
+                f"benchmark.seed:[{_ints(range(max(1, points // 1_000)))}]")
+        return ["+experiment=llama3_eagle3_pack", "baseline=false",
+                f"++sweep={{speculation:[{{num_steps:3,topk:1,num_draft_tokens:4}}],{axes}}}",
+                f"max_points={points}"]
     if shape == "points":
         axes = (f"server.max_running_requests:[512,1024],benchmark.concurrency:[{CONCURRENCY}],"
                 f"benchmark.output_len:[{_ints(range(8, 808, 8))}],"
@@ -84,7 +93,8 @@ def measure(points: int, shape: str, runs: int) -> None:
     print(f"{shape:>7} {points:>9,} sweep points: {statistics.median(walls):6.2f} s "
           f"(median of {runs}; {min(walls):.2f}-{max(walls):.2f}; CPU {statistics.median(cpus):.2f} s), "
           f"peak RSS {_mb(max(peaks))}; "
-          f"plan.json {_mb(sizes['plan.json'])} ({sizes['plan.json'] / (1.2 * points):.0f} B per "
+          f"plan.json {_mb(sizes['plan.json'])} "
+          f"({sizes['plan.json'] / ((1 if shape == 'server' else 1.2) * points):.0f} B per "
           f"benchmark point), plan.sh {_mb(sizes['plan.sh'])}, review.md "
           f"{sizes['review.md'] / 1e3:.0f} KB", flush=True)
 
@@ -119,14 +129,17 @@ def main() -> None:
                     help="comma-separated sweep sizes (the points shape)")
     ap.add_argument("--servers", default="100000",
                     help="comma-separated sweep sizes of the servers shape ('' for none)")
+    ap.add_argument("--server", default="100000",
+                    help="comma-separated sweep sizes of the one-server shape ('' for none)")
     ap.add_argument("--profile", type=int, metavar="N", help="cProfile one N-point compile")
-    ap.add_argument("--shape", default="points", choices=["points", "servers"],
+    ap.add_argument("--shape", default="points", choices=["points", "servers", "server"],
                     help="the matrix --profile compiles")
     args = ap.parse_args()
     if args.profile:
         profile(args.profile, args.shape)
         return
-    for shape, sizes in (("points", args.points), ("servers", args.servers)):
+    for shape, sizes in (("points", args.points), ("servers", args.servers),
+                         ("server", args.server)):
         for n in filter(None, sizes.split(",")):
             measure(int(n), shape, args.runs)
     walls = []

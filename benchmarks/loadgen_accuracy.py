@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from specc.run.datasets import load_prompts  # noqa: E402
+from specc.prompts.datasets import load_prompts  # noqa: E402
 from specc.run.loadgen import percentile, run_load  # noqa: E402
 
 SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "sim/draft",

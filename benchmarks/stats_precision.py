@@ -60,7 +60,7 @@ def _start(args: list[str]) -> tuple[subprocess.Popen, str]:
 
 
 def _lines(res, prompts):
-    from specc.run.requests import lines_for
+    from specc.requestlog import lines_for
 
     return lines_for(res.records, prompts, repeat=0, attempt=0.0)
 
@@ -72,7 +72,7 @@ def _prefix(lines, n):
 
 
 async def _measure(url_b, url_s, n, conc, out_len):
-    from specc.run.datasets import load_prompts
+    from specc.prompts.datasets import load_prompts
     from specc.run.loadgen import run_load
 
     prompts = load_prompts("specc", num=n, input_len=1, output_len=out_len)

@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 
 from specc import exits
-from specc.config import compose
-from specc.compile.pipeline import compile_config
-from specc.compile.emit import write_outputs
-from specc.run import rundir
 
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
+    from specc.compile.pipeline import compile_config
+    from specc.run import rundir
+
     result = compile_config(config)
     config = result.config   # secrets replaced by references: nothing below may echo one
     try:   # held from compile to the end of execution: no other job or executor writes here
@@ -40,6 +39,8 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
 
 
 def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> int:
+    from specc.compile.emit import write_outputs
+
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
     text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
     if not result.ok:
@@ -149,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from specc.report.combine import combine
-
+    """A task runs a plan and imports no compile or config module (docs/architecture.md)."""
     if argv and _is_word(argv[0]):
         from specc.tasks import namespace
 
@@ -161,6 +161,9 @@ def _main(argv: list[str]) -> int:
                   file=sys.stderr)
             return exits.INVALID
         return run_task(argv)
+    from specc.config import compose
+    from specc.report.combine import combine
+
     code = compose.run(argv, job, combine)
     if argv in (["--help"], ["-h"]):
         print("\n== Tasks (specc <task> --help) ==")

@@ -22,8 +22,16 @@ from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 
+#: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: a
+#: benchmark's argv names it, the run (or plan.sh) writes it before the client starts
+#: (specc.prompts.datasets.write_sharegpt_source), so the client never downloads ShareGPT.
+BENCH_SERVING_RANDOM_SOURCE = "bench_serving/random_source.json"
+
 #: 2: typed readiness (log markers are regex lists), cache flush and acceptance per server.
 PLAN_VERSION = 2
+
+#: The parse scripts a plan may name (engine_info.parser): the preflight runs one.
+PARSER_MODULE = re.compile(r"specc\.engines\.parsers\.[a-z][a-z0-9_]*")
 
 #: What a probe answer may mean while a server starts.
 ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
@@ -324,6 +332,36 @@ class Acceptance(Record):
         return [] if (self.run or self.cumulative) else ["a run or a cumulative source"]
 
 
+# -- the engine ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineInfo(Record):
+    """What running the plan needs to know of its engine, written by the engine's adapter at
+    compile time: the process that runs a plan imports no adapter (docs/architecture.md)."""
+    version: str
+    pinned_version: str
+    version_read: str
+    health_path: str
+    uses_gpus: bool
+    health_timeout_s: float
+    #: The engine's own launcher: every server's argv starts with it, and `specc run --plan`
+    #: refuses a plan whose command does not (`sh -c ...` with valid flags after it).
+    launcher: tuple[str, ...]
+    #: The module (a script, run as a file under the engine's Python, see
+    #: specc/engines/parsers) that feeds launch commands to the engine's own parser.
+    parser: str
+    #: The distribution whose installed release must be `version` (None: specc's own).
+    package: str | None = None
+    #: Where a running server says its release: {"paths": [...], "field": dotted key}
+    #: (None: it does not); the run manifest records the answer (specc/run/provenance.py).
+    release_probe: dict | None = None
+
+    def _check(self):
+        out = [] if self.launcher else ["launcher: at least the program"]
+        if not PARSER_MODULE.fullmatch(self.parser):   # the preflight runs it: only specc's own
+            out.append(f"parser {self.parser!r} is not a module of specc.engines.parsers")
+        return out
+
+
 # -- the plan ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Server(Record):
@@ -336,7 +374,7 @@ class Server(Record):
     gpus: tuple[int, ...]
     wave: int
     argv: tuple[str, ...]
-    env: dict
+    env: dict[str, str]
     log: str
     readiness: Readiness
     cache_flush: CacheFlush
@@ -351,9 +389,13 @@ class Server(Record):
     #: Spanning nodes: what ranks other than 0 add to `argv` (vLLM's `--headless`: only
     #: rank 0 serves HTTP); written only when there are some.
     follower_args: tuple[str, ...] = ()
+    #: The API key the server is launched with, as its command holds it (a `${NAME}`
+    #: reference, resolved at launch): clients send it as `Authorization: Bearer`. Read from
+    #: the command by the adapter at compile time; written only when there is one.
+    api_key: str | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
-    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args")
+    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key")
 
 
 @dataclass(frozen=True)
@@ -399,6 +441,11 @@ class SlurmJob(Record):
         return out
 
 
+#: Where specc before the plan's `cluster` record kept a Slurm plan's jobs (relative to the
+#: run dir): compile deletes it, and run refuses a plan beside one that lacks `cluster`.
+OLD_JOBS_FILE = Path("slurm") / "cluster.json"
+
+
 @dataclass(frozen=True)
 class Cluster(Record):
     """A `cluster=slurm` plan's settings and jobs (a plan without one runs on this machine)."""
@@ -428,6 +475,56 @@ class Cluster(Record):
         return next(j for j in self.jobs if j.name == name)
 
 
+# -- how the servers are explored ------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate(Record):
+    """One speculative setting `search=tune` may start: its server and its draft shape."""
+    server: str
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+
+
+@dataclass(frozen=True)
+class Search(Record):
+    """`search=tune`: the candidates and the rules that decide which of them start
+    (docs/tune.md). A plan without one runs every server (`search=grid`)."""
+    name: str
+    baseline: str
+    candidates: tuple[Candidate, ...]
+    #: The ladder of client concurrencies every started server is measured at.
+    concurrencies: tuple[int, ...]
+    #: Started right after the baseline: its acceptance predicts every other candidate.
+    probe: str
+    #: Starts the search may take, the baseline included (the grid takes len(candidates)+1).
+    max_starts: int
+    #: The least relative error a prediction is assumed to have when racing.
+    margin: float
+    #: Paired intervals' confidence level (ties and separation).
+    level: float = 0.95
+    #: Acceptance assumed before anything is measured (what chose the probe).
+    prior_acceptance: float = 0.7
+    #: The GPU kind whose calibration gives the predictions' step costs (hardware.gpu).
+    gpu: str | None = None
+    #: Mean KV tokens per sequence while decoding (input_len + output_len / 2).
+    context: float | None = None
+    #: The draft model's facts (the plan's `facts` are the first server's: the baseline).
+    draft_facts: dict | None = None
+    #: Latency SLO, e.g. {"p99_ttft_ms": 200}: the capacity at it is reported.
+    slo: dict = field(default_factory=dict)
+
+    def _check(self):
+        out = [] if self.name == "tune" else [f"name {self.name!r}: only 'tune' is a search"]
+        ids = [c.server for c in self.candidates]
+        if len(ids) < 2:
+            out.append("candidates: at least two")
+        if self.probe not in ids:
+            out.append(f"probe {self.probe!r} is not a candidate")
+        if self.max_starts < 2:
+            out.append("max_starts must be >= 2 (the baseline and the probe)")
+        return out
+
+
 @dataclass(frozen=True)
 class Plan(Record):
     experiment: str
@@ -436,15 +533,17 @@ class Plan(Record):
     benchmarks: tuple[Benchmark, ...]
     diagnostics: tuple[dict, ...] = ()
     dropped: tuple[Dropped, ...] = ()
-    engine_info: dict = field(default_factory=dict)
+    engine_info: EngineInfo = field(kw_only=True)   # required; kw_only keeps plan.json's order
     facts: dict = field(default_factory=dict)
     estimates: dict = field(default_factory=dict)
     fail_fast: bool = False
     #: The Slurm jobs (cluster=slurm); None, and left out of plan.json: runs on this machine.
     cluster: Cluster | None = None
+    #: `search=tune` (docs/tune.md); None, and left out of plan.json: every server runs.
+    search: Search | None = None
     version: int = PLAN_VERSION
 
-    OMITTED_AT_DEFAULT = ("cluster",)
+    OMITTED_AT_DEFAULT = ("cluster", "search")
 
     def _check(self):
         ids = {s.id for s in self.servers}
@@ -462,6 +561,10 @@ class Plan(Record):
                     if n > 1 and sid in ids]
             out += [f"cluster: server {s.id} is in no job" for s in self.servers
                     if s.id not in placed]
+        if self.search is not None:
+            out += [f"search: no server {sid!r}" for sid in
+                    [self.search.baseline] + [c.server for c in self.search.candidates]
+                    if sid not in ids]
         return out
 
     # -- lookups ---------------------------------------------------------------
@@ -506,7 +609,14 @@ class Plan(Record):
         if d.get("version") != PLAN_VERSION:
             raise PlanError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}: it was "
                             "written by another specc; compile the experiment again")
-        return _load(cls, d, path or "plan")
+        plan = _load(cls, d, path or "plan")
+        launcher = plan.engine_info.launcher   # as read: a Slurm node wraps commands in srun
+        foreign = [f"server {s.id}: its command does not start with {plan.engine}'s own "
+                   f"launcher `{' '.join(launcher)}`" for s in plan.servers
+                   if s.argv[:len(launcher)] != launcher]
+        if foreign:
+            raise PlanError(f"{path or 'plan'}: " + "; ".join(foreign))
+        return plan
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":

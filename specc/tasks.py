@@ -7,7 +7,6 @@ dir is in use by another executor.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -32,15 +31,12 @@ def _run_dir(run: str) -> Path:
 
 def _plan_points(plan_file: Path) -> int:
     """How many points plan.json holds; Exit(2) with one line when it is not a plan."""
-    from specc.files import PLAN_BYTES, load_json
+    from specc.plan import Plan
 
     try:
-        data = load_json(plan_file, PLAN_BYTES)
-        return len(data["benchmarks"])
-    except (OSError, ValueError) as e:
+        return len(Plan.load(plan_file).benchmarks)
+    except (OSError, ValueError) as e:   # PlanError is a ValueError
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-    except (KeyError, TypeError):
-        why = "not a plan (no list of benchmarks)"
     raise Exit(f"error PLAN_UNREADABLE at {plan_file}: {why}", code=2)
 
 
@@ -65,9 +61,8 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
             "accept_edited": "run a plan.json edited since it was compiled and reviewed"})
 def run(c, plan, retry_failed=False, accept_edited=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
-    from specc.compile.sbatch import OLD_JOBS_FILE
     from specc.run.executor import execute_plan
-    from specc.plan import Plan
+    from specc.plan import OLD_JOBS_FILE, Plan
 
     path = Path(plan)
     try:
@@ -104,7 +99,7 @@ def status(c, run):
 
     from specc.files import UnreadableFile
     from specc.run.lifecycle import is_leftover
-    from specc.run.state import StateError, read_state
+    from specc.state import StateError, read_state
     from specc.results import ResultLog
 
     d = _run_dir(run)
@@ -184,7 +179,7 @@ def doctor(c, plan, python=""):
     problems = check_plan(p, python=python or None)
     if problems:
         raise Exit("\n".join(d.line() for d in problems), code=2)
-    version = (p.engine_info or {}).get("version", "")
+    version = p.engine_info.version
     print(f"ok: {p.engine} {version}: its own parser accepts all {len(p.servers)} launch "
           "command(s)" + ("" if p.engine != "sim" else " (the simulator's parser)"))
 
@@ -195,7 +190,7 @@ def down(c, run, grace=10.0):
     from specc import exits
     from specc.run import rundir
     from specc.run.lifecycle import is_leftover, stop_leftovers, wait_port_free
-    from specc.run.state import RunState, StateError, corrupt_line
+    from specc.state import RunState, StateError, corrupt_line
 
     d = _run_dir(run)
     from specc.run import slurm

@@ -30,7 +30,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _point(tmp_path, script: str, num_prompts: int = 8):
+def _point(tmp_path, script: str, num_prompts: int = 8, extra=()):
     server = Server(id="s", label="x", baseline=False, params={}, host="127.0.0.1",
                     port=_free_port(), gpus=(0,), wave=0, argv=(), env={}, log="servers/s.log",
                     readiness=None, cache_flush=CacheFlush(unavailable="not needed here"),
@@ -38,7 +38,7 @@ def _point(tmp_path, script: str, num_prompts: int = 8):
     out = "bench_serving/b.jsonl"   # relative: the driver must run from the run dir
     bench = Benchmark(id="b", server="s", baseline=None,
                       params={"num_prompts": num_prompts, "concurrency": 4, "flush_cache": False},
-                      argv=("python", "-c", script, out))
+                      argv=("python", "-c", script, out, *extra))
     return asyncio.run(run_point(server, bench, run_dir=tmp_path, ctx=invoke.Context()))
 
 
@@ -66,3 +66,38 @@ def test_fewer_completed_than_prompts_is_a_failed_point(tmp_path):
     row = _point(tmp_path, script)
     assert row["status"] == "failed" and row["reason"].startswith("2/8 requests failed")
 
+
+
+def test_an_openai_backends_itl_is_a_chunk_gap_and_the_random_source_is_local(tmp_path):
+    """--backend vllm: bench_serving appends one gap per chunk (its OpenAI client), so its
+    ITL is reported as a chunk gap; its random dataset reads the ShareGPT-format source
+    the run wrote first (else it would download ShareGPT)."""
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
+
+    script = ("import json,sys; src=json.load(open(sys.argv[sys.argv.index('--dataset-path')+1]));"
+              "assert len(src) > 10 and all(len(c['conversations']) >= 2 for c in src);"
+              f"open(sys.argv[1],'a').write({json.dumps(json.dumps(LINE))}+'\\n')")
+    row = _point(tmp_path, script, extra=("--backend", "vllm", "--dataset-name", "random",
+                                           "--dataset-path", BENCH_SERVING_RANDOM_SOURCE))
+    assert row["status"] == "ok", row["reason"]
+    m = row["metrics"]
+    assert m["median_chunk_gap_ms"] == 4.4 and m["p99_chunk_gap_ms"] == 22.5
+    assert not any("itl" in k for k in m)
+    assert (tmp_path / BENCH_SERVING_RANDOM_SOURCE).exists()
+
+
+def test_bench_serving_on_vllm_with_the_random_dataset_gets_a_local_path(compose, tmp_path):
+    from specc.compile.emit import plan_sh
+    from specc.compile.pipeline import compile_config
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
+
+    result = compile_config(compose([
+        "+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+        "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048",
+        "benchmark.driver=bench_serving", "benchmark.dataset=random"]))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    argv = list(result.plan.benchmarks[0].argv)
+    assert argv[argv.index("--backend") + 1] == "vllm"
+    assert argv[argv.index("--dataset-path") + 1] == BENCH_SERVING_RANDOM_SOURCE
+    assert f"python -m specc.prompts.datasets --sharegpt-source {BENCH_SERVING_RANDOM_SOURCE}" \
+        in plan_sh(result.plan)

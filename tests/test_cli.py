@@ -192,7 +192,7 @@ def test_an_experiment_name_too_long_for_a_directory_is_one_line(runs):
 def test_a_home_relative_dataset_is_read_by_the_loader_as_checked(runs):
     """`~` is resolved once, at compile time, into the plan: the loader reads that file."""
     from specc.plan import Plan
-    from specc.run.datasets import load_prompts
+    from specc.prompts.datasets import load_prompts
 
     code, out, err, run_dir = runs["home_dataset"]
     assert code == 0, err

@@ -557,9 +557,10 @@ def test_plan_sh_does_not_launch_a_multi_node_server_on_this_machine(tmp_path):
 
 
 # ----------------------------------------------------------------------------- driver timing
-def test_the_report_warm_up_imports_plotting_at_lowest_priority_in_its_own_thread():
-    """The driver warms the report's imports while Slurm schedules: in its own thread, at
-    nice 19 for that thread alone (the driver's main thread keeps its priority)."""
+def test_the_report_warm_up_imports_plotting_in_its_own_thread_at_the_drivers_priority():
+    """The driver warms the report's imports while Slurm schedules, in its own thread, never
+    niced: a niced thread holding the import lock and the GIL starved on a busy machine
+    and the driver hung after its last point."""
     code = """
 import os, sys, threading
 calls = []
@@ -571,13 +572,11 @@ assert "matplotlib.figure" not in sys.modules and "specc.report" not in sys.modu
 t = warm_report()
 t.join(60)
 assert "matplotlib.figure" in sys.modules and "specc.report" in sys.modules, "not imported"
-assert calls == [(os.PRIO_PROCESS, t.native_id, 19)], (calls, t.native_id)
+assert calls == [], calls
 assert t.native_id != threading.get_native_id()
 assert os.getpriority(os.PRIO_PROCESS, 0) == before, "the driver itself was niced"
 print("ok")
 """
-    if not sys.platform.startswith("linux"):
-        pytest.skip("per-thread nice values are Linux's")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                        timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

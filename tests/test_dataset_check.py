@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from specc.run.datasets import MAX_PROMPT_BYTES, TokenCounter, check_file
+from specc.prompts.datasets import MAX_PROMPT_BYTES, TokenCounter, check_file
 
 
 def _jsonl(tmp_path, *objs, raw: bytes | None = None):
@@ -65,7 +65,7 @@ def test_a_200_mb_prompt_is_refused_without_being_held(tmp_path):
         f.write('"}\n')
     code = ("import resource, sys\n"
             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-            "from specc.run.datasets import check_file\n"
+            "from specc.prompts.datasets import check_file\n"
             f"print(check_file('jsonl', {str(path)!r}, output_len=16, context_length=2048)[0])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                          timeout=120)

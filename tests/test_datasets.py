@@ -3,7 +3,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from specc.run.datasets import DatasetError, Prompt, load_prompts
+from specc.prompts.datasets import DatasetError, Prompt, load_prompts
 
 
 def test_random_lengths_in_range_and_word_counts():

@@ -105,7 +105,7 @@ def _records(cls, seen=None) -> set:
 def test_every_plan_field_is_documented():
     doc = (DOCS / "plan-json.md").read_text()
     records = _records(plan_mod.Plan)
-    assert {"Server", "Benchmark", "Readiness", "Cluster", "SlurmJob"} <= {
+    assert {"Server", "Benchmark", "Readiness", "Cluster", "SlurmJob", "EngineInfo"} <= {
         c.__name__ for c in records}
     missing = [f"{c.__name__}.{f.name}" for c in sorted(records, key=lambda c: c.__name__)
                for f in dataclasses.fields(c) if f"`{f.name}`" not in doc]
@@ -116,13 +116,13 @@ def test_every_plan_field_is_documented():
 
 def _engine_info_keys() -> list[str]:
     from specc.engines import get_engine
-    return list(get_engine("sglang").info())
+    return [f.name for f in dataclasses.fields(get_engine("sglang").info())]
 
 
 def test_every_result_and_request_field_is_documented():
     from specc.results import ResultRow
     from specc.run import point
-    from specc.run import requests as reqlog
+    from specc import requestlog as reqlog
     from specc.run.loadgen.records import RequestRecord
 
     doc = (DOCS / "run-dir.md").read_text()

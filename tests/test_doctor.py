@@ -134,3 +134,27 @@ def test_run_refuses_before_launching_when_the_engine_here_cannot_run_the_plan(c
     assert "error DOCTOR_ENGINE_MISSING" in proc.stderr and "nothing was launched" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "state.json").exists() and not (tmp_path / "servers").exists()
+
+
+def test_the_simulators_parser_named_by_the_plan_rejects_an_unknown_flag(compose):
+    """The parser is the script plan.json's engine_info.parser names, run as its own process."""
+    from dataclasses import replace
+
+    plan = _plan(compose, SWEEP + ["engine=sim"])
+    assert plan.engine_info.parser == "specc.engines.parsers.sim_parse"
+    bad = replace(plan.servers[0], argv=(*plan.servers[0].argv, "--no-such-flag"))
+    (d,) = check_plan(replace(plan, servers=(bad, *plan.servers[1:])))
+    assert d.code == "DOCTOR_REJECTED" and d.path == f"servers.{bad.id}.argv"
+    assert "--no-such-flag" in d.message
+
+
+@pytest.mark.parametrize("parser", ["specc.run/../../../tmp/evil", "os", "specc.run.executor"])
+def test_a_plan_naming_another_script_as_its_parser_is_refused_as_read(compose, tmp_path, parser):
+    """plan.json is untrusted: the preflight runs only one of specc's own parse scripts."""
+    from specc.plan import Plan, PlanError
+
+    data = _plan(compose, SWEEP + ["engine=sim"]).to_json()
+    data["engine_info"]["parser"] = parser
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="is not a module of specc.engines.parsers"):
+        Plan.load(tmp_path / "plan.json")

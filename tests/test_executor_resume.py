@@ -89,7 +89,7 @@ def test_inv_down_stops_a_server_left_running(guard, tmp_path):
     """A server that outlived its executor (PDEATHSIG cannot cover a remote or
     re-parented process) is found from state.json, stopped, and verified gone."""
     from specc.run import lifecycle
-    from specc.run.state import RunState
+    from specc.state import RunState
 
     run_dir = tmp_path / "run"
     plan = compile_plan(run_dir, ["baseline=false"], port=guard.port(1))

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from specc.compile import facts as facts_mod
+from specc import facts as facts_mod
 from specc.compile.pipeline import compile_config
 
 LLAMA = ["model_pair.context_length=2048", "speculation=none"]

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from specc.run.datasets import load_prompts
+from specc.prompts.datasets import load_prompts
 from specc.run.loadgen import METRIC_KEYS, RequestRecord, percentile, run_load, summarize
 from specc.run.loadgen import run as run_module
 from specc.run.loadgen.metrics import per_token_itls, spread_itls

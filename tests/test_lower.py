@@ -302,15 +302,15 @@ def test_the_headline_pair_compiles_on_vllm_0_33(compose):
 
 def test_plan_records_the_engine_version(compose):
     plan = _compile(compose, SWEEP).plan
-    assert plan.engine_info["version"] == plan.engine_info["pinned_version"] == "0.5.23"
+    assert plan.engine_info.version == plan.engine_info.pinned_version == "0.5.23"
     assert "--cuda-graph-max-bs-decode" in _compile(
         compose, SWEEP + ["server.cuda_graph_max_bs=64"]).plan.servers[0].argv
     old = _compile(compose, SWEEP + ["engine.version=0.5.9", "server.cuda_graph_max_bs=64"]).plan
-    assert old.engine_info["version"] == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
+    assert old.engine_info.version == "0.5.9" and "--cuda-graph-max-bs" in old.servers[0].argv
     names = [p.name for p in old.servers[1].readiness.phases]
     assert names.index("load_draft_weights") > names.index("capture_cuda_graph")
     vllm = _compile(compose, SWEEP + ["engine=vllm"]).plan
-    assert vllm.engine_info["version"] == "0.33.0"
+    assert vllm.engine_info.version == "0.33.0"
 
 
 def test_an_unverified_engine_version_is_a_warning_and_a_bad_one_an_error(compose):
@@ -337,7 +337,7 @@ def test_wall_time_estimate_uses_the_hardware_gpu_calibration(compose):
 def test_a_sweep_over_lengths_reads_the_prompt_set_once(compose, monkeypatch):
     """The prompt-set check ran per point with the point's output_len as the cache key: a
     sweep over 100 lengths parsed the shipped set 12,000 times (4 s at 10^4 points)."""
-    from specc.run import promptsets
+    from specc.prompts import promptsets
 
     promptsets._load_cached.cache_clear()
     parsed = []
@@ -352,3 +352,15 @@ def test_a_sweep_over_lengths_reads_the_prompt_set_once(compose, monkeypatch):
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
     assert len(result.plan.benchmarks) == 300
     assert len(parsed) <= 1
+
+
+def test_the_plan_records_the_api_key_its_clients_send_as_a_reference(compose):
+    """Run reads the key from the plan (the adapter found it in the command at compile time),
+    never by parsing an engine's flags; a secret stays a `${NAME}` reference in plan.json."""
+    key = "sk-" + "a1" * 20
+    plan = _compile(compose, SWEEP + ["engine=sim", f"engine.extra_args=[--api-key,{key}]"]).plan
+    assert {s.api_key for s in plan.servers} == {"${API_KEY}"}
+    assert key not in plan.dumps()
+    plain = _compile(compose, SWEEP + ["engine=sim"]).plan
+    assert {s.api_key for s in plain.servers} == {None}
+    assert '"api_key"' not in plain.dumps()   # left out of plan.json when there is none

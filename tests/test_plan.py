@@ -143,7 +143,7 @@ def test_a_wrong_plan_is_refused_with_one_line_and_exit_2(plan_dict, tmp_path):
 def test_the_runtime_never_imports_an_engine_adapter_or_the_compiler():
     """What lets a Slurm node or a remote host run a plan with nothing but the plan."""
     code = ("import sys, specc.run.executor, specc.run.point, specc.run.readiness, "
-            "specc.run.acceptance, specc.run.lifecycle, specc.run.state, specc.run.node, "
+            "specc.run.acceptance, specc.run.lifecycle, specc.state, specc.run.node, "
             "specc.run.slurm\n"
             "print(sorted(m for m in sys.modules if m.startswith(('specc.engines', "
             "'specc.compile', 'specc.config'))))")

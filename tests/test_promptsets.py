@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from specc.run import promptsets
-from specc.run.datasets import DatasetError, load_prompts
-from specc.run.promptsets import (SPEED_PLACEHOLDER, CategoryError, DatasetFormatError,
+from specc.prompts import promptsets
+from specc.prompts.datasets import DatasetError, load_prompts
+from specc.prompts.promptsets import (SPEED_PLACEHOLDER, CategoryError, DatasetFormatError,
                                   HubError, load, sequence)
 
 CATS = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"]
@@ -176,7 +176,7 @@ def test_hf_rows_are_read_like_files(monkeypatch):
 
 
 def test_sequence_round_robin_uneven_categories():
-    from specc.run.datasets import Prompt
+    from specc.prompts.datasets import Prompt
 
     ps = [Prompt("a", 1, 1, "x", "x1"), Prompt("b", 1, 1, "x", "x2"), Prompt("c", 1, 1, "y", "y1")]
     assert [p.id for p in sequence(ps, 5)] == ["x1", "y1", "x2", "x1", "y1"]

@@ -104,7 +104,6 @@ def test_report_html_is_one_page_that_needs_no_network(tmp_path):
 
     d = _plan_dir(tmp_path)
     provenance.write_manifest(d, gpus={"name": "none", "count": 0})
-    (d / "tune.json").write_text(json.dumps({"decision": "EAGLE3 s3 k1 d4 at concurrency 1"}))
     write_report(d)
     text = (d / "report.html").read_text()
     page = _Page()
@@ -113,16 +112,17 @@ def test_report_html_is_one_page_that_needs_no_network(tmp_path):
     assert page.imgs and all(i.startswith("data:image/png;base64,") for i in page.imgs)
     assert len(page.imgs) == len(list((d / "plots").glob("*.png")))
     assert page.tags.count("table") >= 2 and "link" not in page.tags and "script" not in page.tags
-    # the decision first, the tables with their intervals, the provenance
-    assert text.index("Decision") < text.index("<table>")
-    assert "EAGLE3 s3 k1 d4 at concurrency 1" in text
+    # report.md's tables, cell for cell, and the provenance
+    md = (d / "report.md").read_text()
+    assert "<th>output tok/s</th>" in text and "1.70x |" in md
+    assert "<td>1.70x</td>" in text
     assert "Provenance (manifest.json)" in text and "hf_abcdefghij" not in text
     rep = json.loads((d / "report.json").read_text())
     assert rep["manifest"]["gpu"]["name"] == "none"
 
 
 @pytest.mark.parametrize("broken", ["", "{not json"])
-def test_report_html_without_a_manifest_or_tune_json(tmp_path, broken):
+def test_report_html_without_a_manifest(tmp_path, broken):
     from specc.report import write_report
 
     d = Path(shutil.copytree(FIX / "run_a", tmp_path / "run"))
@@ -130,5 +130,5 @@ def test_report_html_without_a_manifest_or_tune_json(tmp_path, broken):
         (d / "manifest.json").write_text(broken)
     write_report(d, plots=False)
     text = (d / "report.html").read_text()
-    assert "Decision" not in text and "Provenance (manifest.json)" not in text
+    assert "Provenance (manifest.json)" not in text
     assert "<table>" in text

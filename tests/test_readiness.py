@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from specc.engines import get_engine
 from specc.plan import Phase, Probe, Readiness, literal
 from specc.run.readiness import (TICK_S, Failed, LogTail, PhaseChanged, ProbeNow, Ready,
                                  Startup)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "readiness"
 READY = "The server is fired up and ready to roll!"
-FATAL = ("Scheduler hit an exception", "Received sigquit from a child process",
-         "Traceback (most recent call last)", "torch.OutOfMemoryError", "CUDA out of memory",
-         "ValueError: ", "RuntimeError: ")
+#: The SGLang adapter's own fatal patterns (lines 0.5.23 dies of), already regexes.
+FATAL = get_engine("sglang").fatal_patterns
 
 
 def _phase(name, begin, end=None, budget=120.0, estimate=2.0):
@@ -34,7 +34,7 @@ def _plan(phases, *, answers=None, interval=0.1, threshold=1, deadline=3000.0):
         answers=answers or {"refused": "starting", "503": "warming", "200": "ready"},
         engine_health_timeout_s=20.0, ready_log=(literal(READY),),
         phases=(_phase("launch", None, budget=300.0, estimate=None), *phases),
-        fatal_patterns=tuple(literal(p) for p in FATAL), estimated_start_s=250.0,
+        fatal_patterns=FATAL, estimated_start_s=250.0,
         deadline_s=deadline, serving_silence_s=60.0)
 
 
@@ -272,6 +272,46 @@ def test_a_fatal_line_then_the_exit_names_both():
                              "(most recent call last): (process exited with code 1)")
 
 
+def test_warnings_that_log_their_traceback_do_not_fail_a_healthy_server(compose):
+    """0.5.23 logs tracebacks under warnings and carries on (the stale-shm sweep before the
+    weights, a glue-graph fallback in warm-up): with the plan specc compiles, ready."""
+    from specc.compile.pipeline import compile_config
+
+    rows = _fixture("sglang-0.5.23-warnings-with-tracebacks.log")
+    assert sum("Traceback (most recent call last)" in text for _, text in rows) == 2
+    plan = compile_config(compose(["+experiment=eagle3_sweep", "engine=sglang"])).plan
+    for readiness in (PLAN_0_5_23, plan.servers[0].readiness):
+        replay = Replay(readiness, server=_sglang_server(rows))
+        assert isinstance(replay.run(rows, until=2000), Ready), replay.result
+
+
+def test_no_fatal_pattern_matches_a_traceback_or_an_exception_line():
+    """A fatal pattern is a message an engine dies of: the lines of any traceback match none."""
+    import re
+
+    lines = ("Traceback (most recent call last):", "ValueError: bad value",
+             "RuntimeError: CUDA error: operation not permitted when stream is capturing",
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+             "PermissionError: [Errno 1] Operation not permitted: '/dev/shm/x'")
+    for engine in ("sglang", "vllm", "sim"):
+        for pattern in get_engine(engine).fatal_patterns:
+            assert not any(re.search(pattern, ln) for ln in lines), (engine, pattern)
+
+
+def test_a_crash_without_a_fatal_message_names_its_exception_at_exit():
+    m = Startup(PLAN_0_5_23, 0.0)
+    m.line(1.0, "[TP0] Load weight begin. avail mem=139.23 GB")
+    assert m.line(2.0, "Traceback (most recent call last):") == []
+    m.line(2.0, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    m.line(2.1, "[rank0]:[W1130 10:00:02] ProcessGroupNCCL destroyed without shutdown")
+    assert not [a for a in m.tick(3.0) if isinstance(a, Failed)]   # a traceback alone: no
+    (failed,) = m.exited(3.5, 1)
+    assert failed == Failed(
+        "process exited with code 1 during load_weights; last exception logged: "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB; last log line: "
+        "[rank0]:[W1130 10:00:02] ProcessGroupNCCL destroyed without shutdown", "load_weights")
+
+
 def test_a_process_exit_fails_with_its_code_and_last_line():
     m = Startup(PLAN_0_5_23, 0.0)
     m.line(1.0, "[TP0] Load weight begin. avail mem=139.23 GB")
@@ -377,3 +417,57 @@ def test_log_tail_reads_whole_lines_and_a_carriage_return_ends_one(tmp_path):
         assert tail.read() == ["shards: 30%", "KV Cache is allocated"]
         assert tail.read(final=True) == ["partial"]
     assert LogTail(tmp_path / "missing.log").read() == []
+
+
+# -- vLLM 0.33, with the plan specc compiles -----------------------------------------------
+VLLM_LLAMA = ["+experiment=eagle3_sweep", "engine=vllm", "~engine.max_running_requests",
+              "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048"]
+
+
+def _vllm_readiness(compose, extra=()):
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose([*VLLM_LLAMA, *extra]))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    return next(s for s in result.plan.servers if s.params.get("algorithm")).readiness
+
+
+def _vllm_server(rows):
+    """vLLM: the API process listens only once the engine is up; then /health is 200."""
+    listening = _time_of(rows, "Started server process")
+    return lambda t: "refused" if t < listening else "200"
+
+
+def test_a_real_shaped_vllm_0_33_startup_goes_through_its_phases_in_their_order(compose):
+    """Load, torch.compile (191 s of silence in Inductor), the profiling capture with its own
+    "Graph capturing finished", the KV cache, the real capture, the API server: each phase
+    entered at its line, none skipped, none a guess, and the compile's silence within its
+    own budget."""
+    readiness = _vllm_readiness(compose)
+    budgets = {p.name: p.budget_s for p in readiness.phases}
+    rows = _fixture("vllm-0.33.0-llama8b-eagle3-tp1.log")
+    replay = Replay(readiness, server=_vllm_server(rows))
+    assert isinstance(replay.run(rows, until=2000), Ready), replay.result
+    assert replay.labels() == ["launch", "load_weights", "compile", "profile_cuda_graph",
+                               "kv_cache", "capture_cuda_graph", "api_server"]
+    began = {p: t for p, t in replay.machine.timeline}
+    assert began["compile"] == pytest.approx(_time_of(rows, "Starting torch.compile"), abs=TICK_S)
+    assert began["kv_cache"] == pytest.approx(_time_of(rows, "Available KV cache memory"),
+                                              abs=TICK_S)
+    # the real capture starts once the KV cache is sized, not at the profiling capture
+    assert began["capture_cuda_graph"] == pytest.approx(_time_of(rows, "GPU KV cache size:"),
+                                                        abs=TICK_S)
+    silent = _time_of(rows, "Compiling a graph") - _time_of(rows, "Dynamo bytecode")
+    assert budgets["load_weights"] < silent < budgets["compile"]
+
+
+def test_a_silent_hang_in_vllms_compile_is_named_compile_and_its_budget_is_configurable(compose):
+    rows = _fixture("vllm-0.33.0-llama8b-eagle3-tp1.log")
+    began = _time_of(rows, "Dynamo bytecode")
+    hung = [(t, x) for t, x in rows if t <= began]
+    readiness = _vllm_readiness(compose, ["+readiness.phase_budgets_s.compile=1800"])
+    assert {p.name: p.budget_s for p in readiness.phases}["compile"] == 1800.0
+    replay = Replay(readiness)
+    result = replay.run(hung, until=began + 2000)
+    assert isinstance(result, Failed) and result.phase == "compile"
+    assert result.reason.startswith("stalled in compile: no log output for 1800 s")

@@ -173,6 +173,36 @@ def test_no_plan_is_an_error(tmp_path):
         R.build_report(tmp_path)
 
 
+@pytest.mark.parametrize("text,says", [
+    ("{}", "plan version None is not 2"),
+    ('{"version": 2, "benchmarks": "x"}', "plan.experiment: missing"),
+    ("{not json", "not JSON"),
+])
+def test_a_corrupt_plan_is_one_line_and_exit_2(run_a, text, says):
+    """plan.json is read through its one strict reader: never an empty report, never a
+    traceback (the tasks that count its points read it so too)."""
+    import subprocess
+    import sys
+
+    (run_a / "plan.json").write_text(text)
+    for task in ("report", "status"):
+        res = subprocess.run([sys.executable, "-m", "specc", task, "--run", str(run_a)],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, (task, res.stdout, res.stderr)
+        (line,) = res.stderr.strip().splitlines()
+        assert says in line and "plan.json" in line, (task, line)
+    assert not (run_a / "report.md").exists()
+
+
+@pytest.mark.parametrize("state", ['{"servers": ["x"]}', '{"servers": {"s": {"pid": "x"}}}', "{"])
+def test_a_corrupt_state_json_is_a_warning_read_by_the_executors_own_reader(run_a, state):
+    (run_a / "state.json").write_text(state)
+    rep = R.build_report(run_a)
+    assert rep.server_failures == []
+    (warning,) = [w for w in rep.warnings if w.startswith("state.json")]
+    assert warning.endswith("server states not shown") and str(run_a / "state.json") in warning
+
+
 def test_plots_failing_do_not_fail_the_report(run_a, monkeypatch):
     def boom(report, Figure):
         raise RuntimeError("no display for you")

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from specc import report as R
+from fixtures.report.make_fixtures import strict_plan
 
 CATS = ["writing", "coding"]
 N = 40
@@ -57,9 +58,7 @@ def _run_dir(tmp_path):
         stale = _lines(lambda i: 99.0, attempt=0.5)
         (tmp_path / "requests" / f"{bid}.jsonl").write_text(
             "".join(json.dumps(x) + "\n" for x in stale + ls))
-    (tmp_path / "plan.json").write_text(json.dumps(
-        {"version": 1, "experiment": "t", "engine": "sim", "servers": servers,
-         "benchmarks": benches}))
+    (tmp_path / "plan.json").write_text(json.dumps(strict_plan("t", servers, benches)))
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results))
     return tmp_path
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from specc.run import requests as reqlog
-from specc.run.datasets import load_prompts
+from specc import requestlog as reqlog
+from specc.prompts.datasets import load_prompts
 from specc.run.loadgen.records import RequestRecord
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specc.compile import facts as facts_mod
+from specc import facts as facts_mod
 from specc.compile import rules
 from specc.compile.pipeline import compile_config
 from specc.engines import get_engine
@@ -33,7 +33,10 @@ def server_diags(compose, overrides, rule=None):
 def point_diags(compose, overrides, rule, **bench):
     cfg = compose(overrides)
     engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
-    return list(rule(_spec(cfg), engine, {**cfg["benchmark"], **bench}))
+    bench = {**cfg["benchmark"], **bench}
+    if rule in rules.POINT_RULES:   # worked out per server, then applied per point
+        return list(rule(_spec(cfg), engine)(bench))
+    return list(rule(_spec(cfg), engine, bench))
 
 
 def codes(diags):
@@ -44,7 +47,7 @@ def test_every_rule_is_covered_here():
     covered = {"facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
                "spec_tokens_required", "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
-               "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
+               "readiness_budgets", "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size",
                "dataset_fits_context"}   # tests/test_dataset_check.py
@@ -243,6 +246,25 @@ def test_topology_violations(compose, overrides, code, path):
     assert (code, path) in {(d.code, d.path) for d in found}
 
 
+def test_pipeline_parallel_speculation_as_each_sglang_release_serves_it(compose):
+    """0.5.23 serves PP with EAGLE (SGLANG_ENABLE_PP_SPEC=1, which specc sets), refuses EAGLE3
+    with its launch assertion; releases before it refuse any speculation with pp > 1."""
+    pp = LLAMA + ["hardware.tp=4", "hardware.pp=2"]
+    eagle = pp + ["speculation=eagle", "model_pair.draft.facts.architecture=LlamaForCausalLMEagle"]
+    assert server_diags(compose, eagle, rules.topology) == []
+    cfg = compose(eagle)
+    env, _ = get_engine("sglang").env(_spec(cfg), [0, 1, 2, 3, 4, 5, 6, 7])
+    assert env["SGLANG_ENABLE_PP_SPEC"] == "1"
+    (d,) = server_diags(compose, pp, rules.topology)            # eagle3
+    assert (d.code, d.path) == ("TOPOLOGY_PP_SPEC", "hardware.pp")
+    assert "refuses EAGLE3 with pipeline parallelism" in d.message
+    assert "only supports EAGLE (non-multi-layer)" in d.message and "speculation=eagle" in d.hint
+    (d,) = server_diags(compose, eagle + ["engine.version=0.5.13"], rules.topology)
+    assert d.code == "TOPOLOGY_PP_SPEC" and "sglang 0.5.13 refuses speculative" in d.message
+    env, _ = get_engine("sglang").env(_spec(compose(pp + ["speculation=none"])), [0, 1])
+    assert "SGLANG_ENABLE_PP_SPEC" not in env
+
+
 def test_topology_passes(compose):
     for tp in (1, 2, 4, 8):
         assert server_diags(compose, LLAMA + [f"hardware.tp={tp}"], rules.topology) == []
@@ -257,6 +279,16 @@ def test_readiness_probe(compose):
     # vLLM's /health answers at once: a 5 s timeout is fine there
     assert server_diags(compose, ["engine=vllm", "readiness.probe_timeout_s=5"],
                         rules.readiness_probe) == []
+
+
+def test_readiness_budgets_name_the_engines_phases(compose):
+    vllm = LLAMA + ["engine=vllm"]
+    assert server_diags(compose, vllm + ["+readiness.phase_budgets_s.compile=1800"],
+                        rules.readiness_budgets) == []
+    (d,) = server_diags(compose, LLAMA + ["+readiness.phase_budgets_s.compile=1800"],
+                        rules.readiness_budgets)          # SGLang has no compile phase
+    assert (d.code, d.path) == ("READINESS_PHASE_UNKNOWN", "readiness.phase_budgets_s.compile")
+    assert "load_weights" in d.hint
 
 
 def test_readiness_deadline(compose):
@@ -344,6 +376,26 @@ def test_dataset_file(compose, tmp_path):
     assert point_diags(compose, LLAMA, rules.dataset_file, dataset="jsonl",
                        dataset_path=str(f)) == []
     assert point_diags(compose, LLAMA, rules.dataset_file) == []
+
+
+def test_client_rules_read_each_dataset_once_and_still_judge_every_point(compose, tmp_path,
+                                                                        monkeypatch):
+    """A sweep over lengths names one dataset per point: it is read once per distinct
+    dataset, while the per-point rules still see every point."""
+    from specc.prompts import promptsets
+
+    cfg = compose(LLAMA)
+    engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
+    reads = []
+    real = promptsets.load
+    monkeypatch.setattr(promptsets, "load", lambda *a, **k: (reads.append(k), real(*a, **k))[1])
+    points = [{**cfg["benchmark"], "output_len": n, "num_prompts": 4} for n in range(8, 808, 8)]
+    points.append({**points[0], "num_prompts": 10**6, "input_len": 1000})   # too large a point
+    missing = {**points[0], "dataset": "jsonl", "dataset_path": str(tmp_path / "nope.jsonl")}
+    diags = rules.check_clients(engine, points + [missing, dict(missing)])
+    assert len(reads) == 1
+    assert [d.code for d in diags] == ["BENCH_TOO_LARGE", "BENCH_DATASET_MISSING"]
+    assert diags == [d for b in points + [missing] for d in rules.check_client(engine, b)]
 
 
 # --- model facts from config.json ------------------------------------------------------

@@ -254,7 +254,7 @@ def test_changing_a_shipped_default_changes_every_reader(compose, tmp_path, monk
     path = conf / "benchmark" / "default.yaml"
     path.write_text(path.read_text().replace("warmup_requests: 1", "warmup_requests: 3")
                     .replace("range_ratio: 1.0", "range_ratio: 0.5"))
-    monkeypatch.setattr(compose_mod, "CONF_DIR", conf)
+    monkeypatch.setattr(schema, "CONF_DIR", conf)   # where the shipped defaults are read
     cfg = compose(["model_pair.context_length=2048", "speculation=none",
                    "benchmark.driver=bench_serving", "benchmark.dataset=random"])
     del cfg["benchmark"]["warmup_requests"], cfg["benchmark"]["range_ratio"]

@@ -18,7 +18,7 @@ import pytest
 
 from executor_helpers import PY, compile_plan, free_port_block, results, run_cli
 from specc.results import ResultLog, read_rows
-from specc.run.datasets import load_prompts
+from specc.prompts.datasets import load_prompts
 from specc.run.loadgen import run_load
 
 HOSTILE = Path(__file__).with_name("hostile_server.py")
@@ -256,8 +256,11 @@ def test_results_never_hold_nan_and_a_hand_edited_one_is_refused(tmp_path, capsy
 # ============================================================================ a whole `specc run`
 def _hostile_plan(run_dir: Path, mode: str, overrides=()):
     """A compiled plan whose servers are the hostile server (the launcher in its argv
-    edited, as a user could before `specc run`; the simulator's flags stay)."""
+    edited, as a user could before `specc run`; the simulator's flags stay). The plan's
+    engine_info.launcher is edited with it: a command that does not start with the recorded
+    launcher is refused as the plan is read (tests/test_launcher.py)."""
     def edit(d):
+        d["engine_info"]["launcher"] = [PY, str(HOSTILE), "-"]
         for s in d["servers"]:
             s["argv"] = [PY, str(HOSTILE), "-", *s["argv"][3:]]
             s["env"]["HOSTILE_MODE"] = mode

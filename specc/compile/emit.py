@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import operator
 import shlex
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 from tabulate import tabulate
 
+from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, referenced
@@ -135,6 +138,10 @@ def _entries(items) -> Iterator[str]:
     equal readiness plan) is encoded once."""
     shared: dict[int, str] = {}
     names: dict[type, list] = {}   # per dataclass: [(field, its encoded name)]
+    items = tuple(items)
+    # entries left that hold each dict or dataclass value: its text is kept until the last
+    # (10^5 points on one server share nothing: their texts must not pile up)
+    uses = Counter(id(v) for item in items for v in _containers(item))
     for item in items:
         kind = type(item)
         if kind not in names:
@@ -151,13 +158,27 @@ def _entries(items) -> Iterator[str]:
             elif value is None:
                 parts.append(key + "null")
             elif type(value) is dict or is_dataclass(value):
-                text = shared.get(id(value))
+                ident = id(value)
+                text = shared.get(ident)
                 if text is None:
-                    text = shared[id(value)] = _ENCODE(value)
+                    text = _ENCODE(value)
+                left = uses[ident] = uses[ident] - 1
+                if left > 0:
+                    shared[ident] = text
+                else:
+                    shared.pop(ident, None)
                 parts.append(key + text)
             else:
                 parts.append(key + _ENCODE(value))
         yield "{" + ",".join(parts) + "}"
+
+
+def _containers(item) -> Iterator:
+    """An entry's dict and dataclass field values (those _entries encodes once and shares)."""
+    for value in (item.__dict__.values() if hasattr(item, "__dict__")
+                  else (getattr(item, f.name) for f in fields(item))):
+        if type(value) is dict or is_dataclass(value):
+            yield value
 
 
 #: Plan fields written one entry per line.
@@ -216,8 +237,18 @@ def plan_sh_chunks(plan: Plan) -> Iterator[str]:
 
 
 def _plan_sh_lines(plan: Plan) -> Iterator[str]:
+    from specc.plan import BENCH_SERVING_RANDOM_SOURCE
+
     yield _SH_PRELUDE
+    if plan.search:
+        yield ("# search=tune: this script runs the whole grid (every candidate: the search's "
+               "worst case)\n# in plan order; the adaptive search runs in the executor "
+               "(specc run --plan plan.json).")
     benchmarks = _by_server(plan)
+    if any(b.argv and BENCH_SERVING_RANDOM_SOURCE in b.argv for b in plan.benchmarks):
+        # bench_serving's random dataset would download ShareGPT without a local file
+        yield (f"\npython -m specc.prompts.datasets --sharegpt-source "
+               f"{_q(BENCH_SERVING_RANDOM_SOURCE)}")
     for wave in plan.waves:
         yield f"\n# ===== wave {wave[0].wave}: {len(wave)} server(s) at once ====="
         for s in wave:
@@ -279,22 +310,6 @@ def _argv_lines(argv, secrets=()) -> list[str]:
     return lines
 
 
-def _table(rows, headers) -> str:
-    """A GitHub table whose cells cannot break the layout (newlines, pipes in values)."""
-    def cell(x):
-        return str(x).replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|") \
-            if isinstance(x, str) else x
-    return tabulate([[cell(x) for x in r] for r in rows], headers=headers, tablefmt="github")
-
-
-def _fmt_s(sec: float | None) -> str:
-    if sec is None:
-        return "-"
-    if sec >= 90:
-        return f"{sec / 60:.1f} min"
-    return f"{sec:.1f} s"
-
-
 #: Rows a review table (and the list of launch commands) shows; the rest is counted.
 REVIEW_ROWS = 100
 
@@ -309,12 +324,29 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
 def _param_values(plan: Plan) -> dict[str, dict]:
     """Client parameter -> its distinct values over the matrix (in first-seen order).
 
-    Points share their params dict across servers, so each distinct one is read once."""
+    Points share their params dict across servers, so each distinct one is read once; a
+    parameter's values are told apart a column at a time (10^5 points on one server: each
+    point's own dict)."""
+    distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
+    keys: dict = {}
+    for params in distinct:
+        keys.update(params)
+    keys.pop("model", None)
     seen: dict[str, dict] = {}
-    for params in {id(b.params): b.params for b in plan.benchmarks}.values():
-        for k, v in params.items():
-            if k != "model":
-                seen.setdefault(k, {}).setdefault(_distinct(v), v)
+    missing = object()
+    for k in keys:
+        try:
+            column = list(map(operator.itemgetter(k), distinct))
+        except KeyError:   # a key some points lack
+            column = [v for v in (p.get(k, missing) for p in distinct) if v is not missing]
+        try:   # (type, value): True and 1 kept apart; first-seen order kept by the dict
+            firsts = dict.fromkeys(zip(map(type, column), column))
+            seen[k] = {(t, hash(v), v): v for t, v in firsts}
+        except TypeError:   # unhashable values (lists): one at a time
+            values: dict = {}
+            for v in column:
+                values.setdefault(_distinct(v), v)
+            seen[k] = values
     return {k: seen[k] for k in sorted(seen)}
 
 
@@ -351,12 +383,11 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
         return "\n".join(lines) + "\n"
     n_b = len(plan.benchmarks)
     dropped_points = sum(d.points for d in plan.dropped)
-    info = plan.engine_info or {}
-    if info.get("version"):
-        lines += ["", f"Engine: {plan.engine} {info['version']} (facts, flags and log markers "
-                      f"for that release; specc's {plan.engine} facts were read from "
-                      f"{info.get('pinned_version', '?')}). Check the node's install with "
-                      "`inv doctor --plan PATH`."]
+    info = plan.engine_info
+    lines += ["", f"Engine: {plan.engine} {info.version} (facts, flags and log markers "
+                  f"for that release; specc's {plan.engine} facts were read from "
+                  f"{info.pinned_version}). Check the node's install with "
+                  "`inv doctor --plan PATH`."]
     lines += ["", "## Matrix", "",
               f"{n_b} benchmark points on {len(plan.servers)} server(s) in {len(plan.waves)} wave(s); "
               f"{len(plan.dropped)} server configuration(s) dropped ({dropped_points} points)."]
@@ -446,7 +477,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
 
     A Slurm plan (its `cluster` record holds the jobs) also gets one batch script per
     job under slurm/ and a job table in the review."""
-    from specc.compile import sbatch
+    from specc.compile import sbatch, search
 
     run_dir.mkdir(parents=True, exist_ok=True)
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
@@ -455,6 +486,8 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
         digest = _Digest()
         atomic_write(run_dir / "plan.json", _blocks(digest.sealed(plan_json_chunks(plan))))
     text = review(plan, diagnostics, title=title, digest=digest and digest.value)
+    if plan is not None and plan.search:
+        text += "\n" + search.review_section(plan)
     if plan is not None and plan.cluster:
         text += "\n" + sbatch.review_section(plan)
     atomic_write(run_dir / "review.md", text)

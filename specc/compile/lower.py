@@ -17,7 +17,7 @@ from dataclasses import replace
 from specc.compile import estimate, placement, rules
 from specc.compile.matrix import canonical as _canonical, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
-from specc.diagnostics import Diagnostic, has_errors, info, unique
+from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
 from specc.plan import Benchmark, Plan, Readiness, Server
 
@@ -56,6 +56,11 @@ def _params(spec: ServerSpec, axis_values: dict) -> dict:
     return p
 
 
+def _server_id(spec: ServerSpec, engine, key: str) -> str:
+    name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
+    return f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(key)}"
+
+
 def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     """Config (schema-valid) -> (plan or None, diagnostics)."""
     engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
@@ -79,8 +84,16 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     if found:
         return None, unique(diags + found)
     host = hw.get("host", "localhost")
-    # each client point's canonical JSON, as a JSON string: what its ids hash
-    client_keys = [json.dumps(_canonical(b)) for b in matrix.client_points]
+    sids = [_server_id(entry.spec, engine, entry.key) for entry in matrix.servers]
+    # each benchmark's id, per server: == _hash([sid, canonical(bench)]), each client point
+    # encoded once for every server, its text dropped once hashed (10^5 points on one server)
+    sid_prefixes = [f"[{json.dumps(sid)},".encode() for sid in sids]
+    bench_ids: list[list[str]] = [[] for _ in sids]
+    for bench in matrix.client_points:
+        tail = f"{json.dumps(_canonical(bench))}]".encode()
+        conc = bench["concurrency"]
+        for sid, prefix, ids in zip(sids, sid_prefixes, bench_ids):
+            ids.append(f"{sid}-c{conc}-{hashlib.sha256(prefix + tail).hexdigest()[:6]}")
     # served model -> the params of every client point: one dict per point and model,
     # shared by the servers that serve that model (read-only, like the whole Plan)
     point_params: dict[str, list[dict]] = {}
@@ -92,41 +105,39 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     bench_index: dict[tuple[str, int], str] = {}
     estimates: dict[str, float] = {}
     server_times = estimate.ServerTimes(engine, matrix.client_points)
-    for bench in matrix.client_points:   # rules of the point alone, whatever its server
-        diags += rules.check_client(engine, bench)
-    for entry, slot, meet in zip(matrix.servers, slots, rendezvous):
+    diags += rules.check_clients(engine, matrix.client_points)   # whatever their server
+    for entry, slot, meet, sid, ids in zip(matrix.servers, slots, rendezvous, sids, bench_ids):
         spec: ServerSpec = entry.spec
-        name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
-        sid = f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(entry.key)}"
         env, secrets = engine.env(spec, list(slot.gpus), flush_cache=any(
             b.get("flush_cache") for b in matrix.client_points))
         readiness = engine.readiness(spec)
         readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
-        for bench in matrix.client_points:
-            diags += rules.check_point(spec, engine, bench)
+        diags += rules.check_points(spec, engine, matrix.client_points)
+        argv = tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
+                                 port=slot.port, rendezvous_port=meet))
+        diags += _launcher_problems(engine, sid, argv)
         plan_servers.append(Server(
             id=sid, label=_label(spec, engine, entry.axes), baseline=not spec.speculative,
             params=_params(spec, entry.axes), host=host, port=slot.port, gpus=slot.gpus,
             wave=slot.wave,
-            argv=tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
-                                   port=slot.port, rendezvous_port=meet)),
-            env=env, log=f"servers/{sid}.log", readiness=readiness,
+            argv=argv, env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
+            api_key=engine.api_key(list(argv)),
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
-        sid_json = json.dumps(sid)
         model = engine.served_model(spec)
         if model not in point_params:
-            point_params[model] = [{**b, "model": model,
-                                    "request_id_field": engine.request_id_field,
-                                    "accept_positions": engine.accept_positions}
-                                   for b in matrix.client_points]
+            extra = {"model": model, "request_id_field": engine.request_id_field,
+                     "accept_positions": engine.accept_positions}
+            if not point_params:   # the first model takes the matrix's own dicts: their ids
+                for b in matrix.client_points:   # are hashed, and the rules read no extra key
+                    b.update(extra)
+                point_params[model] = list(matrix.client_points)
+            else:
+                point_params[model] = [{**b, **extra} for b in matrix.client_points]
         speculative = spec.speculative
-        for i, (bench, ckey_json, params) in enumerate(zip(matrix.client_points, client_keys,
-                                                            point_params[model])):
-            # == _hash([sid, canonical(bench)]), without re-encoding the point for every server
-            digest = hashlib.sha256(f"[{sid_json},{ckey_json}]".encode()).hexdigest()[:6]
-            bid = f"{sid}-c{bench['concurrency']}-{digest}"
+        for i, (bench, bid, params) in enumerate(zip(matrix.client_points, ids,
+                                                     point_params[model])):
             if not speculative:
                 bench_index[(entry.key, i)] = bid
             matched = bench_index.get((entry.baseline_key, i)) if speculative else None
@@ -159,3 +170,15 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                    "note": estimate.note(first)},
         fail_fast=bool(cfg.get("fail_fast")))
     return plan, diags
+
+
+def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:
+    """A server starts with its engine's own program, never something that merely accepts
+    its flags (`specc run --plan` checks the same against plan.json's engine_info.launcher)."""
+    if argv[:len(engine.launcher)] == engine.launcher:
+        return []
+    return [error("ENGINE_LAUNCHER", "engine",
+                  f"server {sid} would start with `{' '.join(argv[:3])}`, not {engine.name}'s "
+                  f"own launcher `{' '.join(engine.launcher)}`",
+                  "launch servers only through the engine's own program; extra flags go in "
+                  "engine.extra_args")]

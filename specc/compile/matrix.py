@@ -17,7 +17,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from specc.compile import facts as facts_mod
+from specc import facts as facts_mod
 from specc.compile import rules
 from specc.compile.spec import ServerSpec
 from specc.config import schema

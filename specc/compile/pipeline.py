@@ -10,6 +10,7 @@ from specc.config import schema
 from specc.diagnostics import Diagnostic, error, has_errors, info
 from specc.compile.cluster import compile_cluster
 from specc.compile.lower import lower
+from specc.compile.search import attach_search
 from specc.compile.rules import DROPPABLE
 from specc.plan import Plan
 
@@ -87,6 +88,9 @@ def compile_config(config: dict) -> Compilation:
     if plan is not None and diags:
         plan = dataclasses.replace(
             plan, diagnostics=tuple(d.to_json() for d in diags) + tuple(plan.diagnostics))
+    if plan is not None and not has_errors(found):
+        plan, searched = attach_search(config, plan)
+        found += searched
     cluster, placed = compile_cluster(config, plan) if plan is not None else (None, [])
     if cluster is not None:   # the Slurm jobs go into the plan: a node needs nothing else
         plan = dataclasses.replace(plan, cluster=cluster)

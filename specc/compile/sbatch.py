@@ -12,8 +12,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from specc.compile.markdown import seconds, table
 from specc.files import atomic_write
-from specc.plan import Plan, SlurmJob
+from specc.plan import OLD_JOBS_FILE, Plan, SlurmJob
 
 #: Where each job's stdout/stderr goes (%x = job name, %j = job id), relative to the run dir.
 JOB_LOG = "slurm/logs/%x-%j.out"
@@ -68,7 +69,6 @@ def script(plan: Plan, job: SlurmJob) -> str:
 
 
 def review_section(plan: Plan) -> str:
-    from specc.compile.emit import _fmt_s, _table
 
     cluster = plan.cluster
     opts = [f"partition {cluster.partition or '(default)'}",
@@ -81,7 +81,7 @@ def review_section(plan: Plan) -> str:
     lines = ["## Slurm jobs", "",
              f"{len(cluster.jobs)} job(s), submitted at once from the run dir with "
              f"`sbatch --parsable`; {', '.join(opts)}. A job pending longer than "
-             f"{_fmt_s(pend) if pend else 'forever'} is cancelled and its points fail with "
+             f"{seconds(pend) if pend else 'forever'} is cancelled and its points fail with "
              "squeue's reason; Slurm's verdicts (FAILED, TIMEOUT, NODE_FAIL, CANCELLED, "
              "OUT_OF_MEMORY) fail the points the job did not finish.", ""]
     rows = []
@@ -89,14 +89,10 @@ def review_section(plan: Plan) -> str:
         rows.append([job.name, len(job.servers),
                      sum(len(plan.benchmarks_of(s)) for s in job.servers), job.nodes,
                      job.gpus_per_node, job.time_limit,
-                     f"{_fmt_s(job.deadline_s)} + {_fmt_s(job.points_s)}", job.script])
-    lines.append(_table(rows, headers=["job", "servers", "points", "nodes", "GPUs/node",
+                     f"{seconds(job.deadline_s)} + {seconds(job.points_s)}", job.script])
+    lines.append(table(rows, headers=["job", "servers", "points", "nodes", "GPUs/node",
                                        "time limit", "deadline + est. points", "script"]))
     return "\n".join(lines) + "\n"
-
-
-#: Where specc before the plan's `cluster` record kept a Slurm plan's jobs.
-OLD_JOBS_FILE = Path("slurm") / "cluster.json"
 
 
 def write_scripts(run_dir: Path, plan: Plan) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from specc.compile.facts import ModelFacts, kv_bytes_per_token
+from specc.facts import ModelFacts, kv_bytes_per_token
 
 #: Algorithms that load a separate draft model from speculation's draft path.
 DRAFT_MODEL_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")

@@ -16,20 +16,7 @@ from pathlib import Path
 
 from specc import secrets
 from specc.config import schema
-
-
-
-def conf_dir() -> Path:
-    """The Hydra config groups: specc/conf/ where specc is installed from a wheel (setup.py maps
-    the checkout's conf/ onto the package `specc.conf`), else the checkout's top-level conf/
-    (a checkout, an editable install). The installed copy wins, so that a stray top-level
-    `conf/` in site-packages is never read."""
-    package = Path(__file__).resolve().parent.parent
-    installed = package / "conf"
-    return installed if (installed / "config.yaml").is_file() else package.parent / "conf"
-
-
-CONF_DIR = conf_dir()
+from specc.config.schema import CONF_DIR
 
 
 def _hydra_error_line(exc: BaseException, argv=()) -> str:

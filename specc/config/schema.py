@@ -12,6 +12,7 @@ import ipaddress
 import os
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from specc.diagnostics import Diagnostic, error
 
@@ -210,6 +211,8 @@ SCHEMA = _obj({
         "success_threshold": _POS_INT,
         "phase_budget_factor": {"type": "number", "minimum": 1},
         "phase_budget_floor_s": {"type": "number", "minimum": 0},
+        "phase_budgets_s": {"type": "object",
+                            "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
         "deadline_s": _nullable({"type": "number", "exclusiveMinimum": 0}),
     }),
     "benchmark": _obj({
@@ -243,6 +246,14 @@ SCHEMA = _obj({
         "max_requests": _POS_INT,
     }),
     "cluster": _CLUSTER,
+    "search": _obj({
+        "name": {"enum": ["grid", "tune"]},
+        "max_starts": _nullable({"type": "integer", "minimum": 2}),
+        "margin": {"type": "number", "minimum": 0, "maximum": 1},
+        # keys are checked by compile/search.py (a latency metric, one line each)
+        "slo": {"type": "object", "additionalProperties": {"type": "number",
+                                                           "exclusiveMinimum": 0}},
+    }, required=("name",)),
 }, required=("experiment", "model_pair", "hardware", "engine", "speculation", "readiness",
              "benchmark"))
 
@@ -482,6 +493,19 @@ SIM_DEFAULTS = "engine/sim.yaml"
 
 
 @lru_cache(maxsize=None)
+def conf_dir() -> Path:
+    """The Hydra config groups: specc/conf/ where specc is installed from a wheel (setup.py maps
+    the checkout's conf/ onto the package `specc.conf`), else the checkout's top-level conf/
+    (a checkout, an editable install). The installed copy wins, so that a stray top-level
+    `conf/` in site-packages is never read."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "conf"
+    return installed if (installed / "config.yaml").is_file() else package.parent / "conf"
+
+
+CONF_DIR = conf_dir()
+
+
 def _shipped(conf_dir: str, relpath: str) -> dict:
     import yaml
 
@@ -491,8 +515,6 @@ def _shipped(conf_dir: str, relpath: str) -> dict:
 
 def shipped_defaults(relpath: str) -> dict:
     """The keys of a shipped config option (relative to the conf dir), as YAML says them."""
-    from specc.config.compose import CONF_DIR
-
     return dict(_shipped(str(CONF_DIR), relpath))
 
 

@@ -17,4 +17,4 @@ def get_engine(name: str, version: str | None = None) -> Engine:
 
 def engine_for_plan(plan) -> Engine:
     """The adapter a compiled plan was made for (engine and engine_info.version)."""
-    return get_engine(plan.engine, (plan.engine_info or {}).get("version"))
+    return get_engine(plan.engine, plan.engine_info.version)

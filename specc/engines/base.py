@@ -12,7 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specc.plan import Acceptance, CacheFlush, Phase, Probe, Readiness, literal
+from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, Acceptance, CacheFlush, EngineInfo, Phase,
+                        Probe, Readiness, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,6 +83,25 @@ class PhaseMarker:
         return True
 
 
+@dataclass(frozen=True)
+class FatalMessage:
+    """A log line the engine dies of: a fatal pattern, and the source that proves it.
+
+    `text`: what the line contains (a literal). `source`: the file in the engine's
+    package that prints it. `printed`: that file's text printing it together with what
+    ends the process next (a signal to the parent, a kill, a raise): tests/drift finds
+    it verbatim. `exits`: how the process dies after it, in words. Exception lines and
+    "Traceback" are never fatal patterns: engines log tracebacks under warnings and
+    carry on (a stale-shm sweep, a graph fallback); a real crash ends the process,
+    and its exit names the cause (specc.run.readiness).
+    """
+
+    text: str
+    source: str
+    printed: str
+    exits: str
+
+
 def patterns(marker) -> tuple[str, ...]:
     """An adapter's log marker as the plan's regexes: a plain string is a literal, a
     list holds regexes (one per wording an engine release printed), None is none."""
@@ -112,6 +132,16 @@ class Engine(ABC):
     """
 
     name = "engine"
+    #: How every server of this engine starts (the engine's own program): `argv` begins with
+    #: it, and a plan whose command does not is refused before it runs.
+    launcher: tuple[str, ...] = ()
+    #: The script that checks launch commands with the engine's own parser (specc/engines/parsers).
+    parser = ""
+    #: The distribution whose installed release the preflight compares with `version`
+    #: (None: the engine is specc's own).
+    package: str | None = None
+    #: The launch flag that sets the key the server's API routes require.
+    api_key_flag = "--api-key"
     #: The release every fact was last read from (the drift check verifies it).
     pinned_version = ""
     #: The oldest release specc holds facts for.
@@ -124,7 +154,8 @@ class Engine(ABC):
     #: the run manifest records the answer next to the pinned release. None: it does not.
     release_probe: dict | None = None
     ready_line: str | None = None
-    fatal_patterns: tuple[str, ...] = ()
+    #: The lines the engine dies of, each with its source (see FatalMessage).
+    fatal_messages: tuple[FatalMessage, ...] = ()
     #: "error": startup dies when the draft's context is shorter; "cap": silently capped.
     draft_context_policy = "error"
     #: The environment variable that turns that startup error into a warning.
@@ -150,8 +181,6 @@ class Engine(ABC):
     flush_cache_path: str | None = None
     #: Server environment that endpoint needs (set when a point flushes the cache).
     flush_cache_env: dict[str, str] = {}
-    #: Speculative decoding with pipeline parallelism is refused at startup.
-    refuses_pp_speculation = False
     #: One server can span nodes (on Slurm): argv takes the rendezvous port and carries
     #: NODE_RANK and HEAD, which each node fills in (specc.run.rank).
     multinode = False
@@ -191,12 +220,19 @@ class Engine(ABC):
                     f"release specc holds {self.name} facts for")
         return None
 
-    def info(self) -> dict:
-        """What the plan records about the engine (plan.json engine_info)."""
-        return {"version": self.version, "pinned_version": self.pinned_version,
-                "version_read": self.version_read, "health_path": self.health_path,
-                "uses_gpus": self.uses_gpus, "health_timeout_s": self.health_timeout_s,
-                **({"release_probe": self.release_probe} if self.release_probe else {})}
+    @property
+    def fatal_patterns(self) -> tuple[str, ...]:
+        """The plan's fatal patterns: each fatal message as a literal regex."""
+        return tuple(literal(m.text) for m in self.fatal_messages)
+
+    def info(self) -> EngineInfo:
+        """What the plan records about the engine (plan.json engine_info): all that running
+        the plan needs of this adapter."""
+        return EngineInfo(version=self.version, pinned_version=self.pinned_version,
+                          version_read=self.version_read, health_path=self.health_path,
+                          uses_gpus=self.uses_gpus, health_timeout_s=self.health_timeout_s,
+                          launcher=self.launcher, parser=self.parser, package=self.package,
+                          release_probe=self.release_probe)
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod
@@ -204,6 +240,18 @@ class Engine(ABC):
              rendezvous_port: int | None = None) -> list[str]:
         """The server's launch command (rank 0's, spanning nodes: `rendezvous_port` is the
         head's port the ranks meet at, planned for a server of more than one node)."""
+
+    def api_key(self, argv: list[str]) -> str | None:
+        """The API key a launch command sets (as written: a secret is a `${NAME}` reference by
+        now), which clients must send; None: the server takes requests without one."""
+        key = None
+        for i, a in enumerate(argv):
+            a = str(a)
+            if a == self.api_key_flag and i + 1 < len(argv):
+                key = str(argv[i + 1])
+            elif a.startswith(self.api_key_flag + "="):
+                key = a.split("=", 1)[1]
+        return key
 
     def server_flag(self, knob: str) -> str:
         """This release's flag for a server knob."""
@@ -224,13 +272,18 @@ class Engine(ABC):
         """What ranks other than 0 of a multi-node server add to `argv`."""
         return []
 
+    def pp_speculation_refusal(self, spec: ServerSpec) -> tuple[str, str] | None:
+        """(why, fix) where this release refuses spec's speculation with pipeline
+        parallelism (asked only with pp > 1 and speculation on); None: it serves it."""
+        return None
+
     def multinode_problems(self, spec: ServerSpec) -> list[tuple[str, str, str]]:
         """(config path, message, fix) for each reason the engine refuses this server
         across spec.nodes nodes at launch (asked only of a multi-node server on Slurm)."""
         return []
 
     def env(self, spec: ServerSpec, gpus: list[int], *,
-            flush_cache: bool = False) -> tuple[dict, list[str]]:
+            flush_cache: bool = False) -> tuple[dict[str, str], list[str]]:
         """(env for the server, names of secrets referenced rather than written: in the
         env and in extra_args, which compile has already turned into references).
 
@@ -238,7 +291,7 @@ class Engine(ABC):
         """
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
         values, secrets = split_env(spec.engine.get("env") or {})
-        env.update(values)
+        env.update((k, str(v)) for k, v in values.items())   # an environment holds strings
         if flush_cache:
             for name, value in self.flush_cache_env.items():
                 env.setdefault(name, value)
@@ -318,8 +371,13 @@ class Engine(ABC):
                  "estimate_s": est.get(m.name, 5.0 if m is self.join_phase else 1.0)}
                 for m in markers]
 
-    def budget(self, spec: ServerSpec, estimate_s: float) -> float:
+    def budget(self, spec: ServerSpec, estimate_s: float, phase: str = "") -> float:
+        """Seconds of log silence a phase may take: readiness.phase_budgets_s[phase] if set,
+        else its estimate x phase_budget_factor, at least phase_budget_floor_s."""
         r = spec.readiness
+        given = (r.get("phase_budgets_s") or {}).get(phase)
+        if given is not None:
+            return round(float(given), 1)
         return round(max(estimate_s * r["phase_budget_factor"], r["phase_budget_floor_s"]), 1)
 
     def readiness(self, spec: ServerSpec) -> Readiness:
@@ -330,7 +388,7 @@ class Engine(ABC):
         for p in self.phases(spec):
             phases.append(Phase(name=p["name"], begin=patterns(p["begin"]),
                                 end=patterns(p.get("end")), estimate_s=round(p["estimate_s"], 1),
-                                budget_s=self.budget(spec, p["estimate_s"])))
+                                budget_s=self.budget(spec, p["estimate_s"], p["name"])))
         budgets = sum(p.budget_s for p in phases)
         return Readiness(
             probe=Probe(method="GET", path=self.health_path, interval_s=r["probe_interval_s"],
@@ -339,7 +397,7 @@ class Engine(ABC):
             engine_health_timeout_s=self.health_timeout_s,
             ready_log=patterns(self.ready_line),
             phases=tuple(phases),
-            fatal_patterns=tuple(literal(p) for p in self.fatal_patterns),
+            fatal_patterns=self.fatal_patterns,
             estimated_start_s=round(sum(p.estimate_s or 0 for p in phases), 1),
             deadline_s=float(r.get("deadline_s") or round(budgets, 1)),
             serving_silence_s=self.serving_silence_s)
@@ -366,10 +424,16 @@ class Engine(ABC):
         dataset = {"random": "random", "sharegpt": "sharegpt", "jsonl": "custom"}.get(
             bench["dataset"], bench["dataset"])
         rate = bench.get("request_rate")
+        path = bench.get("dataset_path")
+        if dataset == "random" and not path:
+            # 0.5.23's random dataset samples token ids from ShareGPT and downloads it from
+            # the Hub when --dataset-path is no JSON file (benchmark/datasets/random.py):
+            # offline that fails. The run writes this file first (specc.prompts.datasets).
+            path = BENCH_SERVING_RANDOM_SOURCE
         return ["python", "-m", "sglang.bench_serving", "--backend", backend,
                 "--host", host, "--port", str(port), "--model", self.served_model(spec),
                 "--dataset-name", dataset,
-                *(["--dataset-path", bench["dataset_path"]] if bench.get("dataset_path") else []),
+                *(["--dataset-path", path] if path else []),
                 "--random-input-len", str(bench["input_len"]),
                 "--random-output-len", str(bench["output_len"]),
                 "--random-range-ratio", str(bench["range_ratio"]),

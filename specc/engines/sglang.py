@@ -18,8 +18,8 @@ import json as _json
 
 from specc.plan import Acceptance, CounterRatio, ServerField
 
-from .base import (ALWAYS, DRAFT, HEAD, MULTI_STEP, NODE_RANK, Engine, PhaseMarker, flag_args,
-                   for_version)
+from .base import (ALWAYS, DRAFT, HEAD, MULTI_STEP, NODE_RANK, Engine, FatalMessage, PhaseMarker,
+                   flag_args, for_version)
 
 PINNED_VERSION = "0.5.23"
 OLDEST_VERSION = "0.5.0"
@@ -85,13 +85,22 @@ PHASES_0_5_14: tuple[PhaseMarker, ...] = (
                 ((_S + "speculative/eagle_worker_v2.py", 'f"Capture draft decode CUDA graph begin. '),
                  (_S + "speculative/eagle_worker_v2.py", "if self.speculative_num_steps > 1"))),
     PhaseMarker("capture_draft_extend_cuda_graph",
-                (r"(?i)Capture draft extend CUDA graph begin",),
+                # the draft's prefill graph comes first; with num_steps 1 there is no
+                # draft decode phase for it to begin, so it begins this one
+                (r"(?i)Capture draft extend CUDA graph begin",
+                 r"(?i)Capture draft prefill CUDA graph begin"),
                 (r"(?i)Capture draft extend CUDA graph end",), DRAFT,
                 ("Capture draft extend CUDA graph begin. backend=full, num_tokens_per_req=4, "
                  "bs=[1, 2, 4, 8], avail mem=2.48 GB",
                  "Capture draft extend CUDA graph end. elapsed=1.18 s, mem usage=0.49 GB, "
                  "avail mem=1.99 GB."),
                 ((_S + "speculative/eagle_worker_v2.py", 'f"Capture draft extend CUDA graph begin. '),
+                 (_S + "speculative/eagle_worker_v2.py",
+                  "self.draft_runner.init_prefill_cuda_graph(force_for_draft_worker=True)"),
+                 (_S + "model_executor/model_runner_components/cuda_graph_setup.py",
+                  'capture_name = f"{role} prefill"'),
+                 (_S + "model_executor/cuda_graph_config.py",
+                  "return Backend.BREAKABLE if is_cuda() else Backend.DISABLED"),
                  (_S + "speculative/eagle_worker_v2.py", '"Capture draft extend CUDA graph end. "'))),
     PhaseMarker("warmup", (r"Uvicorn running on",), (READY_LINE,), ALWAYS,
                 ("INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
@@ -134,22 +143,41 @@ PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
 )
 PHASES_BY_VERSION = [("0.5.14", PHASES_0_5_14), (OLDEST_VERSION, PHASES_EARLY_2026)]
 
-#: Lines that end startup with a failure. Engine-specific ones carry where they are printed.
-FATAL_PATTERNS: tuple[str, ...] = (
-    "Scheduler hit an exception",
-    "Received sigquit from a child process",
-    "Traceback (most recent call last)",
-    "torch.OutOfMemoryError",
-    "CUDA out of memory",
-    "ValueError: ",
-    "RuntimeError: ",
+#: The lines SGLang 0.5.23 dies of, each with the source that prints it and ends the process.
+#: A subprocess that dies logs "<Part> hit an exception: <traceback>" and sends its parent
+#: SIGQUIT, whose handler logs "Received sigquit ..." and kills the process tree. Exception
+#: lines and "Traceback" are not among them: 0.5.23 logs tracebacks under warnings and
+#: carries on (srt/utils/stale_shm_cleanup.py "cleanup_stale_shm: sweep failed, continuing
+#: startup", exc_info=True); a crash ends the process and its exit names the cause.
+_SIGQUIT_PARENT = "parent_process.send_signal(signal.SIGQUIT)"
+FATAL_MESSAGES: tuple[FatalMessage, ...] = (
+    FatalMessage("Scheduler hit an exception", _S + "managers/scheduler.py",
+                 'logger.error(f"Scheduler hit an exception: {traceback}")\n        '
+                 + _SIGQUIT_PARENT, "SIGQUIT to the launcher, which kills the process tree"),
+    FatalMessage("Received sigquit from a child process", _S + "entrypoints/engine.py",
+                 '"Received sigquit from a child process. It usually means the child failed."'
+                 "\n                )\n                kill_process_tree(os.getpid())",
+                 "kills its own process tree"),
+    FatalMessage("DetokenizerManager hit an exception", _S + "managers/detokenizer_manager.py",
+                 'logger.error(f"DetokenizerManager hit an exception: {traceback}")\n'
+                 "        if manager is not None:\n            manager.maybe_clear_socket_mapping()"
+                 "\n        " + _SIGQUIT_PARENT,
+                 "SIGQUIT to the launcher, which kills the process tree"),
+    FatalMessage("TokenizerManager hit an exception", _S + "managers/tokenizer_manager.py",
+                 'logger.error(f"TokenizerManager hit an exception: {traceback}")\n'
+                 '        if hasattr(func, "__self__") and isinstance(func.__self__, '
+                 "TokenizerManager):\n            func.__self__.dump_requests_before_crash()\n"
+                 "        kill_process_tree(os.getpid(), include_parent=True)",
+                 "kills the process tree, itself included"),
+    FatalMessage("DataParallelController hit an exception",
+                 _S + "managers/data_parallel_controller.py",
+                 'logger.error(f"DataParallelController hit an exception: {traceback}")\n'
+                 "        " + _SIGQUIT_PARENT,
+                 "SIGQUIT to the launcher, which kills the process tree"),
 )
-FATAL_EVIDENCE = (
-    ("fatal_patterns: Scheduler hit an exception", _S + "managers/scheduler.py",
-     'f"Scheduler hit an exception: {traceback}"'),
-    ("fatal_patterns: Received sigquit from a child process", _S + "entrypoints/engine.py",
-     "Received sigquit from a child process. It usually means the child failed."),
-)
+#: A warning that logs its traceback and carries on: no fatal pattern may match its lines.
+WARNING_WITH_TRACEBACK = (_S + "utils/stale_shm_cleanup.py",
+                          '"cleanup_stale_shm: sweep failed, continuing startup", exc_info=True')
 
 # --- flags -----------------------------------------------------------------
 #: server.cuda_graph_max_bs -> this flag. 0.5.14 added --cuda-graph-max-bs-decode and
@@ -163,6 +191,20 @@ SERVER_FLAGS = {"max_running_requests": "--max-running-requests",
                 "cuda_graph_max_bs": CUDA_GRAPH_MAX_BS_FLAG,
                 "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
                 "quantization": "--quantization"}
+
+# --- pipeline parallelism with speculation ------------------------------------
+#: Algorithms (specc's names) each release serves with pp > 1. 0.5.23 checks it at launch,
+#: after resolve_once, in check_server_args (arg_groups/validation_hook.py
+#: check_pipeline_parallel_compat): the resolved algorithm must be EAGLE (NEXTN resolves to
+#: EAGLE), not multi-layer, and outside PD prefill SGLANG_ENABLE_PP_SPEC=1 must be set; the
+#: draft then runs on the last stage only (managers/scheduler.py maybe_init_draft_worker,
+#: speculative/eagle_worker_v2.py). EAGLE3, STANDALONE and NGRAM fail that assertion.
+#: Releases before 0.5.23 asserted pp_size == 1 with any speculation (sglang PR #30775
+#: lifted it behind the env variable); the first release with it was not read: 0.5.23 is.
+PP_SPEC_ALGORITHMS = [(PINNED_VERSION, ("EAGLE", "NEXTN")), (OLDEST_VERSION, ())]
+PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"
+PP_SPEC_REFUSAL = ("Pipeline parallelism currently only supports EAGLE (non-multi-layer) "
+                   "speculative decoding")
 
 # --- acceptance ------------------------------------------------------------
 #: Counters (srt/observability/metrics_collector.py), both counted when a request
@@ -201,6 +243,16 @@ OTHER_EVIDENCE = (
      _S + "arg_groups/fields/parallel.py", "    dist_init_addr: A[\n        Optional[str],"),
     ("health check timeout 20 s", _S + "entrypoints/http_server.py",
      'os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20)'),
+    ("pp > 1 with speculation: EAGLE only, SGLANG_ENABLE_PP_SPEC", _S + "arg_groups/validation_hook.py",
+     'cfg.speculative_algorithm.upper() == "EAGLE"\n            and not cfg.enable_multi_layer_eagle\n'
+     '        ), (\n            "Pipeline parallelism currently only supports EAGLE "\n'
+     '            "(non-multi-layer) speculative decoding"'),
+    ("pp > 1 with speculation: EAGLE only, SGLANG_ENABLE_PP_SPEC", _S + "arg_groups/validation_hook.py",
+     "        if envs.SGLANG_ENABLE_PP_SPEC.get():"),
+    ("pp > 1 with speculation: the draft on the last stage", _S + "speculative/eagle_worker_v2.py",
+     "self._hosts_draft = get_parallel().pp_group.is_last_rank"),
+    ("NEXTN resolves to EAGLE", _S + "arg_groups/speculative_hook.py",
+     'if speculative_algorithm == "NEXTN" or speculative_algorithm == "EAGLE":'),
     ("running requests reset to 48 with speculation", _S + "arg_groups/speculative_hook.py",
      "Max running requests is reset to 48 for speculative decoding."),
     ("topk=1 resets num_draft_tokens to num_steps + 1", _S + "arg_groups/speculative_hook.py",
@@ -365,7 +417,8 @@ class SGLang(Engine):
     """`python -m sglang.launch_server`."""
 
     name = "sglang"
-    module = "sglang.launch_server"
+    launcher = ("python", "-m", "sglang.launch_server")
+    parser = "specc.engines.parsers.sglang_parse"
     #: The distribution whose version and parser `inv doctor` and tests/drift read.
     package = "sglang"
     pinned_version = PINNED_VERSION
@@ -377,11 +430,10 @@ class SGLang(Engine):
     health_path = HEALTH_PATH
     health_timeout_s = HEALTH_CHECK_TIMEOUT_S
     ready_line = READY_LINE
-    fatal_patterns = FATAL_PATTERNS
+    fatal_messages = FATAL_MESSAGES
     draft_context_policy = "error"
     context_override_env = ALLOW_LONGER_CONTEXT_ENV
     rewrites_topk1_draft_tokens = True
-    refuses_pp_speculation = True
     multinode = True
     join_phase = JOIN_PHASE
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
@@ -397,7 +449,7 @@ class SGLang(Engine):
 
     def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng, sp = spec.model_pair, spec.hardware, spec.engine, spec.speculation
-        args = ["python", "-m", self.module] + flag_args([
+        args = list(self.launcher) + flag_args([
             ("--model-path", mp["target"]["path"]),
             ("--tp-size", hw["tp"]),
             ("--dp-size", hw.get("dp") if hw.get("dp", 1) > 1 else None),
@@ -430,8 +482,23 @@ class SGLang(Engine):
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)
 
+    def pp_speculation_refusal(self, spec):
+        allowed = for_version(self.version, PP_SPEC_ALGORITHMS)
+        if spec.algorithm in allowed:
+            return None
+        if not allowed:
+            return (f"sglang {self.version} refuses speculative decoding with pipeline "
+                    "parallelism (pp_size must be 1)",
+                    f"set hardware.pp=1, or engine.version>={PINNED_VERSION} with "
+                    "speculation.algorithm=EAGLE")
+        return (f"sglang {self.version} refuses {spec.algorithm} with pipeline parallelism at "
+                f"launch: \"{PP_SPEC_REFUSAL}\"",
+                "set hardware.pp=1, or use speculation=eagle (EAGLE or NEXTN serve with pp > 1)")
+
     def env(self, spec, gpus, *, flush_cache=False):
         env, secrets = super().env(spec, gpus, flush_cache=flush_cache)
+        if spec.speculative and spec.hardware.get("pp", 1) > 1:
+            env.setdefault(PP_SPEC_ENV, "1")   # else 0.5.23 serves PP + EAGLE only in PD prefill
         if spec.uses_draft_model and spec.model_pair.get("draft_context_override"):
             env[ALLOW_LONGER_CONTEXT_ENV] = "1"
         return env, secrets
@@ -503,7 +570,10 @@ class SGLang(Engine):
         adapter relies on, as the pinned release's source says them (tests/drift)."""
         out = [(f"phase {m.name}", path, text)
                for m in phase_markers(PINNED_VERSION) + (JOIN_PHASE,) for path, text in m.evidence]
-        return out + list(FATAL_EVIDENCE + METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
+        out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
+                for m in FATAL_MESSAGES]
+        out.append(("a warning that logs its traceback and carries on",) + WARNING_WITH_TRACEBACK)
+        return out + list(METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

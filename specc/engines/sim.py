@@ -10,7 +10,9 @@ class Sim(SGLang):
     """`python -m specc.sim`: same flags as SGLang plus `--sim-*` knobs."""
 
     name = "sim"
-    module = "specc.sim"
+    launcher = ("python", "-m", "specc.sim")
+    parser = "specc.engines.parsers.sim_parse"
+    package = None
     version_read = "specc.sim (mirrors SGLang " + SGLang.version_read + ")"
     uses_gpus = False
     #: Python start-up of the simulator process, unscaled.
@@ -50,7 +52,9 @@ class Sim(SGLang):
         scale = self.time_scale(spec)
         return [{**p, "estimate_s": p["estimate_s"] * scale} for p in super().phases(spec)]
 
-    def budget(self, spec, estimate_s):
+    def budget(self, spec, estimate_s, phase=""):
         scale = self.time_scale(spec)
+        if (spec.readiness.get("phase_budgets_s") or {}).get(phase) is not None:
+            return super().budget(spec, estimate_s, phase)   # the config's seconds, unscaled
         unscaled = super().budget(spec, estimate_s / scale) if scale else 0.0
         return round(max(unscaled * scale, self.min_budget_s), 1)

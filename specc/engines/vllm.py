@@ -16,7 +16,8 @@ import json
 
 from specc.plan import Acceptance, CacheFlush, CounterRatio
 
-from .base import ALWAYS, HEAD, NODE_RANK, Engine, PhaseMarker, flag_args, for_version
+from .base import (ALWAYS, HEAD, NODE_RANK, Engine, FatalMessage, PhaseMarker, flag_args,
+                   for_version)
 
 PINNED_VERSION = "0.33.0"
 OLDEST_VERSION = "0.10.0"
@@ -36,11 +37,28 @@ EAGLE3_TARGETS_BY_VERSION = [
 ]
 
 READY_LINE = "Application startup complete."
-#: 0.33.0 (V2 model runner): "Loading model from scratch..." (V1: "Starting to load
-#: model"), "Model loading took", "Available KV cache memory", "<pools> KV cache size:
-#: N tokens", the "Capturing CUDA graphs" progress bar (a rank-0 bar: it reaches the
-#: log only when it closes), "Graph capturing finished", "Starting vLLM server on",
-#: then uvicorn's startup line. Releases 0.17-0.32 are assumed to log as 0.33 does.
+_GRAPH_FINISHED = r"Graph capturing finished"
+#: The engine core's startup, 0.33.0 (V2 model runner; v1/engine/core.py
+#: _initialize_kv_caches, v1/worker/gpu_worker.py determine_available_memory and
+#: compile_or_warm_up_model), in log order:
+#: 1. load: "Loading model from scratch..." (V1: "Starting to load model") ..
+#:    "Model loading took";
+#: 2. compile: torch.compile runs at the first forward, which is profile_run's:
+#:    "Starting torch.compile", then minutes that may be silent (Dynamo, Inductor), then
+#:    "Initial profiling/warmup run took" (AOT compile, the default) or "torch.compile and
+#:    initial profiling/warmup run together took";
+#: 3. profile_cuda_graph: profile_cudagraph_memory runs capture_model(profile_only=True)
+#:    into a throwaway pool, which prints its own "Graph capturing finished";
+#: 4. kv_cache: "Available KV cache memory", then "<pools> KV cache size: N tokens";
+#: 5. capture_cuda_graph: the real capture, from the KV cache's allocation to its
+#:    "Graph capturing finished" (the "Capturing CUDA graphs" bar is rank 0's and reaches
+#:    the log only when it closes: no line marks the capture's start);
+#: 6. api_server: "init engine (profile, create kv cache, warmup model) took", then the
+#:    API process's "Starting vLLM server on" and uvicorn's "Application startup complete.".
+#: Each phase begins at the line after which its (often silent) work runs, so its
+#: budget covers that work. Releases 0.17-0.32 are assumed to log as 0.33 does.
+_COMPILE_END = (r"Initial profiling/warmup run took",
+                r"torch\.compile and initial profiling/warmup run together took")
 PHASES_0_17: tuple[PhaseMarker, ...] = (
     PhaseMarker("load_weights", (r"Loading model from scratch", r"Starting to load model"),
                 (r"Model loading took",), ALWAYS,
@@ -50,6 +68,30 @@ PHASES_0_17: tuple[PhaseMarker, ...] = (
                  (_V + "v1/worker/gpu_model_runner.py", '"Starting to load model %s..."'),
                  (_V + "v1/worker/gpu/model_runner.py",
                   '"Model loading took %s GiB memory and %.6f seconds"'))),
+    PhaseMarker("compile", (r"Starting torch\.compile", r"Dynamo bytecode transform time"),
+                _COMPILE_END, ALWAYS,
+                ("Starting torch.compile",
+                 "Dynamo bytecode transform time: 6.31 s",
+                 "Compiling a graph for compile range (1, 8192) takes 41.27 s",
+                 "torch.compile took 52.40 s in total",
+                 "Initial profiling/warmup run took 2.11 s"),
+                ((_V + "compilation/monitor.py", 'logger.info("%sStarting torch.compile", log_prefix)'),
+                 (_V + "compilation/monitor.py", '"%storch.compile took %.2f s in total"'),
+                 (_V + "compilation/monitor.py", '"%sInitial profiling/warmup run took %.2f s"'),
+                 (_V + "compilation/decorators.py",
+                  '"%storch.compile and initial profiling/warmup "\n                    "run together took %.2f s in total"'),
+                 (_V + "compilation/backends.py", '"%sDynamo bytecode transform time: %.2f s"'),
+                 (_V + "v1/worker/gpu_worker.py",
+                  "            set_current_vllm_config(self.vllm_config),\n        ):\n"
+                  "            self.model_runner.profile_run(randomize_inputs=self.randomize_dummy_inputs)"))),
+    PhaseMarker("profile_cuda_graph", _COMPILE_END, (_GRAPH_FINISHED,), ALWAYS,
+                ("Initial profiling/warmup run took 2.11 s",
+                 "Capturing CUDA graphs (decode, FULL): 100%|##########| 4/4",
+                 "Graph capturing finished in 3 secs, took 0.21 GiB"),
+                ((_V + "v1/worker/gpu_worker.py",
+                  "cudagraph_memory_estimate = self.model_runner.profile_cudagraph_memory()"),
+                 (_V + "v1/worker/gpu/cudagraph_utils.py",
+                  "measured = int(runner.capture_model(profile_only=True))"))),
     PhaseMarker("kv_cache", (r"Available KV cache memory",), (r"KV cache size: [\d,]+ tokens",),
                 ALWAYS,
                 ("Available KV cache memory: 101.34 GiB",
@@ -57,17 +99,28 @@ PHASES_0_17: tuple[PhaseMarker, ...] = (
                  "request: 101.30x"),
                 ((_V + "v1/worker/gpu_worker.py", '"Available KV cache memory: %s GiB"'),
                  (_V + "v1/core/kv_cache_utils.py", '"%s KV cache size: %s tokens, "'))),
-    PhaseMarker("capture_cuda_graph", (r"Capturing CUDA graphs",),
-                (r"Graph capturing finished",), ALWAYS,
-                ("Capturing CUDA graphs (decode, FULL): 100%|##########| 67/67",
+    PhaseMarker("capture_cuda_graph", (r"KV cache size: [\d,]+ tokens",),
+                (_GRAPH_FINISHED, r"CUDA graph pool memory: "), ALWAYS,
+                ("GPU KV cache size: 829,856 tokens, Maximum concurrency for 8,192 tokens per "
+                 "request: 101.30x",
+                 "Capturing CUDA graphs (decode, FULL): 100%|##########| 67/67",
                  "Graph capturing finished in 12 secs, took 0.55 GiB"),
-                ((_V + "v1/worker/gpu/cudagraph_utils.py", 'progress_bar_desc: str = "Capturing CUDA graphs"'),
+                ((_V + "v1/worker/gpu/cudagraph_utils.py",
+                  'progress_bar_desc: str = "Capturing CUDA graphs"'),
+                 (_V + "v1/worker/gpu/cudagraph_utils.py", "if is_global_first_rank():\n"
+                  '                    descs = tqdm(descs, desc=f"{progress_bar_desc} ({mode.name})")'),
+                 (_V + "v1/worker/gpu_worker.py",
+                  "cuda_graph_memory_bytes = self.model_runner.capture_model()"),
                  (_V + "v1/worker/gpu/model_runner.py",
-                  '"Graph capturing finished in %.0f secs, took %.2f GiB"'))),
-    PhaseMarker("api_server", (r"Starting vLLM server on", r"Starting vLLM API server"),
+                  '"Graph capturing finished in %.0f secs, took %.2f GiB"'),
+                 (_V + "v1/worker/gpu_worker.py", '"CUDA graph pool memory: %s GiB (actual), '))),
+    PhaseMarker("api_server", (r"init engine \(profile, create kv cache, warmup model\) took",
+                               r"Starting vLLM server on", r"Starting vLLM API server"),
                 (r"Application startup complete\.",), ALWAYS,
-                ("Starting vLLM server on http://127.0.0.1:8000", READY_LINE),
-                ((_V + "entrypoints/launchers/api_server/entry.py",
+                ("init engine (profile, create kv cache, warmup model) took 95.31 s (compilation: 52.40 s)",
+                 "Starting vLLM server on http://127.0.0.1:8000", READY_LINE),
+                ((_V + "v1/engine/core.py", '"init engine (profile, create kv cache, warmup model) took %.2f s"'),
+                 (_V + "entrypoints/launchers/api_server/entry.py",
                   '"Starting vLLM server on %s"'),
                  ("uvicorn/lifespan/on.py", "Application startup complete."))),
 )
@@ -102,9 +155,24 @@ PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
     PhaseMarker("api_server", (r"Starting vLLM API server",), (r"Application startup complete\.",)),
 )
 PHASES_BY_VERSION = [("0.17.0", PHASES_0_17), (OLDEST_VERSION, PHASES_EARLY_2026)]
-FATAL_PATTERNS = ("Traceback (most recent call last)", "EngineCore failed",
-                  "Engine core initialization failed", "CUDA out of memory",
-                  "torch.OutOfMemoryError", "ValueError: ", "RuntimeError: ")
+#: The lines vLLM 0.33 dies of, each with the source that prints it and ends the process:
+#: the engine core process logs why it failed and re-raises (its process ends), then the
+#: API server raises "Engine core initialization failed" (the launcher exits with it).
+#: Exception lines and "Traceback" are not among them: warnings log tracebacks too.
+FATAL_MESSAGES: tuple[FatalMessage, ...] = (
+    FatalMessage("EngineCore failed to start", _V + "v1/engine/core.py",
+                 'logger.exception("EngineCore failed to start.")\n            else:\n'
+                 '                logger.exception("EngineCore encountered a fatal error.")\n'
+                 "                engine_core._send_engine_dead()\n            raise e",
+                 "the engine core re-raises: its process ends, the API server's next"),
+    FatalMessage("EngineCore encountered a fatal error", _V + "v1/engine/core.py",
+                 'logger.exception("EngineCore encountered a fatal error.")\n'
+                 "                engine_core._send_engine_dead()\n            raise e",
+                 "the engine core reports itself dead and re-raises"),
+    FatalMessage("Engine core initialization failed", _V + "v1/engine/utils.py",
+                 'raise RuntimeError(\n                "Engine core initialization failed. "',
+                 "raised in the API server process, which exits with it"),
+)
 
 #: Spec-decode counters (v1/spec_decode/metrics.py); prometheus_client exposes a
 #: Counter named X as X_total. Accept length = 1 + delta accepted / delta drafts.
@@ -178,7 +246,6 @@ SOURCE_EVIDENCE = (
      '"/v1/completions"'),
     ("endpoint /v1/models", _V + "entrypoints/openai/models/api_router.py",
      '@router.get("/v1/models")'),
-    ("fatal_patterns: EngineCore failed", _V + "v1/engine/core.py", '"EngineCore failed to start."'),
     # spanning nodes (engine/arg_utils.py, config/parallel.py, entrypoints/cli/serve.py)
     ("multi-node flags --nnodes/--node-rank/--master-addr/--master-port", _V + "engine/arg_utils.py",
      'parallel_group.add_argument("--master-addr", **parallel_kwargs["master_addr"])\n'
@@ -198,8 +265,6 @@ SOURCE_EVIDENCE = (
      '"Launching vLLM (v%s) headless multiproc executor, "'),
     ("data parallelism across nodes meets at --data-parallel-rpc-port", _V + "entrypoints/cli/serve.py",
      "port = parallel_config.data_parallel_rpc_port\n    handshake_address = get_tcp_uri(host, port)"),
-    ("fatal_patterns: Engine core initialization failed", _V + "v1/engine/utils.py",
-     '"Engine core initialization failed. "'),
 ) + tuple((f"metric {METRIC_PREFIX}{c}_total", _V + "v1/spec_decode/metrics.py",
            f'"{METRIC_PREFIX.rstrip("_")}_{c}"')
           for c in COUNTERS + (PER_POSITION_COUNTER,))
@@ -214,6 +279,8 @@ class VLLM(Engine):
 
     name = "vllm"
     package = "vllm"
+    launcher = ("vllm", "serve")
+    parser = "specc.engines.parsers.vllm_parse"
     pinned_version = PINNED_VERSION
     #: vLLM's api_server answers GET /version with {"version": "<release>"}.
     release_probe = {"paths": ["/version"], "field": "version"}
@@ -224,7 +291,7 @@ class VLLM(Engine):
     #: vLLM's /health answers at once (200 unless the engine is dead).
     health_timeout_s = 5.0
     ready_line = READY_LINE
-    fatal_patterns = FATAL_PATTERNS
+    fatal_messages = FATAL_MESSAGES
     draft_context_policy = "vllm"
     rewrites_topk1_draft_tokens = False
     tree_speculation = False
@@ -276,7 +343,7 @@ class VLLM(Engine):
     def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng = spec.model_pair, spec.hardware, spec.engine
         sc = self.speculative_config(spec)
-        args = ["vllm", "serve", mp["target"]["path"]] + flag_args([
+        args = [*self.launcher, mp["target"]["path"]] + flag_args([
             ("--tensor-parallel-size", hw["tp"]),
             ("--data-parallel-size", hw.get("dp") if hw.get("dp", 1) > 1 else None),
             ("--pipeline-parallel-size", hw.get("pp") if hw.get("pp", 1) > 1 else None),
@@ -390,9 +457,13 @@ class VLLM(Engine):
         return for_version(self.version, PHASES_BY_VERSION)
 
     def phase_estimates(self, spec):
+        """Typical seconds per phase. torch.compile of a target from a cold cache takes
+        about a minute (Dynamo ~5-10 s, Inductor ~20-60 s per compile range; the draft
+        compiles too): 120 s, so its budget covers minutes of silence. The profiling
+        capture takes only the largest few FULL graphs."""
         w = spec.weight_gb_per_gpu("target") + spec.weight_gb_per_gpu("draft")
-        return {"load_weights": 5.0 + w / 0.3, "kv_cache": 10.0, "capture_cuda_graph": 30.0,
-                "api_server": 5.0}
+        return {"load_weights": 5.0 + w / 0.3, "compile": 120.0, "profile_cuda_graph": 10.0,
+                "kv_cache": 5.0, "capture_cuda_graph": 30.0, "api_server": 5.0}
 
     def acceptance(self, spec):
         """1 + accepted tokens per draft over the point (counter differences)."""
@@ -416,4 +487,6 @@ class VLLM(Engine):
     def source_evidence(self) -> list[tuple[str, str, str]]:
         out = [(f"phase {m.name}", path, text)
                for m in PHASES_0_17 + (JOIN_PHASE,) for path, text in m.evidence]
+        out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
+                for m in FATAL_MESSAGES]
         return out + list(SOURCE_EVIDENCE)

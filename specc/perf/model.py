@@ -44,7 +44,11 @@ sequences (``b``):
 
 Speculation (EAGLE/EAGLE3 chain or tree):
 
-    t_spec(b) = (num_steps + 1) * t_draft(b * topk) + t(b * num_draft_tokens)
+    t_spec(b) = (num_steps + 1) * t_draft(b * topk) + t(b * num_draft_tokens) + overhead
+
+``overhead`` (``spec_overhead_s``): a fixed cost per draft pass, per verify step
+(sampling, accept, KV bookkeeping, scheduling) and, for trees, per verified draft
+token (top-k, tree and mask building), calibrated on published SGLang figures.
 
 ``num_steps`` draft forward passes plus one draft "extend" pass over the
 accepted tokens, then one target verify pass over ``num_draft_tokens`` tokens
@@ -453,6 +457,35 @@ class SpecConfig:
     acceptance: float
 
 
+# --- the speculative step's own overheads ----------------------------------------
+# What a speculative step costs beyond the forward passes above, solved from published
+# SGLang measurements (a step measured as accept length / throughput), since the H200
+# kernels (a chain of draft passes in CUDA graphs, top-k over the draft vocabulary,
+# tree-mask attention) were not measured here. docs/fidelity.md lists the figures.
+#: Each draft pass (num_steps decode passes + the draft-extend pass): graph replay
+#: launch, top-k over the draft vocabulary, CPU between passes. *Calibrated*: SGLang PR
+#: 4247 (Llama-3.1-8B + EAGLE-3, H100, MT-Bench, batch 1, CUDA graphs): 361.70 tok/s at
+#: accept length 4.68 with 5 steps, 378.57 at 5.39 with 8 steps; the 3 extra passes cost
+#: 0.39 ms beyond their forward passes.
+SPEC_DRAFT_PASS_S = 0.130e-3
+#: Each verify step, chain or tree: sampling the target's logits, the accept kernel, KV
+#: bookkeeping (freeing rejected slots, sequence lengths), scheduling the next step.
+#: *Calibrated*: SpecForge issue 339 (Qwen3-30B-A3B + EAGLE-3, 2x H100, MT-Bench,
+#: batch 1, chain 3/1/4: 159.78 tok/s at accept length 1.86), after the draft passes.
+SPEC_VERIFY_FIXED_S = 0.90e-3
+#: A tree (topk > 1), per verified draft token: top-k over topk + (steps-1) topk^2
+#: candidates (organize_draft_results), building the tree and its attention mask.
+#: *Calibrated*: PR 4247's 5-step run (topk 8, 64 draft tokens) after the two above.
+SPEC_TREE_PER_DRAFT_TOKEN_S = 0.0477e-3
+
+
+def spec_overhead_s(spec: SpecConfig, draft: ModelCost | None = None) -> float:
+    """Seconds a speculative step costs outside its forward passes (see the constants)."""
+    passes = (spec.num_steps + 1) if draft is None or draft.num_layers else 0   # NGRAM: none
+    tree = (spec.num_draft_tokens - 1) * SPEC_TREE_PER_DRAFT_TOKEN_S if spec.topk > 1 else 0.0
+    return SPEC_VERIFY_FIXED_S + passes * SPEC_DRAFT_PASS_S + tree
+
+
 def decode_step_s(target: ModelCost, b: int, spec: SpecConfig | None = None,
                   draft: ModelCost | None = None, context: float | None = None) -> float:
     """Wall time of one decode step for b running requests of ``context`` KV tokens each."""
@@ -461,7 +494,8 @@ def decode_step_s(target: ModelCost, b: int, spec: SpecConfig | None = None,
         return target.step_s(b, b, context)
     d = draft or target
     draft_s = (spec.num_steps + 1) * d.step_s(b * spec.topk, b, context)
-    return draft_s + target.step_s(b * spec.num_draft_tokens, b, context)
+    return (draft_s + target.step_s(b * spec.num_draft_tokens, b, context)
+            + spec_overhead_s(spec, draft))
 
 
 def tokens_per_s_per_stream(target: ModelCost, b: int, spec: SpecConfig | None = None,

@@ -54,7 +54,8 @@ def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
     manifest = _manifest(run_dir)
     atomic_write(run_dir / "report.csv", _csv_text(flat))
     atomic_write(run_dir / "report.json", json.dumps(
-        _plain({"version": 1, "summary": report.summary(), "rows": flat,
+        _plain({"version": 1, **({"decision": report.decision} if report.decision else {}),
+                "summary": report.summary(), "rows": flat,
                 **({"manifest": manifest} if manifest else {})}), indent=2) + "\n")
     markdown = render_markdown(report)
     atomic_write(run_dir / "report.md", markdown)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specc import stats
 from specc.results import read_rows
-from specc.run import requests as reqlog
+from specc import requestlog as reqlog
 
 #: Client parameters that change how many requests a point sends, or how long it may
 #: wait, but not what it measures.

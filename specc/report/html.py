@@ -1,6 +1,6 @@
 """report.html: report.md as one self-contained page (no network: styles inline, plots as
-PNG data URIs), with the tune decision on top when the run dir holds tune.json and the run
-manifest at the end. Rendered from report.md's own text, so the two never disagree."""
+PNG data URIs), the run manifest at the end. Rendered from report.md's own text (the tune
+decision first when there is one, as report.md has it), so the two never disagree."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ STYLE = """body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:2em 
 table{border-collapse:collapse;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 7px}
 th{background:#f2f2f2}td{text-align:right}td:first-child{text-align:left}
 code{background:#f4f4f4;padding:0 3px}img{max-width:100%}
-.decision{border:2px solid #2a7;padding:.6em 1em;background:#f3fbf6}
 pre{background:#f7f7f7;padding:.6em;overflow:auto}"""
 
 _IMG = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
@@ -79,26 +78,12 @@ def markdown_to_html(md: str, run_dir: Path) -> str:
     return "\n".join(out)
 
 
-def _decision(run_dir: Path) -> str:
-    """The search=tune decision (tune.json), first thing on the page; empty without one."""
-    try:
-        tune = json.loads((run_dir / "tune.json").read_text())
-    except (OSError, ValueError):
-        return ""
-    decision = tune.get("decision", tune) if isinstance(tune, dict) else tune
-    if isinstance(decision, str):
-        body = f"<p>{_inline(decision)}</p>"
-    else:
-        body = f"<pre>{html.escape(json.dumps(decision, indent=2, default=str))}</pre>"
-    return f'<section class="decision"><h2>Decision</h2>{body}</section>'
-
-
 def render_html(markdown: str, run_dir: Path, manifest: dict | None = None) -> str:
     """The whole page."""
     title = markdown.splitlines()[0].lstrip("# ") if markdown else "Report"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
-             _decision(run_dir), markdown_to_html(markdown, run_dir)]
+             markdown_to_html(markdown, run_dir)]
     if manifest:
         parts.append("<h2>Provenance (manifest.json)</h2><pre>"
                      + html.escape(json.dumps(manifest, indent=2, default=str)) + "</pre>")

@@ -11,12 +11,8 @@ bench_serving) keeps the intervals its result line carries, if any.
 from __future__ import annotations
 
 from specc import stats
+from specc import requestlog as reqlog
 from specc.report.model import DASH, Group, PointRow, _num
-from specc.run import requests as reqlog
-
-#: Figures whose intervals go into report.csv / report.json as <name>_lo / <name>_hi.
-FIGURES = ("output_throughput", "accept_length") + tuple(
-    f"{s}_{m}_ms" for m in stats.LATENCIES for s in ("mean", "median", "p90", "p99"))
 
 
 def _duration(row: PointRow, basis: dict) -> float:
@@ -152,31 +148,3 @@ def category_table(g: Group) -> tuple[list[str], list[list[str]]] | None:
             cells.append(f"{sp} / {acc.value:.2f}" if acc is not None else sp)
         rows.append(cells)
     return head, rows
-
-
-def flat_fields(r: PointRow) -> dict:
-    """Columns for report.csv / report.json: intervals, significance, what they rest on."""
-    out: dict = {}
-    if r.status != "ok":
-        return out
-    for k in FIGURES:
-        iv = r.intervals.get(k)
-        if iv is not None and iv.lo is not None:
-            out[f"{k}_lo"], out[f"{k}_hi"] = round(iv.lo, 4), round(iv.hi, 4)
-    if r.speedup_iv is not None:
-        iv = r.speedup_iv
-        out["speedup_lo"] = None if iv.lo is None else round(iv.lo, 4)
-        out["speedup_hi"] = None if iv.hi is None else round(iv.hi, 4)
-        out["speedup_significance"] = stats.significance(iv)
-    out["n_requests"] = r.basis.get("requests")
-    out["n_output_tokens"] = r.basis.get("output_tokens")
-    if r.basis.get("pairs"):
-        out["n_pairs"] = r.basis["pairs"]
-    if r.basis.get("stopped"):
-        out["stopped"] = r.basis["stopped"]
-    if r.accept_per_position:
-        out["accept_per_position"] = r.accept_per_position
-    if r.categories:
-        out["categories"] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
-                                 for k, v in f.items()} for c, f in r.categories.items()}
-    return out

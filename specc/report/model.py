@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from specc import stats
+
 DASH = "\u2014"  # shown for unknown values
+
+#: Figures whose intervals go into report.csv / report.json as <name>_lo / <name>_hi.
+FIGURES = ("output_throughput", "accept_length") + tuple(
+    f"{s}_{m}_ms" for m in stats.LATENCIES for s in ("mean", "median", "p90", "p99"))
 
 _STATUS_ORDER = {"ok": 0, "failed": 1, "pending": 2}
 _NOT_WORKLOAD = ("concurrency", "num_prompts")  # point params that do not define a workload
@@ -157,8 +163,6 @@ class PointRow:
             if k == "speedup":
                 continue
             out[k if k not in out else f"metric.{k}"] = v
-        from specc.report.intervals import flat_fields
-
         out.update(flat_fields(self))
         return out
 
@@ -242,6 +246,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     plot_notes: list[str] = field(default_factory=list)
+    #: search=tune: tune.json (the decision), shown first.
+    decision: dict | None = None
 
     # -- derived views
     def count(self, status: str) -> int:
@@ -330,3 +336,31 @@ def _best(g: Group) -> Best:
         base = next((r for r in g.rows if r.benchmark == row.baseline_benchmark
                      and r.job == row.job and r.status == "ok"), base)
     return Best(group=g, row=row, by=by, baseline=base)
+
+
+def flat_fields(r: PointRow) -> dict:
+    """Columns for report.csv / report.json: intervals, significance, what they rest on."""
+    out: dict = {}
+    if r.status != "ok":
+        return out
+    for k in FIGURES:
+        iv = r.intervals.get(k)
+        if iv is not None and iv.lo is not None:
+            out[f"{k}_lo"], out[f"{k}_hi"] = round(iv.lo, 4), round(iv.hi, 4)
+    if r.speedup_iv is not None:
+        iv = r.speedup_iv
+        out["speedup_lo"] = None if iv.lo is None else round(iv.lo, 4)
+        out["speedup_hi"] = None if iv.hi is None else round(iv.hi, 4)
+        out["speedup_significance"] = stats.significance(iv)
+    out["n_requests"] = r.basis.get("requests")
+    out["n_output_tokens"] = r.basis.get("output_tokens")
+    if r.basis.get("pairs"):
+        out["n_pairs"] = r.basis["pairs"]
+    if r.basis.get("stopped"):
+        out["stopped"] = r.basis["stopped"]
+    if r.accept_per_position:
+        out["accept_per_position"] = r.accept_per_position
+    if r.categories:
+        out["categories"] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
+                                 for k, v in f.items()} for c, f in r.categories.items()}
+    return out

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from specc.files import PLAN_BYTES, STATE_BYTES, UnreadableFile, load_json
+from specc.plan import Plan, PlanError
 from specc.report.model import PointRow, Report, ReportError
 from specc.results import ResultRow, read_rows, speedup
-
-
-def _read_json(path: Path, limit: int = PLAN_BYTES) -> Any:
-    try:
-        return load_json(path, limit)
-    except UnreadableFile as e:
-        raise ReportError(str(e)) from None
+from specc.state import StateError, read_state
 
 
 def build_report(run_dir: Path | str) -> Report:
@@ -23,28 +16,34 @@ def build_report(run_dir: Path | str) -> Report:
     plan_path = run_dir / "plan.json"
     if not plan_path.exists():
         raise ReportError(f"{run_dir}: no plan.json (was the config valid?)")
-    plan = _read_json(plan_path)
-    if not isinstance(plan, dict):
-        raise ReportError(f"{plan_path}: expected a JSON object")
+    try:
+        plan = Plan.load(plan_path)   # the one strict reader: a corrupt plan is one line
+    except PlanError as e:
+        raise ReportError(f"{plan_path}: {e}") from None
     results, warnings = read_rows(run_dir / "results.jsonl")
 
-    state: dict = {}
-    state_path = run_dir / "state.json"
-    if state_path.exists():
-        try:
-            state = load_json(state_path, STATE_BYTES)
-        except (UnreadableFile, OSError) as e:
-            warnings.append(f"state.json: {str(e).split(': ', 1)[-1]}; server states not shown")
-        if not isinstance(state, dict):
-            state = {}
+    try:   # the one strict reader the executor and `specc down` use
+        state = read_state(run_dir / "state.json")
+    except StateError as e:
+        state = {}
+        warnings.append(f"state.json: {e}; server states not shown")
 
-    servers = {s.get("id"): s for s in plan.get("servers") or [] if isinstance(s, dict)}
+    servers = {s.id: s for s in plan.servers}
     rows: list[PointRow] = []
     planned = set()
-    for b in plan.get("benchmarks") or []:
-        bid = b.get("id")
+    decision = None
+    measured = None   # search=tune: the servers the search started (others are not pending)
+    if plan.search is not None:
+        from specc.run.tune import read as read_decision
+
+        decision = read_decision(run_dir)
+        measured = {r.server for r in results.values()}
+    for b in plan.benchmarks:
+        bid = b.id
         planned.add(bid)
-        srv = servers.get(b.get("server"), {})
+        if measured is not None and b.server not in measured:
+            continue
+        srv = servers[b.server]
         res = results.get(bid)
         if res is None:
             status, reason, metrics = "pending", None, {}
@@ -59,15 +58,13 @@ def build_report(run_dir: Path | str) -> Report:
             if res.extra.get("not_finite"):
                 warnings.append(f"{bid}: not a finite number, written as null: "
                                 f"{', '.join(map(str, res.extra['not_finite']))[:200]}")
-        is_baseline = bool(srv.get("baseline", b.get("baseline") is None and _looks_baseline(srv)))
         rows.append(PointRow(
-            benchmark=bid, server=b.get("server"),
-            label=srv.get("label") or b.get("server") or "?",
-            is_baseline=is_baseline,
-            server_params=dict(srv.get("params") or {}),
-            params=dict(b.get("params") or {}),
+            benchmark=bid, server=b.server, label=srv.label or b.server,
+            is_baseline=srv.baseline,
+            server_params=dict(srv.params),
+            params=dict(b.params),
             status=status, reason=reason, metrics=dict(metrics),
-            baseline_benchmark=b.get("baseline"),
+            baseline_benchmark=b.baseline,
         ))
     _fill_speedups(rows, results)
     from specc.report.intervals import attach
@@ -82,24 +79,21 @@ def build_report(run_dir: Path | str) -> Report:
     for sid, st in (state.get("servers") or {}).items():
         if isinstance(st, dict) and st.get("status") == "failed":
             server_failures.append({
-                "server": sid, "label": (servers.get(sid) or {}).get("label") or sid,
+                "server": sid, "label": servers[sid].label if sid in servers else sid,
                 "reason": st.get("reason") or "no reason given",
             })
 
     return Report(
         run_dir=run_dir,
-        experiment=str(plan.get("experiment") or run_dir.name),
-        engine=str(plan.get("engine") or "?"),
+        experiment=plan.experiment or run_dir.name,
+        engine=plan.engine,
         rows=rows,
         server_failures=server_failures,
-        dropped=list(plan.get("dropped") or []),
-        diagnostics=list(plan.get("diagnostics") or []),
+        dropped=[d.to_json() for d in plan.dropped],
+        diagnostics=list(plan.diagnostics),
         warnings=warnings,
+        decision=decision,
     )
-
-
-def _looks_baseline(srv: dict) -> bool:
-    return (srv.get("params") or {}).get("algorithm") is None if srv else False
 
 
 def _fill_speedups(rows: list[PointRow], results: dict[str, ResultRow]) -> None:

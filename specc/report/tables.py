@@ -156,6 +156,10 @@ def render_markdown(report: Report) -> str:
     groups = report.groups()
     multi_workload = len({g.workload for g in groups}) > 1
     out = [f"# Report: {report.experiment} (engine: {report.engine})", ""]
+    if report.decision:
+        from specc.report.decision import lines
+
+        out += lines(report.decision)
     out.append(f"Run dir: `{report.run_dir}`  ")
     out.append(_status_line(rows) + ".")
     if report.pending:
@@ -225,6 +229,10 @@ def render_terminal(report: Report) -> str:
     groups = report.groups()
     multi_workload = len({g.workload for g in groups}) > 1
     out = [f"{report.experiment} (engine: {report.engine}): {_status_line(rows)}", ""]
+    if report.decision:
+        from specc.report.decision import lines
+
+        out += [x for x in lines(report.decision) if x] + [""]
     for g in groups:
         out += [g.title(with_workload=True), _group_table(g, "simple"), iv.rests_on(g), ""]
     bests = report.best()

@@ -5,14 +5,15 @@ For each engine program the plan launches, on this machine (run it where the
 servers run: for a Slurm plan, a node of its partition), it finds the Python that
 program runs under, reads the installed engine's release, and feeds every
 server's argv (a multi-node server's as its rank 0 runs it) to the engine's real
-argument parser
-(``specc/engines/parsers/<engine>_parse.py`` run under that Python). Nothing is
-launched. Each problem is one diagnostic line; none means the plan can start.
-The simulator's commands are parsed by the simulator's own parser.
+argument parser (the script plan.json's engine_info.parser names, run as a file under
+that Python: specc/engines/parsers). Nothing is launched. Each problem is one
+diagnostic line; none means the plan can start. Everything engine-specific comes
+from the plan (engine_info: release, launcher, parser), so this imports no adapter.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -21,13 +22,17 @@ import sys
 from pathlib import Path
 
 from specc.diagnostics import Diagnostic, error
-from specc.engines import get_engine
 from specc.net import connect_host
 
-PARSERS = Path(__file__).resolve().parent.parent / "engines" / "parsers"
-#: engine -> (package whose release and parser are checked, parse script)
-PARSE_SCRIPTS = {"sglang": ("sglang", "sglang_parse.py"), "vllm": ("vllm", "vllm_parse.py")}
 TIMEOUT_S = 300
+
+
+def script_of(module: str) -> Path:
+    """The file of a specc module, found without importing it or its packages (a parser
+    script runs as a file under the engine's Python, where specc need not be installed)."""
+    top, *rest = module.split(".")
+    where = importlib.util.find_spec(top).submodule_search_locations[0]
+    return Path(where, *rest).with_suffix(".py")
 
 
 def engine_python(argv0: str) -> str | None:
@@ -59,39 +64,14 @@ def _argv(server) -> list[str]:
     return fill(list(server.argv), rank="0", head="127.0.0.1")
 
 
-class _Rejected(Exception):
-    pass
-
-
-def _raise(message):
-    raise _Rejected(message)
-
-
-def _sim_problems(plan) -> list[Diagnostic]:
-    from specc.sim.args import build_parser
-
-    out = []
-    for s in plan.servers:
-        parser = build_parser()
-        parser.error = _raise   # argparse would print usage and exit
-        try:
-            parser.parse_args(_argv(s)[3:])
-        except _Rejected as e:
-            out.append(error("DOCTOR_REJECTED", f"servers.{s.id}.argv",
-                             f"the simulator's parser rejects the launch command: {e}",
-                             "recompile the plan with this specc"))
-    return out
-
-
 def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S) -> list[Diagnostic]:
     """Every reason the plan's servers would not start as written (empty: none found).
 
     `python`: the engine's interpreter (default: the one each launch command runs under).
     """
-    if plan.engine == "sim":
-        return _sim_problems(plan)
-    package, script = PARSE_SCRIPTS[plan.engine]
-    wanted = (plan.engine_info or {}).get("version") or get_engine(plan.engine).pinned_version
+    info = plan.engine_info
+    package, wanted = info.package or "specc", info.version
+    script = script_of(info.parser)
     out: list[Diagnostic] = []
     remote = sorted({s.host for s in plan.servers if connect_host(s.host) != "127.0.0.1"})
     for host in remote:
@@ -110,7 +90,7 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S)
     for py, servers in groups.items():
         payload = json.dumps({"servers": [{"id": s.id, "argv": _argv(s)} for s in servers]})
         try:
-            proc = subprocess.run([py, str(PARSERS / script)], input=payload, capture_output=True,
+            proc = subprocess.run([py, str(script)], input=payload, capture_output=True,
                                   text=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired) as e:
             out.append(error("DOCTOR_ENGINE_MISSING", "engine.name",
@@ -126,7 +106,9 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S)
                              f"reinstall {package}=={wanted} for {py}"))
             continue
         installed = report.get("version")
-        if installed is None:
+        if info.package is None:   # specc's own engine (the simulator): the release is this specc
+            installed = wanted
+        elif installed is None:
             out.append(error("DOCTOR_ENGINE_MISSING", "engine.version",
                              f"the plan targets {package} {wanted} but {py} has no {package} installed",
                              f"pip install {package}=={wanted} for {py}"))
@@ -140,5 +122,6 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S)
         for r in report.get("rejected", []):
             out.append(error("DOCTOR_REJECTED", f"servers.{r['id']}.argv",
                              f"{package} {installed}'s own parser rejects the launch command: "
-                             f"{r['error']}", "fix the engine settings that emit it and recompile"))
+                             f"{r['error']}", "fix the engine settings that emit it and recompile"
+                             if info.package else "recompile the plan with this specc"))
     return out

@@ -18,12 +18,13 @@ from pathlib import Path
 from specc import exits
 from specc.files import RecordWriteError, UnreadableFile
 from specc.run import interrupts, lifecycle, ownership, rundir
+from specc.run.outcome import backfill_speedups, exit_code, point_summary
 from specc.run.point import failed_row, run_point, with_speedup
 from specc.plan import Plan, Server
 from specc.run.progress import SweepProgress
 from specc.run.readiness import wait_ready
 from specc.results import ResultLog
-from specc.run.state import RunState, StateError, corrupt_line
+from specc.state import RunState, StateError, corrupt_line
 
 
 #: How often a running benchmark checks that its server process is still alive.
@@ -72,7 +73,7 @@ class Executor:
         if meet and lifecycle.port_in_use(server.host, meet):
             return (f"rendezvous port {meet} (where the server's nodes meet) is already in use "
                     f"by {lifecycle.port_holder(meet)}; stop it or change engine.base_port")
-        if not self.plan.engine_info.get("uses_gpus", True):
+        if not self.plan.engine_info.uses_gpus:
             return None   # e.g. the simulator: no GPUs to check
         problems, note = lifecycle.gpu_holders(self.ctx, server.gpus)
         if note:
@@ -187,7 +188,7 @@ class Executor:
             return
         self.state.update(server.id, status="ready", ready_at=outcome.ready_at,
                           timeline=outcome.timeline)
-        release = await _reported_release(server, self.plan.engine_info.get("release_probe"))
+        release = await _reported_release(server, self.plan.engine_info.release_probe)
         if release:   # the run manifest puts it next to the pinned release
             self.state.update(server.id, engine_release=release)
         self.progress.server_phase(server.id, "ready", outcome.ready_at)
@@ -222,7 +223,7 @@ class Executor:
                 if not self._record(row):
                     break
                 self._backfill_speedups()
-                self.progress.point_finished(bench.id, row["status"], _summary(row))
+                self.progress.point_finished(bench.id, row["status"], point_summary(row))
                 if row.get("server_hung"):
                     self.failed_servers[server.id] = row["reason"]
                     self._fail_points(server, f"server hung earlier: {row['reason']}")
@@ -242,18 +243,9 @@ class Executor:
     def _backfill_speedups(self) -> None:
         """Packed servers finish in any order: a speculative point that finished before its
         baseline gets its speedup once the baseline is known (results.jsonl rewritten)."""
-        changed = False
-        for b in self.plan.benchmarks:
-            row = self.results.get(b.id)
-            if (row and b.baseline and row["status"] == "ok"
-                    and "speedup" not in (row.get("metrics") or {})):
-                with_speedup(row, self.results.get(b.baseline))
-                changed = changed or "speedup" in (row.get("metrics") or {})
-        if changed:
-            try:
-                self.results.rewrite()
-            except OSError as e:   # the old file stays whole (atomic); speedups come next run
-                self._write_failed(f"cannot rewrite {self.results.path}: {e.strerror or e}")
+        why = backfill_speedups(self.plan, self.results)
+        if why:
+            self._write_failed(why)
 
     async def _watched_point(self, running, bench) -> dict | None:
         """The point, cancelled the moment its server dies or wedges (health can lie).
@@ -313,16 +305,19 @@ class Executor:
             if self.results.finished(b.id):   # counted as what it was (ok/failed), not rerun
                 self.progress.point_finished(b.id, self.results.get(b.id)["status"],
                                              "finished in an earlier run, not rerun")
-        for wave in self.plan.waves:
-            if self.stop_all:
-                break
-            await asyncio.gather(*(self.run_server(s) for s in wave))
+        chosen = None
+        if self.plan.search is not None:   # search=tune: the search picks the servers
+            from specc.run import tune
+
+            chosen = await tune.run(self)
+        else:
+            for wave in self.plan.waves:
+                if self.stop_all:
+                    break
+                await asyncio.gather(*(self.run_server(s) for s in wave))
         self._backfill_speedups()   # rows of an earlier run, too
-        bad = [r for b in self.plan.benchmarks if (r := self.results.get(b.id))
-               and r["status"] != "ok"]
-        missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
         self._writes_ok()
-        return exits.OK if not bad and not missing and not self.write_error else exits.FAILED
+        return exit_code(self.plan, self.results, write_error=self.write_error, servers=chosen)
 
     def teardown_all(self) -> None:
         for sid in list(self.running):
@@ -334,22 +329,6 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return -1
-
-
-def _summary(row: dict) -> str:
-    m = row.get("metrics") or {}
-    if row["status"] != "ok":
-        return (row.get("reason") or "")[:120]
-    parts = [f"{m.get('output_throughput', 0):.1f} tok/s"]
-    if m.get("per_stream_output_throughput"):
-        parts.append(f"{m['per_stream_output_throughput']:.1f} tok/s/stream")
-    if m.get("accept_length"):
-        parts.append(f"accept {m['accept_length']:.2f}")
-    elif row.get("accept_length_unknown"):
-        parts.append(f"accept length unknown: {row['accept_length_unknown'][:100]}")
-    if m.get("speedup"):
-        parts.append(f"{m['speedup']:.2f}x")
-    return ", ".join(parts)
 
 
 def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = False) -> int:

@@ -1,13 +1,13 @@
 """Server processes: preflight, launch in their own process group, teardown that verifies.
 
 Each server runs in its own session/process group with its output in its log.
-The kernel sends it SIGTERM if the executor dies (PR_SET_PDEATHSIG), and
+The kernel sends it SIGTERM if the executor dies (PR_SET_PDEATHSIG, set by the exec
+wrapper specc/run/pdeathsig.py: no Python runs between fork and exec), and
 state.json lets the next run or `inv down` find anything left behind.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -23,18 +23,11 @@ import psutil
 
 from specc import secrets
 from specc.net import connect_host
+from specc.run import pdeathsig
 from specc.run.ownership import launched_group, listener
 from specc.plan import Server
 
-_PR_SET_PDEATHSIG = 1
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -171,20 +164,12 @@ def launch_argv(server: Server) -> list[str]:
 
 
 def auth_headers(server: Server) -> dict[str, str]:
-    """`Authorization: Bearer <key>` when the server was launched with `--api-key` (SGLang and
+    """`Authorization: Bearer <key>` when the server was launched with an API key (SGLang and
     vLLM then refuse the API routes without it); resolved from the environment, kept in
     memory only."""
-    argv = list(server.argv)
-    key = None
-    for i, a in enumerate(argv):
-        a = str(a)
-        if a == "--api-key" and i + 1 < len(argv):
-            key = str(argv[i + 1])
-        elif a.startswith("--api-key="):
-            key = a.split("=", 1)[1]
-    if key is None:
+    if server.api_key is None:
         return {}
-    key = secrets.expand(key, server.secrets)
+    key = secrets.expand(server.api_key, server.secrets)
     secrets.remember([key])   # a server may echo it back (a 401 body): never written
     return {"Authorization": f"Bearer {key}"} if key else {}
 
@@ -207,9 +192,9 @@ def launch(server: Server, run_dir: Path) -> Running:
         env = {**env, secrets.REDACT_VALUES_ENV: "\n".join(hide)}
     log = open(log_path, "ab", buffering=0)
     try:
-        proc = subprocess.Popen(argv, stdout=log,
+        proc = subprocess.Popen(pdeathsig.wrap(argv), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=run_dir, start_new_session=True, preexec_fn=_die_with_parent)
+                                cwd=run_dir, start_new_session=True)
     finally:
         log.close()
     return Running(server=server, proc=proc, log_path=log_path, started_at=time.time(),

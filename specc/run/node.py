@@ -41,7 +41,7 @@ from specc import exits
 from specc.plan import Plan, Server
 from specc.results import ResultLog, parse_rows
 from specc.run.lifecycle import on_gpus
-from specc.run.state import RunState
+from specc.state import RunState
 
 #: Exit code of a job its node entry crashed in (a traceback is in the job's log).
 CRASHED = 1

@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 
 from specc.net import base_url
-from specc.plan import Benchmark, Plan, PlanError, Server
+from specc.plan import BENCH_SERVING_RANDOM_SOURCE, Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 from specc.run import positions
 from specc.run.acceptance import AcceptanceReading
+from specc.prompts.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.answers import accept_bound
-from specc.run.datasets import DatasetError, load_prompts
 from specc.run.lifecycle import auth_headers
 
 
@@ -39,7 +39,7 @@ def failed_row(bench: Benchmark, reason: str) -> dict:
 async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | None = None):
     """specc's load generator: the point's prompt sequence, ``repeats`` times, each run
     stopping adaptively when ``target_ci`` says so; per-request lines to requests/."""
-    from specc.run import requests as reqlog
+    from specc import requestlog as reqlog
     from specc.run.loadgen import run_load
     from specc.run.loadgen.metrics import summarize
 
@@ -136,6 +136,15 @@ async def _bench_serving(server: Server, bench: Benchmark, run_dir: Path, ctx):
 
     out = run_dir / "bench_serving" / f"{bench.id}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
+    argv = list(bench.argv)
+    if BENCH_SERVING_RANDOM_SOURCE in argv and not (run_dir / BENCH_SERVING_RANDOM_SOURCE).exists():
+        write_sharegpt_source(run_dir / BENCH_SERVING_RANDOM_SOURCE)
+    backend = argv[argv.index("--backend") + 1] if "--backend" in argv else "sglang"
+    # bench_serving's /generate client spreads each chunk's gap over its tokens (per-token
+    # ITL); its OpenAI clients (--backend vllm, sglang-oai, ...) append one gap per chunk
+    # (benchmark/serving.py async_request_openai_completions): that is a chunk gap, about
+    # accept-length times a token's under speculation, so it is reported as one.
+    itl_as = "itl" if backend in ("sglang", "sglang-native") else "chunk_gap"
     lines_before = len(out.read_text().splitlines()) if out.exists() else 0
     command = f"cd {shlex.quote(str(run_dir))} && {shlex.join(resolve_argv(bench.argv))}"
     result = await asyncio.to_thread(ctx.run, command, hide=True, warn=True, in_stream=False)
@@ -153,8 +162,10 @@ async def _bench_serving(server: Server, bench: Benchmark, run_dir: Path, ctx):
             "request_throughput", "input_throughput", "output_throughput", "total_throughput"]
     keys += [f"{stat}_{m}_ms" for m in ("ttft", "itl", "tpot", "e2e_latency")
              for stat in ("mean", "median", "std", "p90", "p95", "p99")]
-    # a figure bench_serving could not compute (NaN, Infinity) is left out, as ours are
-    metrics = {k: data[k] for k in keys if _finite(data.get(k))}
+    # a figure bench_serving could not compute (NaN, Infinity) is left out, as ours are;
+    # its per-chunk ITL (OpenAI clients) is named a chunk gap
+    metrics = {(k.replace("_itl_", f"_{itl_as}_")): data[k] for k in keys
+               if _finite(data.get(k))}
     acc = data.get("accept_length")
     if _finite(acc) and 1.0 <= acc <= accept_bound(server.params):
         metrics["bench_serving_accept_length"] = acc

@@ -17,9 +17,10 @@ The rules, engine-independent (the patterns come from the plan):
 - the phase shown is the best known and marked as a guess (`kv_cache (?)`) when
   markers were skipped, or when lines that begin nothing known follow the current
   phase's end marker (the engine is in a phase whose marker this plan does not know).
-- a fatal line fails with the line that names the cause (the traceback's last
-  `XxxError: ...` line, read on for up to FATAL_GRACE_S), a process exit fails,
-  a probe answer meaning "dead" fails.
+- a fatal line (a message the engine dies of, never a bare traceback: warnings log
+  tracebacks and carry on) fails with the line that names the cause (the traceback's
+  last `XxxError: ...` line, read on for up to FATAL_GRACE_S); a process exit fails,
+  naming the last exception line logged before it; a probe answer meaning "dead" fails.
 - probes never overlap; the ready line fires one at once; `success_threshold`
   consecutive 200s are ready.
 """
@@ -197,7 +198,10 @@ class Startup:
         if self.fatal_lines is not None:
             return self._resolve_fatal(now, exited=code, final=True)
         last = next((ln.strip() for ln in reversed(self.last_lines) if ln.strip()), "")
+        exc = next((ln.strip() for ln in reversed(self.last_lines) if _EXCEPTION_LINE.search(ln)),
+                   last)
         return self._fail(f"process exited with code {code} during {self.label}"
+                          + (f"; last exception logged: {exc[:600]}" if exc != last else "")
                           + (f"; last log line: {last[:600]}" if last else ""))
 
     def tick(self, now: float) -> list:

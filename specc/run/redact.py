@@ -13,13 +13,13 @@ server's status once the server has exited and said all.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import select
 import signal
 import subprocess
 import sys
 
+from specc.run import pdeathsig
 from specc.secrets import REDACT_VALUES_ENV as VALUES_ENV, remember, scrub
 
 #: A partial line is written after this long without more output.
@@ -60,17 +60,6 @@ def copy(src: int, dst: int, values: list[str]) -> None:
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def _server_child() -> None:
-    """In the server between fork and exec: default stop signals (this process ignores
-    them, and ignoring survives exec), and death with this process, as with the executor."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     log, command = argv[0], argv[argv.index("--") + 1:]
@@ -79,9 +68,10 @@ def main(argv=None) -> int:
     # copying until the server's output ends, so its last lines reach the log
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, preexec_fn=_server_child,
-                              restore_signals=True)
+    # the server dies with this process, as with the executor; the wrapper gives it the
+    # stop signals at their defaults (this process ignores them, and that survives exec)
+    server = subprocess.Popen(pdeathsig.wrap(command), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         copy(server.stdout.fileno(), fd, values)

@@ -36,14 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specc import exits
-from specc.files import (LOG_TAIL_BYTES, PLAN_BYTES, STATE_BYTES, atomic_write, load_json,
+from specc.files import (LOG_TAIL_BYTES, STATE_BYTES, atomic_write, load_json,
                          read_text)
 from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
 from specc.run import rundir
 from specc.run.node import read_rows, results_path, state_path
+from specc.run.outcome import backfill_speedups, exit_code, point_summary
 from specc.run.point import failed_row
-from specc.run.state import RunState
+from specc.state import RunState
 
 #: Job states after which nothing more happens to a job.
 TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED",
@@ -71,16 +72,15 @@ CANCEL_GRACE_S = 15.0
 
 
 def warm_report() -> threading.Thread:
-    """Import the report's modules (matplotlib: 0.3-0.6 s) in a background thread at the
-    lowest CPU priority, started once the jobs are submitted: the report is the sweep's
-    last step, and the driver has nothing to do while Slurm schedules the jobs. The report
-    needs no join: an import in progress in this thread makes its own import wait."""
+    """Import the report's modules (matplotlib: 0.3-0.6 s) in a background thread, started
+    once the jobs are submitted: the report is the sweep's last step, and the driver has
+    nothing to do while Slurm schedules the jobs. The report needs no join: an import in
+    progress in this thread makes its own import wait.
+
+    At the driver's own priority, not niced: a niced thread holds the import lock and the
+    GIL, and on a busy login node it was starved of CPU for minutes while the driver's
+    report (and its main loop) waited on it."""
     def work():
-        if sys.platform.startswith("linux"):   # there the nice value is per thread
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-            except OSError:
-                pass
         try:
             import specc.report  # noqa: F401
             from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
@@ -218,6 +218,7 @@ class Driver:
         self.stop_signal: int | None = None
         self.failed_servers: dict[str, str] = {}
         self.warmup: threading.Thread | None = None
+        self.write_error: str | None = None   # a record that could not be written
 
     # -- files ----------------------------------------------------------------------------
     def _save(self) -> None:
@@ -255,7 +256,7 @@ class Driver:
                     continue
                 with_speedup(row, self.results.get(bench.baseline) if bench.baseline else None)
                 self.results.append(row)
-                self.progress.point_finished(bid, row["status"], _summary(row))
+                self.progress.point_finished(bid, row["status"], point_summary(row))
 
     def follow_files(self, job: Job) -> None:
         """The node's executor state -> progress and state.json (phase, point, status)."""
@@ -545,7 +546,32 @@ class Driver:
         # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
         est = self.plan.estimates.get("servers_s", {})
         queue = sorted(todo, key=lambda j: -max(est.get(s, 0.0) for s in j.servers))
+        tuner = None
+        if self.plan.search is not None:   # search=tune: one job at a time, as it decides
+            from specc.run.tune import Tuner
+
+            tuner, queue = Tuner(self.plan, self.run_dir, self.results.get,
+                                 self.progress.log), []
         last_poll = 0.0
+        try:
+            return self._loop(queue, tuner, last_poll)
+        finally:
+            if tuner is not None:
+                tuner.write()
+
+    def _next_job(self, tuner, live) -> Job | None:
+        """search=tune: once no job runs, feed what ended and submit the search's next."""
+        for job in [j for j in self.jobs if j.done and j.servers[0] in tuner.chosen
+                    and not j.seen.get("_fed")]:
+            job.seen["_fed"] = True
+            for sid in job.servers:
+                tuner.feed(sid)
+        if live:
+            return None
+        sid = tuner.next_server()
+        return next((j for j in self.jobs if sid in j.servers), None) if sid else None
+
+    def _loop(self, queue: list, tuner, last_poll: float) -> int:
         while True:
             if self.stop_signal is not None:
                 raise Interrupted()
@@ -554,6 +580,11 @@ class Driver:
             if self.warmup is None:
                 self.warmup = warm_report()
             live = [j for j in self.jobs if j.id and not j.done]
+            if tuner is not None and not queue and not live:
+                job = self._next_job(tuner, live)
+                if job is not None:
+                    queue.append(job)
+                    continue
             if not live and not queue:
                 break
             for j in live:
@@ -572,10 +603,8 @@ class Driver:
                 queue.clear()
             time.sleep(TICK_S)
         self.backfill()
-        missing = [b for b in self.plan.benchmarks if not self.results.finished(b.id)]
-        bad = [b for b in self.plan.benchmarks
-               if (r := self.results.get(b.id)) and r["status"] != "ok"]
-        return exits.OK if not bad and not missing else exits.FAILED
+        return exit_code(self.plan, self.results, write_error=self.write_error,
+                         servers=None if tuner is None else tuner.chosen)
 
     def node_record(self, job: Job) -> dict:
         """The node entry's record of this job (slurm/state/<job>.json), {} if none yet."""
@@ -604,25 +633,10 @@ class Driver:
 
     def backfill(self) -> None:
         """Speedups of points whose baseline ran in another job (results.jsonl rewritten once)."""
-        changed = False
-        for b in self.plan.benchmarks:
-            row = self.results.get(b.id)
-            if row and b.baseline and row["status"] == "ok" \
-                    and "speedup" not in (row.get("metrics") or {}):
-                with_speedup(row, self.results.get(b.baseline))
-                changed = changed or "speedup" in (row.get("metrics") or {})
-        if changed:
-            self.results.rewrite()
-
-
-def _summary(row: dict) -> str:
-    m = row.get("metrics") or {}
-    if row["status"] != "ok":
-        return (row.get("reason") or "")[:120]
-    parts = [f"{m.get('output_throughput', 0):.1f} tok/s"]
-    if m.get("accept_length"):
-        parts.append(f"accept {m['accept_length']:.2f}")
-    return ", ".join(parts)
+        why = backfill_speedups(self.plan, self.results)
+        if why:
+            self.write_error = self.write_error or why
+            self.progress.log(why)
 
 
 def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> int:
@@ -702,13 +716,13 @@ def is_slurm_run(run_dir: Path) -> bool:
     """A run dir whose plan.json has Slurm jobs (its `cluster` record), or was compiled for
     Slurm by an older specc. A plan.json that cannot be read leaves the driver's record to
     say so: `down` must still cancel the jobs."""
-    from specc.compile.sbatch import OLD_JOBS_FILE
+    from specc.plan import OLD_JOBS_FILE
 
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
     try:
-        return "cluster" in load_json(Path(run_dir) / "plan.json", PLAN_BYTES)
-    except (OSError, ValueError, TypeError):
+        return Plan.load(Path(run_dir) / "plan.json").cluster is not None
+    except (OSError, ValueError):   # PlanError is a ValueError
         return jobs_path(run_dir).exists()
 
 

@@ -14,8 +14,8 @@ import argparse
 import json
 
 from specc.engines import sglang as sg
-from specc.compile.facts import flatten_config, kv_bytes_per_token
-from specc.compile.facts import read_config_json as read_model_config
+from specc.facts import flatten_config, kv_bytes_per_token
+from specc.facts import read_config_json as read_model_config
 
 from specc.perf import model as perf
 

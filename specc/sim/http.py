@@ -400,32 +400,45 @@ class App:
             state = {"sent": 0}
             rid = cid(r)
 
+            def sse(obj: dict) -> bytes:
+                return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+            def chat_chunk(delta: dict, finish=None, with_usage=False) -> bytes:
+                """0.5.23's msgspec chunk (openai/sse_utils.py build_sse_content): StreamChunk
+                and StreamDelta omit_defaults (no "usage", no null role/content), but
+                reasoning_content is required (always there); StreamChoice keeps its nulls."""
+                obj = {"id": rid, "object": obj_chunk, "created": created, "model": model,
+                       "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta},
+                                    "logprobs": None, "finish_reason": finish,
+                                    "matched_stop": None}]}
+                if with_usage:
+                    obj["usage"] = usage(r)
+                return sse(obj)
+
             def chunk(r: Req, final: bool) -> bytes:
                 delta = "".join(r.tokens[state["sent"]:])
                 first = state["sent"] == 0
                 state["sent"] = len(r.tokens)
-                role = b""
-                if chat:
-                    d = {"role": None, "content": delta, "reasoning_content": None}
-                    choice = {"index": 0, "delta": d, "logprobs": None,
-                              "finish_reason": reason(r) if final else None, "matched_stop": None}
-                    if first:   # serving_chat.py: a role-only chunk opens the stream
-                        role = b"data: " + json.dumps({
-                            "id": rid, "object": obj_chunk, "created": created, "model": model,
-                            "choices": [{"index": 0, "delta": {
-                                "role": "assistant", "content": "", "reasoning_content": None},
-                                "logprobs": None, "finish_reason": None, "matched_stop": None}],
-                            "usage": None}).encode() + b"\n\n"
-                else:
-                    choice = {"index": 0, "text": delta, "logprobs": None,
-                              "finish_reason": reason(r) if final else None, "matched_stop": None}
-                data = {"id": rid, "object": obj_chunk, "created": created, "model": model,
-                        "choices": [choice], "usage": usage(r) if continuous else None}
-                out = role + b"data: " + json.dumps(data).encode() + b"\n\n"
+                if chat:   # serving_chat.py: a role-only chunk opens the stream, the finish
+                    out = chat_chunk({"role": "assistant", "content": ""}) if first else b""
+                    if delta:     # reason closes it in a chunk of its own (no content)
+                        out += chat_chunk({"content": delta}, with_usage=continuous)
+                    if final:
+                        out += chat_chunk({}, finish=reason(r))
+                        if include_usage:   # a pydantic chunk: its nulls stay
+                            out += sse({"id": rid, "object": obj_chunk, "created": created,
+                                        "model": model, "choices": [], "usage": usage(r)})
+                    return out
+                # serving_completions.py: pydantic chunks (nulls kept), the finish reason on
+                # the last text chunk; the usage chunk dumped with exclude_none
+                choice = {"index": 0, "text": delta, "logprobs": None,
+                          "finish_reason": reason(r) if final else None, "matched_stop": None}
+                out = sse({"id": rid, "object": obj_chunk, "created": created, "model": model,
+                           "choices": [choice], "usage": usage(r) if continuous else None})
                 if final and include_usage:
-                    out += b"data: " + json.dumps({"id": rid, "object": obj_chunk,
-                                                   "created": created, "model": model,
-                                                   "choices": [], "usage": usage(r)}).encode() + b"\n\n"
+                    out += sse({"id": rid, "object": obj_chunk, "created": created,
+                                "model": model, "choices": [],
+                                "usage": {k: v for k, v in usage(r).items() if v is not None}})
                 return out
             return chunk
         return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True, body.get("rid")),

@@ -181,17 +181,36 @@ class Startup:
         self.say(prefix + "_end", all_ranks=all_ranks, elapsed=d, usage=usage, avail=self.avail,
                  bs=self.graph_bs, **fields)
 
+    def _prefill_graph(self, role: str, d: float, all_ranks: bool) -> None:
+        """0.5.23 captures a breakable prefill graph per model before its other graphs."""
+        if "prefill_graph_begin" not in self.sim.strings:
+            return
+        name = {"capture_name": f"{role} prefill", "backend": "breakable"}
+        self.say("prefill_graph_begin", all_ranks=all_ranks, avail=self.avail,
+                 num_tokens=[512, 1024, 2048, 4096, 8192], **name)
+        self._sleep(d)
+        self.avail = max(0.5, self.avail - 0.05)
+        self.say("prefill_graph_end", all_ranks=all_ranks, elapsed=d, usage=0.05,
+                 avail=self.avail, **name)
+
     def target_graph(self, d: float) -> None:
         spec = self.sim.spec
+        self._prefill_graph("target", d / 4, True)
+        d -= d / 4
         self._graph("target_graph", "target_graph", d, 0.83, True,
                     capture_name=self.sim.target_graph, graph=self.sim.strings["graph_name"][0],
                     tokens_per_req=spec.num_draft_tokens if spec else 1)
 
     def capture_draft_decode_cuda_graph(self, d: float) -> None:
+        self._prefill_graph("draft", d / 4, True)   # logger.info: every rank
+        d -= d / 4
         self._graph("draft_decode", "capture_draft_decode_cuda_graph", d, 0.41,
                     not self.sim.behaviour["rank0_draft_graphs"], topk=self.sim.spec.topk)
 
     def capture_draft_extend_cuda_graph(self, d: float) -> None:
+        if (self.sim.spec.num_steps or 0) <= 1:   # no draft decode graph: the prefill's first
+            self._prefill_graph("draft", d / 4, True)
+            d -= d / 4
         self._graph("draft_extend", "capture_draft_extend_cuda_graph", d, 0.49,
                     not self.sim.behaviour["rank0_draft_graphs"],
                     draft_tokens=self.sim.spec.num_draft_tokens)

@@ -94,6 +94,15 @@ V0_5_23: dict[str, tuple[str, str]] = {
     "target_graph_end": ("Capture {capture_name} {graph} end. bs={bs}, elapsed={elapsed:.2f} s, "
                          "mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
                          "srt/model_executor/model_runner_components/cuda_graph_setup.py"),
+    # capture_prefill_graph: prefill graphs are captured by default on CUDA
+    # (cuda_graph_config.py default_prefill_backend: breakable), the target's before its
+    # decode/verify graph, the draft's (init_prefill_cuda_graph) before its own graphs.
+    "prefill_graph_begin": ("Capture {capture_name} CUDA graph begin. backend={backend}, "
+                            "num_tokens={num_tokens}, avail mem={avail:.2f} GB",
+                            "srt/model_executor/model_runner_components/cuda_graph_setup.py"),
+    "prefill_graph_end": ("Capture {capture_name} CUDA graph end. elapsed={elapsed:.2f} s, "
+                          "mem usage={usage:.2f} GB, avail mem={avail:.2f} GB.",
+                          "srt/model_executor/model_runner_components/cuda_graph_setup.py"),
     "draft_decode_begin": ("Capture draft decode CUDA graph begin. backend={backend}, "
                            "num_tokens_per_req={topk}, bs={bs}, avail mem={avail:.2f} GB",
                            "srt/speculative/eagle_worker_v2.py"),

@@ -51,7 +51,11 @@ FLAG_VARIANTS = {
                ["speculation=eagle", "model_pair.context_length=2048",
                 "model_pair.draft.facts.architecture=LlamaForCausalLMEagle"],
                ["speculation.num_steps=null", "speculation.topk=null",
-                "speculation.num_draft_tokens=null", "model_pair.context_length=2048"]],
+                "speculation.num_draft_tokens=null", "model_pair.context_length=2048"],
+               # pipeline parallelism with EAGLE: what 0.5.23 serves (specc/engines/sglang.py)
+               ["speculation=eagle", "hardware.tp=4", "hardware.pp=2",
+                "model_pair.context_length=2048",
+                "model_pair.draft.facts.architecture=LlamaForCausalLMEagle"]],
     "vllm": [["server.max_running_requests=128", "server.mem_fraction=0.85", "hardware.tp=4",
               "server.cuda_graph_max_bs=64", "server.dtype=bfloat16",
               "server.kv_cache_dtype=fp8_e4m3", "server.quantization=fp8",
@@ -170,7 +174,7 @@ def test_the_checked_commands_exercise_every_optional_flag():
     flags = {engine: {a for s in compiled_servers(engine) for a in s["argv"] if a.startswith("--")}
              for engine in ("sglang", "vllm")}
     for flag in ("--cuda-graph-max-bs-decode", "--mem-fraction-static", "--attention-backend",
-                 "--dtype", "--kv-cache-dtype", "--quantization", "--dp-size", "--ep-size",
+                 "--dtype", "--kv-cache-dtype", "--quantization", "--dp-size", "--ep-size", "--pp-size",
                  "--context-length", "--speculative-algorithm", "--speculative-draft-model-path",
                  "--speculative-num-steps", "--speculative-eagle-topk",
                  "--speculative-num-draft-tokens", "--max-running-requests", "--enable-metrics",

@@ -61,8 +61,8 @@ def test_sim_accepts_more_for_coding_than_writing(start_sim):
 def test_adaptive_stopping_against_the_simulator_adds_at_most_one_batch(start_sim):
     """A loose target is met at the first check: the point stops at min_requests plus at most
     the batch in flight (concurrency 4), not at max_requests."""
-    from specc.run import requests as reqlog
-    from specc.run.datasets import Prompt
+    from specc import requestlog as reqlog
+    from specc.prompts.datasets import Prompt
     from specc.run.loadgen import run_load
 
     sim = start_sim(*SPEC_ARGS)

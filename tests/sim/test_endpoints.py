@@ -136,12 +136,21 @@ def test_chat(shared_sim):
         ev = sse_events(r)
     assert ev[-1] == "[DONE]"
     assert ev[0]["object"] == "chat.completion.chunk"
-    # serving_chat.py: a role-only first chunk, then content chunks without a role
-    assert ev[0]["choices"][0]["delta"] == {"role": "assistant", "content": "",
-                                            "reasoning_content": None}
-    assert all(e["choices"][0]["delta"]["role"] is None for e in ev[1:-2])
-    assert ev[1]["choices"][0]["delta"]["content"]
-    content = "".join(e["choices"][0]["delta"]["content"] for e in ev[:-2])
+    # serving_chat.py: a role-only first chunk, content chunks without a role, then the
+    # finish reason in a chunk of its own; 0.5.23's msgspec chunks omit null fields
+    # (StreamChunk/StreamDelta omit_defaults: no "usage", no null role or content) but
+    # keep reasoning_content (required) and the choice's nulls
+    assert ev[0]["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant",
+                                            "content": ""}
+    body = ev[1:-3]
+    assert body and all(e["choices"][0]["delta"].keys() == {"reasoning_content", "content"}
+                        and e["choices"][0]["delta"]["content"] for e in body)
+    assert all("usage" not in e for e in ev[:-2])
+    finish = ev[-3]["choices"][0]
+    assert finish == {"index": 0, "delta": {"reasoning_content": None}, "logprobs": None,
+                      "finish_reason": "length", "matched_stop": None}
+    assert all(e["choices"][0]["finish_reason"] is None for e in ev[:-3])
+    content = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[:-2])
     assert len(content.split()) == 6 and ev[-2]["usage"]["total_tokens"] == 10
 
 
@@ -154,7 +163,7 @@ def test_chat_stream_continuous_usage_counts_tokens_so_far(shared_sim):
             "messages": msgs, "max_tokens": 12, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}) as r:
         ev = sse_events(r)
-    content = [e for e in ev[1:-2] if e["choices"]]
+    content = [e for e in ev[1:-2] if e["choices"][0]["delta"].get("content")]
     counts = [e["usage"]["completion_tokens"] for e in content]
     assert counts == sorted(counts) and counts[-1] == 12
     words = [len(e["choices"][0]["delta"]["content"].split()) for e in content]
@@ -162,7 +171,7 @@ def test_chat_stream_continuous_usage_counts_tokens_so_far(shared_sim):
     with httpx.stream("POST", shared_sim.url + "/v1/chat/completions", json={
             "messages": msgs, "max_tokens": 4, "ignore_eos": True, "stream": True}) as r:
         plain = sse_events(r)
-    assert all(e["usage"] is None for e in plain[:-1])
+    assert all("usage" not in e for e in plain[:-1])
 
 
 def test_flush_metrics_ping_health(shared_sim):

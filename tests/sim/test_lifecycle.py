@@ -72,8 +72,11 @@ def test_startup_log_order_and_format(start_sim, tmp_path):
     _in_order(log, ["Load weight begin", "Load weight end. elapsed=", "type=LlamaForCausalLM,",
                     "Load weight begin", "type=LlamaForCausalLMEagle3,",
                     "KV Cache is allocated. dtype: torch.bfloat16, #tokens: ", "Memory pool end",
+                    "TP0] Capture target prefill CUDA graph begin. backend=breakable",
+                    "TP1] Capture target prefill CUDA graph end.",
                     "TP0] Capture target verify CUDA graph begin. backend=",
                     "TP1] Capture target verify CUDA graph end. bs=",
+                    "TP1] Capture draft prefill CUDA graph begin. backend=breakable",
                     "TP0] Capture draft decode CUDA graph begin.",
                     "TP0] Capture draft decode CUDA graph end. elapsed=",
                     "TP0] Capture draft extend CUDA graph begin.",
@@ -81,7 +84,8 @@ def test_startup_log_order_and_format(start_sim, tmp_path):
                     "] INFO:     Application startup complete.",
                     "] INFO:     Uvicorn running on http://127.0.0.1:", sg.READY_LINE])
     assert "Capture target decode CUDA graph" not in log      # verify replaces it
-    assert "TP1] Capture draft" not in log                    # log_info_on_rank0
+    assert "TP1] Capture draft decode" not in log             # log_info_on_rank0
+    assert "TP1] Capture draft extend" not in log
     assert "dtype=torch" not in log                           # 0.5.23 dropped it
     assert truth_phases(truth) == ["load_weights", "load_draft_weights", "kv_cache",
                                    "target_graph", "capture_draft_decode_cuda_graph",
@@ -93,9 +97,13 @@ def test_baseline_captures_target_decode_graph_without_rank_prefix(start_sim):
     p.wait_ready()
     log = p.log()
     _in_order(log, ["] Load weight begin", "] KV Cache is allocated", "] Memory pool end",
+                    "] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=",
+                    "] Capture target prefill CUDA graph end.",
                     "] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1",
                     "] Capture target decode CUDA graph end.", sg.READY_LINE])
-    assert "CUDA graph begin" not in log.replace("Capture target decode CUDA graph begin", "")
+    # 0.5.23 on CUDA: the prefill graph (breakable by default), then the decode graph only
+    assert "CUDA graph begin" not in log.replace("Capture target decode CUDA graph begin", "") \
+        .replace("Capture target prefill CUDA graph begin", "")
     assert " TP0]" not in log and "Load weight begin" in log
 
 
@@ -217,7 +225,7 @@ def test_hang_zombie_and_sigterm(start_sim):
     assert "Capture draft decode CUDA graph end" not in p.log()
     assert probe(p.url) == "refused"
     p.proc.send_signal(signal.SIGTERM)
-    assert p.proc.wait(5) == 0
+    assert p.proc.wait(30) == 0
 
 
 @pytest.mark.parametrize("phase,begin,done", [
@@ -251,14 +259,14 @@ def test_hang_in_warmup_port_open_health_503(start_sim):
 def test_fault_flag_wins_over_env(start_sim):
     p = start_sim("--model-path", "m", "--sim-fault", "crash@kv_cache",
                   env={"SPECC_SIM_FAULT": "hang@load_weights"})
-    assert p.proc.wait(20) != 0
+    assert p.proc.wait(60) != 0
     assert "KV Cache is allocated" in p.log()
 
 
 @pytest.mark.parametrize("phase", ["load_weights", "capture_draft_extend_cuda_graph"])
 def test_crash(start_sim, phase):
     p = start_sim(*SPEC_ARGS, env={"SPECC_SIM_FAULT": f"crash@{phase}"})
-    rc = p.proc.wait(20)
+    rc = p.proc.wait(60)
     log = p.log()
     assert rc == 1
     assert "Scheduler hit an exception: Traceback (most recent call last):" in log
@@ -284,11 +292,33 @@ def test_health_flap(start_sim):
 
 
 def test_health_after(start_sim):
-    p = start_sim("--model-path", "m", "--sim-fault", "health_after:1.0")
+    """503 until N s after ready, then 200 for good. Probed until it turns (no guessed
+    sleep); what each probe must answer follows from when it ran: one answered before the
+    process was N s old is 503, one sent N s after the ready line showed is 200."""
+    wait = 3.0
+    started = time.monotonic()
+    p = start_sim("--model-path", "m", "--sim-fault", f"health_after:{wait}")
     p.wait_log(sg.READY_LINE)
-    assert probe(p.url) == "503"
-    time.sleep(1.1)
-    assert probe(p.url) == "200"
+    ready_seen = time.monotonic()
+    answers = []   # (sent, answered, status)
+    while time.monotonic() < ready_seen + wait + 60:
+        sent = time.monotonic()
+        status = probe(p.url)
+        answers.append((sent, time.monotonic(), status))
+        if status == "200":
+            break
+        time.sleep(0.05)
+    statuses = [s for _, _, s in answers]
+    assert statuses[-1] == "200" and set(statuses[:-1]) <= {"503"}, statuses
+    assert statuses[0] == "503", "the first probe after the ready line was already healthy"
+    for sent, answered, status in answers:
+        if answered < started + wait:
+            assert status == "503", answers
+        if sent > ready_seen + wait:
+            assert status == "200", answers
+    assert answers[-1][1] >= started + wait   # never healthy before its N s
+    for _ in range(3):   # and it stays healthy
+        assert probe(p.url) == "200"
 
 
 def test_die_mid_run(start_sim):
@@ -300,7 +330,7 @@ def test_die_mid_run(start_sim):
                 "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}) as r:
             for _ in r.iter_lines():
                 pass
-    assert p.proc.wait(5) != 0
+    assert p.proc.wait(30) != 0
 
 
 def test_die_mid_run_default_after_a_second(start_sim, tmp_path):
@@ -311,7 +341,7 @@ def test_die_mid_run_default_after_a_second(start_sim, tmp_path):
     with pytest.raises(httpx.HTTPError):
         httpx.post(p.url + "/generate", json={
             "text": "a", "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}}, timeout=10)
-    assert p.proc.wait(5) != 0
+    assert p.proc.wait(30) != 0
     events = [json.loads(ln) for ln in truth.read_text().splitlines()]
     tokens = [e for e in events if e["event"] == "token"]
     assert tokens and sum(e["n"] for e in tokens) < 5000   # generated for a while, then died
@@ -339,23 +369,28 @@ def test_signal_with_open_streams(start_sim, sig):
 
     p = start_sim("--model-path", "m")
     p.wait_ready()
+    streaming = threading.Semaphore(0)
 
     def stream():
         try:
             with httpx.stream("POST", p.url + "/generate", json={
                     "text": "a", "stream": True,
                     "sampling_params": {"max_new_tokens": 100000, "ignore_eos": True}},
-                    timeout=10) as r:
+                    timeout=60) as r:
+                first = True
                 for _ in r.iter_lines():
-                    pass
+                    if first:   # this stream is open and generating
+                        streaming.release()
+                        first = False
         except httpx.HTTPError:
             pass
     threads = [threading.Thread(target=stream, daemon=True) for _ in range(4)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    assert streaming.acquire(timeout=60) and all(streaming.acquire(timeout=60) for _ in range(3)), \
+        "the streams never delivered a token"
     p.proc.send_signal(sig)
-    assert p.proc.wait(5) == 0
+    assert p.proc.wait(30) == 0
 
 
 # --- determinism and ground truth --------------------------------------------------------
@@ -375,7 +410,7 @@ def _run_and_collect(start_sim, tmp_path, seed: int, name: str):
         out.append((counts, final["text"], final["meta_info"]["spec_verify_ct"]))
     acc = httpx.get(p.url + "/server_info").json()["internal_states"][0].get("avg_spec_accept_length")
     p.proc.send_signal(signal.SIGTERM)
-    p.proc.wait(5)
+    p.proc.wait(30)
     return out, acc, truth
 
 
@@ -457,8 +492,8 @@ def test_yarn_without_original_derives_unscaled(start_sim, tmp_path):
 # --- one source with the compiler ----------------------------------------------------------
 def test_sim_uses_the_compiler_facts(tmp_path):
     """Architecture (the wrapper's), the automatic memory fraction and KV bytes per token
-    come from specc.compile.facts / specc.engines.sglang, not from the simulator."""
-    from specc.compile import facts
+    come from specc.facts / specc.engines.sglang, not from the simulator."""
+    from specc import facts
     from specc.sim.args import GPU_MEM_GB, Sim, build_parser
 
     (tmp_path / "kimi").mkdir()
@@ -480,14 +515,32 @@ def test_multinode_rank0_loads_only_when_its_peer_has_joined(start_sim):
               "--dist-init-addr", dist]
     head = start_sim(*common, "--node-rank", "0")
     head.wait_log("Init parallel begin.")
-    time.sleep(0.5)
+    assert _listening(head.proc.pid, int(dist.rsplit(":", 1)[1])), "rank 0 never listened"
     assert "Load weight begin" not in head.log()   # waiting at the rendezvous
     peer = start_sim(*common, "--node-rank", "1")
-    head.wait_ready()
-    assert "node 1 joined (2/2 nodes)" in head.log()
+    head.wait_ready(timeout=60)
+    # it loaded only once its peer had joined: the log's order, not a guessed pause
+    _in_order(head.log(), ["Init parallel begin.", "node 1 joined (2/2 nodes)",
+                           "Load weight begin"])
     peer.wait_log(" TP3] Init parallel ends")   # peer logs its own TP ranks, 2 and 3
     assert " TP2]" in peer.log() and " TP0]" not in peer.log()
     head.proc.terminate()
-    head.proc.wait(5)
-    assert peer.proc.wait(10) == 0   # it goes with rank 0
+    head.proc.wait(30)
+    assert peer.proc.wait(30) == 0   # it goes with rank 0
     assert "has gone: node 1 exits" in peer.log()
+
+
+def _listening(pid: int, port: int, timeout: float = 60.0) -> bool:
+    """The process listens on the port (its rendezvous is open)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                   for c in psutil.Process(pid).net_connections("tcp")):
+                return True
+        except psutil.Error:
+            return False
+        time.sleep(0.05)
+    return False

@@ -113,10 +113,6 @@ def node_state(run_dir: Path, server_id: str) -> dict:
     return (data.get("servers") or {}).get(server_id) or {}
 
 
-def benchmarking(run_dir: Path, server_id: str) -> bool:
-    return node_state(run_dir, server_id).get("status") == "benchmarking"
-
-
 def servers(plan: dict) -> tuple[str, str]:
     """(baseline id, the speculative server's id)."""
     base = next(s["id"] for s in plan["servers"] if s["baseline"])
@@ -151,6 +147,63 @@ def assert_no_process_left(run_dir: Path) -> None:
 def ours_in_squeue(cluster, run_dir: Path) -> list[str]:
     ids = {j["id"] for j in jobs(run_dir).values() if j.get("id")}
     return [ln for ln in cluster.active_jobs() if ln.split("|")[0] in ids]
+
+
+def hold_mid_sweep(cluster, run_dir: Path, plan: dict, server_ids, timeout: float = 120) -> dict:
+    """Each server's job suspended (`scontrol suspend`) the moment it runs a point that is not
+    its last: whatever the test does next lands with points still to run, however slow this
+    machine is. Returns {server id: job id}."""
+    last = {}
+    for b in plan["benchmarks"]:
+        last[b["server"]] = b["id"]
+    held: dict[str, str] = {}
+
+    def catch():
+        for sid in server_ids:
+            node = node_state(run_dir, sid)
+            if sid not in held and node.get("status") == "benchmarking" \
+                    and node.get("point") not in (None, last[sid]):
+                held[sid] = jobs(run_dir)[sid]["id"]
+                cluster.run("scontrol", "suspend", held[sid])
+        return len(held) == len(server_ids)
+
+    assert wait_for(catch, timeout=timeout, interval=0.02), \
+        f"never caught mid-sweep: held {held}, node states " \
+        f"{ {sid: node_state(run_dir, sid) for sid in server_ids} }"
+    return held
+
+
+class Output:
+    """A process's output read as it comes (a thread), so a test can wait for one line."""
+
+    def __init__(self, proc: subprocess.Popen):
+        import threading
+
+        self.proc, self.lines = proc, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, needle: str, timeout: float = 120) -> bool:
+        return bool(wait_for(lambda: needle in self.text() or self.proc.poll() is not None,
+                             timeout=timeout)) and needle in self.text()
+
+    def finish(self, timeout: float = 180) -> str:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.thread.join(10)
+            raise AssertionError(f"driver still running after {timeout} s:\n{self.text()[-4000:]}")
+        self.thread.join(30)
+        return self.text()
 
 
 def kill_job_on_node(job_id: str) -> None:
@@ -198,8 +251,7 @@ def test_a_job_cancelled_from_outside_and_a_node_that_fails_fail_their_unfinishe
     proc = start_driver(run_dir)
     node = None
     try:
-        assert wait_for(lambda: benchmarking(run_dir, cancelled) and benchmarking(run_dir, lost),
-                        timeout=90), "never benchmarking"
+        hold_mid_sweep(cluster, run_dir, plan, [cancelled, lost])
         cancelled_job, lost_job = jobs(run_dir)[cancelled]["id"], jobs(run_dir)[lost]
         node = lost_job["nodes"]
         cluster.run("scancel", cancelled_job)
@@ -241,8 +293,9 @@ def test_ctrl_c_cancels_every_job_and_the_rerun_submits_only_unfinished_points(c
     base, spec = servers(plan)
     proc = start_driver(run_dir)
     try:
-        assert wait_for(lambda: benchmarking(run_dir, base) and benchmarking(run_dir, spec),
-                        timeout=90), "never benchmarking"
+        # both held mid-sweep (suspended: Slurm delivers no SIGTERM to them, so the driver
+        # scancels them after its grace): points are left to rerun however slow this machine
+        hold_mid_sweep(cluster, run_dir, plan, [base, spec])
         first = {name: j["id"] for name, j in jobs(run_dir).items()}
         proc.send_signal(signal.SIGINT)
         out = finish(proc)
@@ -271,19 +324,26 @@ def test_sigkill_of_the_driver_then_rerun_follows_the_jobs_it_left(cluster, tmp_
     plan = compile_slurm(run_dir, TWO + LONG)
     base, spec = servers(plan)
     proc = start_driver(run_dir)
+    held = {}
     try:
-        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+        held = hold_mid_sweep(cluster, run_dir, plan, [spec])   # alive until the rerun follows it
         first = {name: j["id"] for name, j in jobs(run_dir).items()}
     finally:
         proc.kill()
         proc.wait()
-    status = inv("status", "--run", run_dir)
-    assert status.returncode == 0, status.stderr
-    assert first[spec] in status.stdout and "RUNNING" in status.stdout
-
-    code, out = run_driver(run_dir)
-    assert code == 0, out[-3000:]
-    assert f"following job {first[spec]}" in out
+    try:
+        status = inv("status", "--run", run_dir)
+        assert status.returncode == 0, status.stderr
+        line = next((ln for ln in status.stdout.splitlines() if ln.split()[:1] == [first[spec]]),
+                    "")
+        assert "SUSPENDED" in line, status.stdout
+        rerun = Output(start_driver(run_dir))
+        assert rerun.wait_for(f"following job {first[spec]}"), rerun.text()[-3000:]
+    finally:
+        for job_id in held.values():
+            cluster.run("scontrol", "resume", job_id, check=False)
+    out = rerun.finish()
+    assert rerun.proc.returncode == 0, out[-3000:]
     got = assert_each_point_once(run_dir, plan)
     assert all(r["status"] == "ok" for r in got.values())
     assert jobs(run_dir)[spec]["id"] == first[spec]   # followed, not submitted twice
@@ -297,7 +357,7 @@ def test_inv_down_cancels_a_run_left_without_its_driver_and_verifies(cluster, tm
     base, spec = servers(plan)
     proc = start_driver(run_dir)
     try:
-        assert wait_for(lambda: benchmarking(run_dir, spec), timeout=90), "never benchmarking"
+        hold_mid_sweep(cluster, run_dir, plan, [spec])   # still in squeue for `down`
     finally:
         proc.kill()
         proc.wait()
@@ -507,3 +567,41 @@ def test_submitit_slurm_runs_two_experiments_each_in_its_own_slurm_job(cluster, 
     left = [p.pid for p in psutil.process_iter(["cmdline"])
             if str(sweep) in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid()]
     assert not left, left
+
+
+def test_search_tune_submits_one_job_at_a_time_and_resumes_after_a_sigkill(cluster, tmp_path):
+    """search=tune on Slurm: the driver submits the search's next server as a job once the
+    last ended; SIGKILLed mid-search, the rerun follows the live job and starts nothing
+    that finished."""
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, [
+        "model_pair=kimi_k25_eagle3", "search=tune", "search.max_starts=3",
+        "+sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+        "{num_steps:3,topk:1,num_draft_tokens:4},{num_steps:3,topk:4,num_draft_tokens:8},"
+        "{num_steps:5,topk:4,num_draft_tokens:16}],benchmark.concurrency:[1,2]}", *LONG])
+    base, probe = plan["search"]["baseline"], plan["search"]["probe"]
+    proc = start_driver(run_dir)
+    try:
+        assert wait_for(lambda: benchmarking(run_dir, probe), timeout=120), "probe never ran"
+        first = {name: j["id"] for name, j in jobs(run_dir).items() if j.get("id")}
+        assert set(first) == {base, probe}   # one at a time: nothing else submitted yet
+    finally:
+        proc.kill()
+        proc.wait()
+    code, out = run_driver(run_dir, timeout=240)
+    assert code == 0, out[-3000:]
+    assert f"following job {first[probe]}" in out
+    tune = json.loads((run_dir / "tune.json").read_text())
+    submitted = {name: j for name, j in jobs(run_dir).items() if j.get("id")}
+    assert set(submitted) == {s["server"] for s in tune["starts"]}
+    assert 2 <= tune["server_starts"] <= 3 and tune["grid_server_starts"] == 5
+    assert submitted[base]["id"] == first[base] and submitted[probe]["id"] == first[probe]
+    ordered = sorted(submitted.values(), key=lambda j: j["submitted_at"])
+    assert all(a["ended_at"] <= b["submitted_at"] for a, b in zip(ordered, ordered[1:])
+               if a["id"] != first[probe])   # sequential (the followed job excepted)
+    got = assert_each_point_once(run_dir, plan, all_of_them=False)
+    assert {r["server"] for r in got.values()} == set(submitted)
+    assert all(r["status"] == "ok" for r in got.values())
+    assert "## Decision" in (run_dir / "report.md").read_text()
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)

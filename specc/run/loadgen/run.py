@@ -11,7 +11,7 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
-from specc.run.datasets import Prompt
+from specc.prompts.datasets import Prompt
 from specc.run.loadgen.client import FastClient, ServerGone
 from specc.run.loadgen.httpx_client import HttpxClient
 from specc.run.loadgen.metrics import summarize

@@ -39,7 +39,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from specc.run.datasets import DatasetError, Prompt, count_tokens
+from specc.prompts import DatasetError, Prompt, count_tokens
 
 __all__ = ["KINDS", "SHIPPED", "load", "sequence", "categories_of", "DatasetFormatError",
            "CategoryError", "HubError"]

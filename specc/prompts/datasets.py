@@ -13,7 +13,7 @@ Three kinds, following SGLang's ``bench_serving`` where it has an equivalent:
   pairs with prompt or output shorter than 4 tokens are skipped.
 
 Prompt sets by category (``specc``, the default; ``mt_bench``, ``spec_bench``,
-``speed_bench``, ``hf``) are read by :mod:`specc.run.promptsets`.
+``speed_bench``, ``hf``) are read by :mod:`specc.prompts.promptsets`.
 
 Token counts are word counts (what the simulator counts); against a real engine
 they are an approximation, and the load generator takes the engine's reported
@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass
+from specc.prompts import DatasetError, Prompt, count_tokens
 
 __all__ = ["Prompt", "DatasetError", "load_prompts", "KINDS"]
 
@@ -50,24 +50,6 @@ _WORDS = (
 ).split()
 
 
-@dataclass(frozen=True)
-class Prompt:
-    text: str
-    input_tokens: int
-    output_tokens: int  # requested output length
-    category: str | None = None   # prompt sets by category (specc.run.promptsets)
-    id: str | None = None         # the prompt's id in its set
-
-
-class DatasetError(ValueError):
-    """A user-fixable dataset problem (missing file, empty dataset, bad JSON)."""
-
-
-def count_tokens(text: str) -> int:
-    """Word count: the simulator's token count."""
-    return len(text.split())
-
-
 def load_prompts(kind: str, *, num: int, input_len: int, output_len: int,
                  range_ratio: float = 1.0, path: str | None = None,
                  seed: int = 0, categories=None, hf_subset: str | None = None,
@@ -75,7 +57,7 @@ def load_prompts(kind: str, *, num: int, input_len: int, output_len: int,
     if num < 0:
         raise DatasetError(f"num must be >= 0, got {num}")
     if kind in KINDS[3:]:
-        from specc.run import promptsets
+        from specc.prompts import promptsets
 
         return promptsets.sequence(promptsets.load(
             kind, path=path, output_len=output_len, categories=categories,
@@ -398,3 +380,27 @@ def _sharegpt_items(path: str, output_len: int):
         if count_tokens(prompt) < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
             continue
         yield f"{path}: entry {i}", prompt, n_out
+
+
+def write_sharegpt_source(path) -> None:
+    """A ShareGPT-format file of specc's own prompts (each a two-turn conversation: the
+    prompt and a reply), for bench_serving's random dataset, which samples token ids from
+    ShareGPT and would download it from the Hub without a local file."""
+    from pathlib import Path
+
+    from specc.files import atomic_write
+
+    src = Path(__file__).resolve().parents[1] / "data" / "prompts.jsonl"
+    rows = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
+    convs = [{"id": r["id"], "conversations": [
+        {"from": "human", "value": r["prompt"]},
+        {"from": "gpt", "value": " ".join(r.get("turns") or [r["prompt"]])}]} for r in rows]
+    atomic_write(Path(path), json.dumps(convs))
+
+
+if __name__ == "__main__":   # plan.sh: python -m specc.prompts.datasets --sharegpt-source PATH
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--sharegpt-source":
+        sys.exit("usage: python -m specc.prompts.datasets --sharegpt-source PATH")
+    write_sharegpt_source(sys.argv[2])

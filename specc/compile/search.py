@@ -1,0 +1,119 @@
+"""`search=tune`: the lowered plan's speculative servers become the search's candidates.
+
+Pure: it reads the config and the plan and returns the plan with its `search` record
+(candidates, baseline, ladder, probe, budget), or the diagnostics that refuse it. The
+probe is chosen here, from the performance model's acceptance formulas at a prior
+acceptance (never an engine's or the simulator's setting), so the review can show it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from specc import facts
+from specc.diagnostics import Diagnostic, error
+from specc.plan import Candidate, Plan, Search
+
+#: A latency SLO key: a statistic of TTFT, ITL, TPOT or end-to-end latency, in ms.
+SLO_KEY = re.compile(r"^(mean|median|p90|p95|p99)_(ttft|itl|tpot|e2e_latency)_ms$")
+
+
+def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnostic]]:
+    """The plan with its search record for `search.name: tune` (else unchanged)."""
+    search = config.get("search") or {}
+    if search.get("name", "grid") != "tune":
+        return plan, []
+    out = [error("TUNE_SLO_METRIC", f"search.slo.{key}",
+                 f"'{key}' is not a latency: an SLO bounds a latency statistic",
+                 "use e.g. p99_ttft_ms or p99_itl_ms (mean|median|p90|p95|p99 of "
+                 "ttft|itl|tpot|e2e_latency, in ms)")
+           for key in (search.get("slo") or {}) if not SLO_KEY.match(str(key))]
+    baselines = [s for s in plan.servers if s.baseline]
+    candidates = [s for s in plan.servers if not s.baseline]
+    if not baselines:
+        out.append(error("TUNE_NO_BASELINE", "baseline",
+                         "search=tune compares every candidate with the baseline, and there "
+                         "is none", "set baseline=true"))
+    elif len(baselines) > 1:
+        out.append(error("TUNE_SERVER_AXES", "sweep",
+                         f"search=tune explores speculation settings against one baseline; "
+                         f"this sweep has {len(baselines)} baselines (a server axis outside "
+                         "speculation)", "sweep only speculation.* and benchmark.concurrency, "
+                         "or use search=grid"))
+    shapes = [_shape(s.params) for s in candidates]
+    if len(candidates) < 2:
+        out.append(error("TUNE_CANDIDATES", "sweep.speculation",
+                         f"search=tune needs at least two speculative candidates, the sweep "
+                         f"has {len(candidates)}", "sweep two or more speculation settings, "
+                         "or use search=grid"))
+    elif any(x is None for x in shapes):
+        out.append(error("TUNE_CANDIDATES", "speculation",
+                         "search=tune predicts a candidate from num_steps, topk and "
+                         "num_draft_tokens; a candidate leaves them to the engine",
+                         "give all three in every swept setting"))
+    if out:
+        return None, out
+    ladder = sorted({int(b.params["concurrency"]) for b in plan.benchmarks})
+    cands = tuple(Candidate(s.id, *shape) for s, shape in zip(candidates, shapes))
+    from specc.tune import predict
+
+    prior, margin = predict.PRIOR_ACCEPTANCE, float(search.get("margin", 0.03))
+    gpu = (config.get("hardware") or {}).get("gpu")
+    first = plan.benchmarks[0].params
+    context = float(first["input_len"]) + float(first["output_len"]) / 2
+    grid_starts = len(cands) + 1
+    max_starts = search.get("max_starts") or max(2, grid_starts // 3)
+    mp = config["model_pair"]
+    draft = facts.resolve(mp["draft"], "model_pair.draft").values if mp.get("draft") else None
+    record = Search(name="tune", baseline=baselines[0].id, candidates=cands,
+                    concurrencies=tuple(ladder), probe=cands[0].server,
+                    max_starts=min(int(max_starts), grid_starts), margin=margin,
+                    prior_acceptance=prior, gpu=gpu, context=context,
+                    draft_facts=draft, slo=dict(search.get("slo") or {}))
+    model = predict.plan_steps(dataclasses.replace(plan, search=record),
+                               tp=int(candidates[0].params.get("tp") or 1))
+    probe = predict.choose_probe(cands, prior, margin, model, ladder)
+    record = dataclasses.replace(record, probe=probe.server)
+    return dataclasses.replace(plan, search=record), []
+
+
+def _shape(params: dict) -> tuple[int, int, int] | None:
+    triple = (params.get("num_steps"), params.get("topk"), params.get("num_draft_tokens"))
+    return triple if all(isinstance(x, int) for x in triple) else None
+
+
+def review_section(plan: Plan) -> str:
+    """The review's account of the search: candidates, most starts, stopping rule, plan.sh."""
+    s = plan.search
+    labels = {srv.id: srv.label for srv in plan.servers}
+    rows = [f"| {'probe' if c.server == s.probe else ''} | {labels.get(c.server, '')} | "
+            f"{c.num_steps} | {c.topk} | {c.num_draft_tokens} | `{c.server}` |"
+            for c in s.candidates]
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in s.slo.items()) or "none"
+    lines = [
+        "## Search (search=tune)", "",
+        f"{len(s.candidates)} candidates against the baseline `{s.baseline}`, measured at "
+        f"concurrency {', '.join(map(str, s.concurrencies))}. At most **{s.max_starts}** "
+        f"server starts (the baseline included) of the grid's {len(s.candidates) + 1}.", "",
+        "| | candidate | num_steps | topk | num_draft_tokens | server |",
+        "|---|---|---|---|---|---|", *rows, "",
+        "Order: the baseline, then the probe (chosen at a prior per-position acceptance of "
+        f"{s.prior_acceptance:g}: the candidate, among those the model ranks within "
+        f"{s.margin:.0%} of the best at some concurrency, whose accept length says the most "
+        "about acceptance). Its per-request acceptance and every started server's measured "
+        "step times predict each other candidate's speedup at each concurrency.", "",
+        f"Race: a candidate starts only if its predicted speedup, raised by the prediction "
+        f"error seen so far (at least {s.margin:.0%}), beats the best measured speedup (or "
+        "1.0, the baseline) at some concurrency; the one with the largest summed gain goes "
+        "first.", "",
+        f"Stopping rule: stop when no unstarted candidate could beat the best at any "
+        f"concurrency, or after {s.max_starts} starts. At each concurrency the best measured "
+        f"setting is reported with its paired {s.level:.0%} interval and the settings whose "
+        "intervals overlap it (ties); the crossover is the lowest concurrency at which no "
+        "candidate's interval reaches 1.0.", "",
+        f"SLO: {slo}.", "",
+        "plan.sh runs the whole grid (every candidate, the worst case) in plan order: the "
+        "adaptive search needs the executor (`specc run --plan plan.json` or execute=true).",
+    ]
+    return "\n".join(lines) + "\n"

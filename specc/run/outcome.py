@@ -1,0 +1,60 @@
+"""How a sweep ends, one path for the local executor and the Slurm driver: a finished
+point's one-line summary, speedups of points whose baseline finished after them, and the
+exit code. (They were two copies that drifted: the driver's summary lacked per-stream
+throughput and the speedup, and a full disk in its backfill was a traceback.)"""
+
+from __future__ import annotations
+
+from specc import exits
+from specc.plan import Plan
+from specc.results import ResultLog, with_speedup
+
+
+def point_summary(row: dict) -> str:
+    """A finished point in one line: its reason when it failed, its figures when ok."""
+    m = row.get("metrics") or {}
+    if row["status"] != "ok":
+        return (row.get("reason") or "")[:120]
+    parts = [f"{m.get('output_throughput', 0):.1f} tok/s"]
+    if m.get("per_stream_output_throughput"):
+        parts.append(f"{m['per_stream_output_throughput']:.1f} tok/s/stream")
+    if m.get("accept_length"):
+        parts.append(f"accept {m['accept_length']:.2f}")
+    elif row.get("accept_length_unknown"):
+        parts.append(f"accept length unknown: {row['accept_length_unknown'][:100]}")
+    if m.get("speedup"):
+        parts.append(f"{m['speedup']:.2f}x")
+    return ", ".join(parts)
+
+
+def backfill_speedups(plan: Plan, results: ResultLog) -> str | None:
+    """Speedups of ok points whose baseline finished later (packed servers, other jobs, an
+    earlier run): results.jsonl rewritten once. Returns why it could not be rewritten (the
+    old file stays whole; the speedups come with the next run), else None."""
+    changed = False
+    for b in plan.benchmarks:
+        row = results.get(b.id)
+        if row and b.baseline and row["status"] == "ok" \
+                and "speedup" not in (row.get("metrics") or {}):
+            with_speedup(row, results.get(b.baseline))
+            changed = changed or "speedup" in (row.get("metrics") or {})
+    if changed:
+        try:
+            results.rewrite()
+        except OSError as e:
+            return f"cannot rewrite {results.path}: {e.strerror or e}"
+    return None
+
+
+def exit_code(plan: Plan, results: ResultLog, *, write_error: str | None = None,
+              servers=None) -> int:
+    """OK only when every point of the plan has an ok row and every record was written;
+    FAILED for a failed point, a point without a row, or a record that could not be written.
+    `servers` (search=tune: the servers the search chose) limits the points that count."""
+    for b in plan.benchmarks:
+        if servers is not None and b.server not in servers:
+            continue
+        row = results.get(b.id)
+        if row is None or not results.finished(b.id) or row["status"] != "ok":
+            return exits.FAILED
+    return exits.FAILED if write_error else exits.OK

@@ -1,0 +1,172 @@
+"""`search=tune` in the executor: feed the pure search (specc.tune) and act on its answers.
+
+The search says which server to start next; the executor starts it exactly as in a
+grid (launch, readiness, its points at every concurrency of the ladder, teardown:
+state.json, results.jsonl and servers/*.log as always), then this module turns the
+server's rows and request records into the search's points (paired speedup interval,
+per-request acceptance, latencies). A rerun resumes: a server whose points finished
+in an earlier run is not started again, its rows are read back instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from specc.files import atomic_write
+
+#: The decision's file in the run dir.
+TUNE_JSON = "tune.json"
+
+
+def model_for(plan):
+    """The calibrated model's step costs for the plan's target and draft."""
+    from specc.tune import predict
+
+    first = plan.server(plan.search.candidates[0].server)
+    return predict.plan_steps(plan, tp=int(first.params.get("tp") or 1))
+
+
+class Tuner:
+    """The search, fed from a run dir's rows: asks it which server to start next. Used by
+    the executor (one server at a time) and the Slurm driver (one job at a time)."""
+
+    def __init__(self, plan, run_dir: Path, row_of, log):
+        from specc.tune.search import Search
+
+        self.plan, self.run_dir, self.row_of, self.log = plan, Path(run_dir), row_of, log
+        self.search = Search(plan.search, model_for(plan))
+        self.chosen: set[str] = set()
+
+    def next_server(self) -> str | None:
+        """The next server to start, or None (stop). A server whose points all finished in
+        an earlier run is not started again: its rows are fed back and the search asked on."""
+        from specc.tune.search import Stop
+
+        while True:
+            action = self.search.next_action(time.time())
+            if isinstance(action, Stop):
+                self.log(f"search: stop: {action.reason}")
+                return None
+            sid = action.server
+            earlier = all(self.row_of(b.id) for b in self.plan.benchmarks_of(sid))
+            self.search.started(sid, time.time(), action.reason + (
+                " (finished in an earlier run: not started again)" if earlier else ""))
+            self.chosen.add(sid)
+            if earlier:
+                self.feed(sid)
+                continue
+            self.log(f"search: start {self.plan.server(sid).label}: {action.reason}")
+            return sid
+
+    def feed(self, server_id: str) -> None:
+        feed(self.search, self.plan, self.row_of, self.run_dir, server_id)
+
+    def write(self) -> None:
+        write(self.run_dir, self.search.decision())
+
+
+async def run(ex) -> set[str]:
+    """Run the search with executor `ex`; returns the servers it chose (each started once)."""
+    tuner = Tuner(ex.plan, ex.run_dir, ex.results.get, ex.progress.log)
+    try:
+        while not ex.stop_all:
+            sid = tuner.next_server()
+            if sid is None:
+                break
+            await ex.run_server(ex.plan.server(sid))
+            tuner.feed(sid)
+    finally:
+        tuner.write()
+    return tuner.chosen
+
+
+def feed(search, plan, row_of, run_dir: Path, server_id: str) -> None:
+    """Hand the server's finished points to the search (`row_of(benchmark id)` -> its row
+    or None); a server without one is failed in the search with its first reason."""
+    from specc.tune.search import Point
+
+    fed, reasons = 0, []
+    for b in plan.benchmarks_of(server_id):
+        row = row_of(b.id)
+        if not row or row.get("status") != "ok":
+            if row:
+                reasons.append(row.get("reason") or "failed")
+            continue
+        figs = _figures(run_dir, row, row_of(b.baseline) if b.baseline else None)
+        iv = figs.get("speedup")
+        metrics = row.get("metrics") or {}
+        latency = {}
+        for key in search.rec.slo:
+            fig = figs.get(key)
+            if fig is not None and fig.value is not None:
+                latency[key] = (fig.value, fig.lo, fig.hi)
+            elif metrics.get(key) is not None:
+                latency[key] = (float(metrics[key]), None, None)
+        pp = row.get("accept_per_position")
+        search.observe(Point(
+            server=server_id, concurrency=int(b.params["concurrency"]),
+            speedup=None if iv is None else iv.value, lo=None if iv is None else iv.lo,
+            hi=None if iv is None else iv.hi, requests=figs.get("_requests", ()),
+            positions=tuple(float(x) for x in pp) if isinstance(pp, list) and pp else None,
+            latency=latency, accept_length=metrics.get("accept_length"),
+            output_tokens=float(sum(t for t, _ in figs.get("_requests", ()))),
+            per_stream_tps=metrics.get("per_stream_output_throughput")))
+        fed += 1
+    if not fed:
+        search.fail(server_id, (reasons or ["no point finished"])[0][:200])
+
+
+def decide(plan, run_dir: Path) -> dict:
+    """The search's decision over every server a run measured, as if each had been
+    started (a grid run: what `search=tune` would conclude with all of them)."""
+    from specc.results import ResultLog
+    from specc.tune.search import Search
+
+    results = ResultLog(Path(run_dir) / "results.jsonl")
+    search = Search(plan.search, model_for(plan))
+    for server in plan.servers:
+        if any(results.get(b.id) for b in plan.benchmarks_of(server.id)):
+            search.started(server.id, 0.0, "measured by the run")
+            feed(search, plan, results.get, run_dir, server.id)
+    return search.decision()
+
+
+def _figures(run_dir: Path, row: dict, base_row: dict | None) -> dict:
+    """The point's figures with intervals (the report's statistics) and its per-request
+    (output tokens, verify passes)."""
+    from specc import stats
+    from specc import requestlog as reqlog
+
+    mine = reqlog.read(run_dir, row["benchmark"])
+    if not mine:
+        return {}
+    base = reqlog.read(run_dir, base_row["benchmark"]) if base_row and \
+        base_row.get("status") == "ok" else None
+    figs = stats.point_figures(mine, _duration(row), base=base or None,
+                               base_duration=_duration(base_row) if base else None)
+    figs["_requests"] = tuple((float(r.get("output_tokens") or 0), float(r.get("verify_ct") or 0))
+                              for r in mine if r.get("ok"))
+    return figs
+
+
+def _duration(row: dict | None) -> float:
+    if not row:
+        return 0.0
+    reps = (row.get("basis") or {}).get("repeats") or []
+    d = sum(float(x.get("duration") or 0.0) for x in reps if isinstance(x, dict))
+    return d or float((row.get("metrics") or {}).get("duration") or 0.0)
+
+
+def write(run_dir: Path, decision: dict) -> None:
+    atomic_write(Path(run_dir) / TUNE_JSON, json.dumps(decision, indent=2) + "\n")
+
+
+def read(run_dir: Path) -> dict | None:
+    """tune.json, or None (a grid run, or one that could not be read)."""
+    try:
+        data = json.loads((Path(run_dir) / TUNE_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

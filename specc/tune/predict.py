@@ -1,0 +1,163 @@
+"""Predict a candidate from what another one measured: acceptance by position, step costs.
+
+Acceptance. A started speculative server tells, per request, how many tokens each
+verify pass brought (SGLang: output tokens / ``spec_verify_ct``) or, per draft
+position, how often that position was accepted (vLLM's per-position counters). Either
+becomes a list of *conditional* per-position acceptances (position i accepted given
+i-1 was); a candidate's accept length follows from the performance model's chain and
+tree formulas (``specc.perf.model.effective_depth_and_accept``): a shorter chain is a
+prefix of a longer one, a tree's position is accepted if any of its candidates is.
+
+Step costs come from a callable (the calibrated model in the executor, a fake one in
+tests); :mod:`specc.tune.search` corrects them by what each started server measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from specc.perf import model as perf
+
+#: Per-position acceptance assumed before anything is measured (chooses the probe).
+PRIOR_ACCEPTANCE = perf.DEFAULT_ACCEPTANCE
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Acceptance one started candidate measured: per unit (a request, or the whole point
+    for per-position counters) its weight (tokens) and conditional per-position rates."""
+    server: str
+    units: tuple[tuple[float, tuple[float, ...]], ...]
+
+
+def accept_length(rates, shape) -> float:
+    """Expected tokens per verify pass of a (num_steps, topk, num_draft_tokens) candidate
+    whose draft position i is accepted with probability rates[i] (the last rate beyond)."""
+    steps, topk, ndt = shape
+    depth = perf.effective_depth_and_accept(0.5, steps, topk, ndt)[0]
+    total, run = 1.0, 1.0
+    for i in range(depth):
+        a = rates[min(i, len(rates) - 1)] if rates else 0.0
+        run *= perf.effective_depth_and_accept(a, steps, topk, ndt)[1]
+        total += run
+    return min(total, float(steps + 1))
+
+
+@functools.lru_cache(maxsize=65536)
+def _length(rates: tuple, shape: tuple) -> float:
+    return accept_length(rates, shape)
+
+
+@functools.lru_cache(maxsize=65536)
+def acceptance_from_length(length: float, shape) -> float:
+    """The constant per-position acceptance at which `shape` accepts `length` tokens per
+    pass (bisection on the model's monotone formula; clamped to what it can express)."""
+    lo, hi = 0.0, 0.999
+    if length <= accept_length([lo], shape):
+        return lo
+    if length >= accept_length([hi], shape):
+        return hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if accept_length([mid], shape) < length:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def from_requests(server: str, shape, requests) -> Evidence:
+    """SGLang: one unit per request with verify passes, from (output tokens, verify passes)."""
+    steps = shape[0]
+    units = []
+    for tokens, verifies in requests:
+        if verifies and tokens:
+            a = acceptance_from_length(tokens / verifies, shape)
+            units.append((float(tokens), (a,) * max(1, steps)))
+    return Evidence(server, tuple(units))
+
+
+def from_positions(server: str, positions, weight: float = 1.0) -> Evidence:
+    """vLLM: the rate each draft position was accepted (unconditional: position i and all
+    before it) -> conditional rates."""
+    rates, prev = [], 1.0
+    for r in positions:
+        rates.append(min(1.0, r / prev) if prev > 0 else 0.0)
+        prev = r
+    return Evidence(server, ((weight, tuple(rates)),) if rates else ())
+
+
+def predicted_length(evidence: Evidence, shape) -> float | None:
+    """The candidate's accept length over the evidence's units, weighted by tokens the way
+    throughput weighs them (tokens / sum of passes: a harmonic mean)."""
+    if not evidence.units:
+        return None
+    passes = sum(w / _length(rates, shape) for w, rates in evidence.units)
+    return sum(w for w, _ in evidence.units) / passes if passes else None
+
+
+def mean_acceptance(evidence: Evidence) -> float | None:
+    if not evidence.units:
+        return None
+    total = sum(w for w, _ in evidence.units)
+    return sum(w * rates[0] for w, rates in evidence.units) / total if total else None
+
+
+def sensitivity(shape, a: float) -> float:
+    """How much the candidate's accept length says about acceptance: d log E / d a."""
+    h = 1e-3
+    lo, hi = max(0.0, a - h), min(0.999, a + h)
+    up, down = accept_length([hi], shape), accept_length([lo], shape)
+    return (math.log(up) - math.log(down)) / (hi - lo)
+
+
+#: Below this d log E / d a the accept length hardly moves with acceptance (a wide tree
+#: accepts nearly every position): such a probe could not tell a good draft from a poor one.
+MIN_SENSITIVITY = 0.1
+
+
+def choose_probe(candidates, prior: float = PRIOR_ACCEPTANCE, margin: float = 0.03,
+                 step_s=None, concurrencies=()):
+    """The first speculative server to start: the one the model, at the prior acceptance,
+    ranks within `margin` of the best at the most concurrencies (it is likely to be kept,
+    which matters when the budget is a third of the grid), among those whose accept length
+    says something about acceptance; ties go to the most sensitive."""
+    cands = list(candidates)
+    readable = [x for x in cands if sensitivity(_shape(x), prior) >= MIN_SENSITIVITY] or cands
+    cover = {x.server: 0 for x in cands}
+    if step_s is not None:
+        for c in concurrencies:
+            figs = {x.server: accept_length([prior], _shape(x)) / step_s(_shape(x), c)
+                    for x in cands}
+            top = max(figs.values())
+            for k, v in figs.items():
+                cover[k] += v >= top * (1 - margin)
+    return max(readable, key=lambda x: (cover[x.server], sensitivity(_shape(x), prior),
+                                        -cands.index(x)))
+
+
+def _shape(c) -> tuple[int, int, int]:
+    return (c.num_steps, c.topk, c.num_draft_tokens)
+
+
+def perf_steps(target_values: dict, draft_values: dict | None, *, tp: int, gpu: str | None,
+               context: float | None):
+    """The calibrated model's step costs: (shape or None for the baseline, concurrency) ->
+    seconds of one decode step (a speculative one: drafts + verify)."""
+    target = perf.model_cost(target_values, tp=tp, gpu=gpu)
+    draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if draft_values else None
+
+    def step_s(shape, concurrency: int) -> float:
+        spec = None if shape is None else perf.SpecConfig(*shape, PRIOR_ACCEPTANCE)
+        return perf.decode_step_s(target, concurrency, spec, draft if spec else None, context)
+
+    return step_s
+
+
+def plan_steps(plan, *, tp: int):
+    """perf_steps for a plan with a search record (target facts, draft facts, GPU, context)."""
+    rec = plan.search
+    return perf_steps((plan.facts.get("target") or {}).get("values") or {}, rec.draft_facts,
+                      tp=tp, gpu=rec.gpu, context=rec.context)

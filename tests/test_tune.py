@@ -1,0 +1,116 @@
+"""search=tune through the real CLI: refusals (one line, exit 2), the review, and a whole
+run on the simulator (real servers, HTTP, files), then a resume that starts nothing."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import run_specc
+
+TUNE = ["+experiment=llama3_tune", "engine=sim"]
+SMALL = ["sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+         "{num_steps:3,topk:1,num_draft_tokens:4},{num_steps:3,topk:4,num_draft_tokens:8},"
+         "{num_steps:7,topk:8,num_draft_tokens:64}],benchmark.concurrency:[1,8]}",
+         "benchmark.min_requests=8", "benchmark.output_len=32", "search.max_starts=3",
+         "+search.slo.p99_ttft_ms=500"]
+
+BAD = {
+    "one_candidate": (["sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],"
+                       "benchmark.concurrency:[1,8]}"], ["TUNE_CANDIDATES", "sweep.speculation",
+                                                         "at least two"]),
+    "no_baseline": (["baseline=false"], ["TUNE_NO_BASELINE", "baseline", "baseline=true"]),
+    "slo_not_latency": (["+search.slo.output_throughput=100"],
+                        ["TUNE_SLO_METRIC", "search.slo.output_throughput", "p99_ttft_ms"]),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    jobs = {name: TUNE + args for name, (args, _) in BAD.items()}
+    jobs["ok"] = TUNE
+    jobs["single_concurrency"] = TUNE + [
+        "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+        "{num_steps:3,topk:4,num_draft_tokens:8}],benchmark.concurrency:[8]}"]
+    dirs = {name: tmp_path_factory.mktemp(name) for name in jobs}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        out = dict(pool.map(lambda n: (n, run_specc(jobs[n], dirs[n])), jobs))
+    return {n: (*out[n], dirs[n] / "run") for n in jobs}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_is_one_line_and_exit_2(compiled, name):
+    code, out, err, run_dir = compiled[name]
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    errors = [line for line in err.splitlines() if line.startswith("error ")]
+    assert len(errors) == 1, err
+    for text in BAD[name][1]:
+        assert text in errors[0]
+    assert not (run_dir / "plan.json").exists()
+
+
+def test_the_review_shows_the_search_before_anything_runs(compiled):
+    code, out, err, run_dir = compiled["ok"]
+    assert code == 0, err
+    review = (run_dir / "review.md").read_text()
+    assert "## Search (search=tune)" in review
+    assert "12 candidates" in review and "At most **4** server starts" in review
+    assert "of the grid's 13" in review
+    assert "Stopping rule" in review and "plan.sh runs the whole grid" in review
+    plan = json.loads((run_dir / "plan.json").read_text())
+    search = plan["search"]
+    assert len(search["candidates"]) == 12 and search["concurrencies"] == [1, 8, 32, 128]
+    assert search["probe"] in {c["server"] for c in search["candidates"]}
+    assert search["max_starts"] == 4
+    assert "search=tune: this script runs the whole grid" in (run_dir / "plan.sh").read_text()
+
+
+def test_a_single_concurrency_is_allowed(compiled):
+    code, out, err, run_dir = compiled["single_concurrency"]
+    assert code == 0, err
+    assert json.loads((run_dir / "plan.json").read_text())["search"]["concurrencies"] == [8]
+
+
+@pytest.mark.slow
+def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path, guard):
+    code, out, err = run_specc(TUNE + SMALL + ["execute=true",
+                                              f"engine.base_port={guard.port()}"],
+                               tmp_path, timeout=600)
+    run_dir = tmp_path / "run"
+    assert code == 0, err[-3000:]
+    tune = json.loads((run_dir / "tune.json").read_text())
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert tune["grid_server_starts"] == 5 and 2 <= tune["server_starts"] <= 3
+    started = [s["server"] for s in tune["starts"]]
+    assert started[0] == plan["search"]["baseline"] and started[1] == plan["search"]["probe"]
+    # every server actually started is recorded as in a grid, and only those
+    state = json.loads((run_dir / "state.json").read_text())
+    assert set(state["servers"]) == set(started)
+    rows = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert {r["server"] for r in rows} == set(started) and len(rows) == 2 * len(started)
+    assert all((run_dir / "servers" / f"{s}.log").exists() for s in started)
+    # the decision: a setting (or the baseline) per concurrency, the crossover, the SLO
+    assert set(tune["best"]) == {"1", "8"}
+    for entry in tune["best"].values():
+        assert entry.get("baseline") or {"num_steps", "topk", "num_draft_tokens", "speedup",
+                                         "interval", "ties"} <= set(entry)
+    assert set(tune["crossover"]) >= {"concurrency", "between"}
+    assert tune["slo"]["p99_ttft_ms"]["baseline"]["concurrency"] in (None, 1, 8)
+    measured = [c for c in tune["candidates"] if c["started"]]
+    assert all(c["measured"] for c in measured)
+    assert all(c["predicted"] for c in measured if c["server"] != plan["search"]["probe"])
+    report = (run_dir / "report.md").read_text()
+    assert report.index("## Decision") < report.index("## Concurrency")
+    assert "0 pending" in report   # candidates the search did not start are not pending
+    assert json.loads((run_dir / "report.json").read_text())["decision"]["best"] == tune["best"]
+    # a rerun of the plan resumes: nothing finished is started again
+    again = run_specc(["run", "--plan", str(run_dir / "plan.json")], tmp_path, run_dir=False,
+                      timeout=300)
+    assert again[0] == 0, again[2][-3000:]
+    assert json.loads((run_dir / "state.json").read_text())["servers"] == state["servers"]
+    tune2 = json.loads((run_dir / "tune.json").read_text())
+    assert tune2["best"] == tune["best"] and tune2["server_starts"] == tune["server_starts"]
+    assert all("earlier run" in s["reason"] for s in tune2["starts"])
