@@ -98,11 +98,35 @@ def usage_line(argv, exc) -> str:
             f"(fix: `specc {task + ' ' if task else ''}--help` lists its options)")
 
 
+#: Tasks that take any number of run dirs as bare words (invoke has no variadic
+#: positionals): each word becomes `--runs WORD`; the options listed take a value.
+VARIADIC_RUNS = {"compare": {"--threshold", "-t", "--figures", "-f"}}
+
+
+def _variadic(argv: list[str]) -> list[str]:
+    valued = VARIADIC_RUNS.get(argv[0]) if argv else None
+    if valued is None:
+        return argv
+    out, i = [argv[0]], 1
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-"):
+            out.append(a)
+            if a in valued and i + 1 < len(argv):
+                out.append(argv[i + 1])
+                i += 1
+        else:
+            out += ["--runs", a]
+        i += 1
+    return out
+
+
 def run_task(argv: list[str]) -> int:
     """`specc <task> [options]` -> the task's exit code."""
     if {"--help", "-h"} & set(argv[1:]):
         # invoke would read `--help` as the value of a required positional (`--run`)
         argv = ["--help", argv[0]]
+    argv = _variadic(argv)
     try:
         _program().run(["specc", *argv])
     except SystemExit as exc:

@@ -351,6 +351,9 @@ class EngineInfo(Record):
     parser: str
     #: The distribution whose installed release must be `version` (None: specc's own).
     package: str | None = None
+    #: Where a running server says its release: {"paths": [...], "field": dotted key}
+    #: (None: it does not); the run manifest records the answer (specc/run/provenance.py).
+    release_probe: dict | None = None
 
     def _check(self):
         out = [] if self.launcher else ["launcher: at least the program"]

@@ -44,8 +44,8 @@ from typing import Sequence
 
 __all__ = ["Interval", "LEVEL", "RESAMPLES", "MAX_UNITS", "ratio_interval", "mean_interval",
            "quantile_interval", "throughput_interval", "speedup_interval",
-           "paired_ratio_interval", "significance", "fmt_speedup", "ties", "stop_decision",
-           "requests_for"]
+           "paired_ratio_interval", "paired_ratio_resamples", "resampled_percentiles",
+           "significance", "fmt_speedup", "ties", "stop_decision", "requests_for"]
 
 LEVEL = 0.95
 RESAMPLES = 2000
@@ -185,6 +185,39 @@ def paired_ratio_interval(num_a, den_a, num_b, den_b, *, scale: float = 1.0,
         stats = scale * (na / da) / (nb / db)
     lo, hi = _percentiles(np, stats, level)
     return Interval(value, lo, hi, n, unit)
+
+
+def paired_ratio_resamples(num_a, den_a, num_b, den_b, *, resamples: int = RESAMPLES,
+                           seed: int = 0):
+    """Many points at once: rows are points, columns their ``n`` pairs (the same for all).
+    Returns (values, resampled) with ``values[p] = (sum num_a/sum den_a)/(sum num_b/sum den_b)``
+    and ``resampled[p, r]`` the same ratio on bootstrap resample r -- every row drawn with
+    the same pair indices, so ratios of rows are themselves paired resamples. One matrix
+    product per column: 10^4 points of 16 pairs in a fraction of a second."""
+    np = _np()
+    cols = [np.asarray(x, dtype=np.float32) for x in (num_a, den_a, num_b, den_b)]
+    w = _weights(cols[0].shape[1], resamples, seed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sums = [c.sum(axis=1, dtype=float) for c in cols]
+        values = (sums[0] / sums[1]) / (sums[2] / sums[3])
+        # in slices of 64 resamples, as _resampled_sums: below OpenBLAS's threading threshold
+        na, da, nb, db = (np.concatenate([c @ w[i:i + 64].T for i in range(0, len(w), 64)],
+                                         axis=1) for c in cols)
+        return values, (na / da) / (nb / db)
+
+
+def resampled_percentiles(resampled, level: float = LEVEL):
+    """Per row, the percentile interval of its resamples (numpy's linear rule, as
+    ``_percentiles``), by partial sorts: (lo, hi) arrays."""
+    np = _np()
+    r = np.where(np.isfinite(resampled), resampled, np.inf)   # a 0/0 resample sorts last
+    a, last = (1.0 - level) / 2.0, r.shape[1] - 1
+    pos = [q * last for q in (a, 1.0 - a)]
+    ks = [int(math.floor(p)) for p in pos]
+    part = np.partition(r, sorted({i for k in ks for i in (k, min(k + 1, last))}), axis=1)
+    lo, hi = (part[:, k] + (part[:, min(k + 1, last)] - part[:, k]) * (p - k)
+              for k, p in zip(ks, pos))
+    return lo, hi
 
 
 def throughput_interval(tokens: Sequence[float], latencies: Sequence[float], duration: float,

@@ -261,6 +261,32 @@ def report(c, run):
     print(f"combined report: {combine_reports(d, jobs)}")
 
 
+@task(iterable=["runs"],
+      help={"runs": "run dirs: the first is the reference, each later one is compared to it",
+            "threshold": "a change worse than this fraction (and outside noise) is a "
+                         "regression (default 0.05)",
+            "figures": "comma-separated figures that can flag a regression: "
+                       "output_throughput, speedup, ttft, itl (default: all; all are shown)",
+            "json": "print the comparison as JSON"})
+def compare(c, runs, threshold=0.05, figures="", json=False):
+    """`specc compare RUN_A RUN_B [...]`: point by point, changes with 95% intervals,
+    regressions flagged (exit 1), provenance differences first; exit 2 for bad input
+    (docs/compare.md)."""
+    import json as _json
+
+    from specc.report.compare import compare_runs, render
+
+    try:
+        gated = tuple(f.strip() for f in figures.split(",") if f.strip()) if figures else None
+        result = compare_runs(list(runs), threshold=float(threshold),
+                              **({"figures": gated} if gated is not None else {}))
+    except ValueError as e:   # CompareError, or a threshold that is not a number
+        raise Exit(f"error COMPARE: {e}", code=2)
+    print(_json.dumps(result, indent=2) if json else render(result))
+    if any(c["regressed"] for c in result["comparisons"]):
+        raise Exit(code=1)
+
+
 @task(help={"only": "compile, sim, loadgen, executor, stats, slurm (default: all)"})
 def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures docs/performance.md quotes."""

@@ -150,6 +150,9 @@ class Engine(ABC):
     default_port = 30000
     health_path = "/health"
     health_timeout_s = 0.0
+    #: Where a running server says its release ({"paths": [...], "field": dotted key});
+    #: the run manifest records the answer next to the pinned release. None: it does not.
+    release_probe: dict | None = None
     ready_line: str | None = None
     #: The lines the engine dies of, each with its source (see FatalMessage).
     fatal_messages: tuple[FatalMessage, ...] = ()
@@ -228,7 +231,8 @@ class Engine(ABC):
         return EngineInfo(version=self.version, pinned_version=self.pinned_version,
                           version_read=self.version_read, health_path=self.health_path,
                           uses_gpus=self.uses_gpus, health_timeout_s=self.health_timeout_s,
-                          launcher=self.launcher, parser=self.parser, package=self.package)
+                          launcher=self.launcher, parser=self.parser, package=self.package,
+                          release_probe=self.release_probe)
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod

@@ -422,6 +422,8 @@ class SGLang(Engine):
     #: The distribution whose version and parser `inv doctor` and tests/drift read.
     package = "sglang"
     pinned_version = PINNED_VERSION
+    #: /server_info's "version" (0.5.23: server_args plus version, internal_states).
+    release_probe = {"paths": list(SERVER_INFO_PATHS), "field": "version"}
     oldest_version = OLDEST_VERSION
     version_read = SGLANG_VERSION_READ
     default_port = 30000

@@ -282,6 +282,8 @@ class VLLM(Engine):
     launcher = ("vllm", "serve")
     parser = "specc.engines.parsers.vllm_parse"
     pinned_version = PINNED_VERSION
+    #: vLLM's api_server answers GET /version with {"version": "<release>"}.
+    release_probe = {"paths": ["/version"], "field": "version"}
     oldest_version = OLDEST_VERSION
     version_read = VLLM_VERSION_READ
     default_port = 8000

@@ -1,7 +1,7 @@
 """Turn a run dir (plan.json + results.jsonl [+ state.json]) into a report.
 
     build_report(run_dir) -> Report           read the files, nothing written
-    write_report(run_dir) -> Report           report.md, report.csv, report.json, plots/*.png
+    write_report(run_dir) -> Report           report.md/.csv/.json/.html, plots/*.png
     render_terminal(report) -> str            the same tables as plain text
     combine_reports(sweep_dir, run_dirs)      one report over a Hydra multirun
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from specc.files import atomic_write
 from specc.report.combine import combine_reports
+from specc.report.html import render_html
 from specc.report.model import PointRow, Report, ReportError, _plain
 from specc.report.plots import make_plots
 from specc.report.read import build_report
@@ -50,12 +51,25 @@ def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
     if plots:
         make_plots(report, run_dir / "plots")
     flat = [r.flat() for r in report.rows]
+    manifest = _manifest(run_dir)
     atomic_write(run_dir / "report.csv", _csv_text(flat))
     atomic_write(run_dir / "report.json", json.dumps(
         _plain({"version": 1, **({"decision": report.decision} if report.decision else {}),
-                "summary": report.summary(), "rows": flat}), indent=2) + "\n")
-    atomic_write(run_dir / "report.md", render_markdown(report))
+                "summary": report.summary(), "rows": flat,
+                **({"manifest": manifest} if manifest else {})}), indent=2) + "\n")
+    markdown = render_markdown(report)
+    atomic_write(run_dir / "report.md", markdown)
+    atomic_write(run_dir / "report.html", render_html(markdown, run_dir, manifest))
     return report
+
+
+def _manifest(run_dir: Path) -> dict | None:
+    """The run manifest the run side wrote (manifest.json), or None."""
+    try:
+        data = json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,6 +188,9 @@ class Executor:
             return
         self.state.update(server.id, status="ready", ready_at=outcome.ready_at,
                           timeline=outcome.timeline)
+        release = await _reported_release(server, self.plan.engine_info.release_probe)
+        if release:   # the run manifest puts it next to the pinned release
+            self.state.update(server.id, engine_release=release)
         self.progress.server_phase(server.id, "ready", outcome.ready_at)
         warned_flush = False
         try:
@@ -457,9 +460,26 @@ def _run_with_signals(ex: Executor, stopper: interrupts.Stopper) -> int:
         loop.close()
 
 
-def _finish_report(run_dir: Path) -> None:
-    from specc.report import render_terminal, write_report
+async def _reported_release(server: Server, probe: dict | None) -> str | None:
+    """The release the ready server says it runs (engine_info.release_probe), or None."""
+    if not probe:
+        return None
+    import httpx
 
+    from specc.net import base_url
+    from specc.run.provenance import read_release
+
+    async with httpx.AsyncClient(trust_env=False,
+                                 headers=lifecycle.auth_headers(server)) as client:
+        return await read_release(client, base_url(server.host, server.port), probe)
+
+
+def _finish_report(run_dir: Path) -> None:
+    """The run manifest (manifest.json), then report.md/.csv/.json/.html and the tables."""
+    from specc.report import render_terminal, write_report
+    from specc.run.provenance import write_manifest
+
+    write_manifest(run_dir)
     try:
         report = write_report(run_dir)
     except Exception as e:  # the results are on disk; the report can be rebuilt with `inv report`

@@ -705,16 +705,10 @@ def _drive(plan: Plan, run_dir: Path, retry_failed: bool) -> int:
 
 
 def _report(run_dir: Path) -> None:
-    from specc.report import render_terminal, write_report
+    """The manifest and report, as a local run writes them."""
+    from specc.run.executor import _finish_report
 
-    try:
-        report = write_report(run_dir)
-    except Exception as e:  # the results are on disk; `inv report` rebuilds it
-        print(f"warning: report failed ({type(e).__name__}: {e}); results are in "
-              f"{run_dir / 'results.jsonl'}", file=sys.stderr)
-        return
-    print(render_terminal(report))
-    print(f"report: {run_dir / 'report.md'}")
+    _finish_report(run_dir)
 
 
 # ----------------------------------------------------------------------------- inv status / down

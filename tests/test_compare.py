@@ -1,0 +1,225 @@
+"""`specc compare` (issue 20): matching by what a point measures, changes with intervals,
+regressions only beyond noise, provenance first, exit codes 0/1/2 -- through the real
+command, on run dirs written as the executor writes them, and on the simulator."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from executor_helpers import PY, REPO, SMALL
+
+N = 16
+
+
+def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str = "x",
+               points=("baseline", "EAGLE3 s1"), concurrency=(1, 4), skip=(),
+               manifest: dict | None = None, requests: bool = True) -> Path:
+    """A run dir as the executor leaves it: plan.json, results.jsonl, requests/.
+    ``slower``: label -> factor on every latency (a worse configuration). Ids differ
+    between runs (``ids``), as they do between specc versions."""
+    rng = random.Random(seed)
+    slower = slower or {}
+    d.mkdir(parents=True)
+    (d / "requests").mkdir()
+    servers, benches, rows = [], [], []
+    for label in points:
+        sid = f"{label.replace(' ', '-')}-{ids}"
+        spec = label != "baseline"
+        servers.append({"id": sid, "label": label, "host": "localhost", "port": 30000,
+                        "params": {"target": "t", "draft": "d" if spec else None,
+                                   "algorithm": "EAGLE3" if spec else None,
+                                   "num_steps": 1 if spec else None}})
+        for c in concurrency:
+            bid = f"{sid}-c{c}"
+            benches.append({"id": bid, "server": sid,
+                            "baseline": f"baseline-{ids}-c{c}" if spec else None,
+                            "params": {"concurrency": c, "dataset": "specc", "seed": 0,
+                                       "timeout_s": 600 if ids == "x" else 900}})
+            if (label, c) in skip:
+                continue
+            f = slower.get(label, 1.0)
+            per_tok = 0.004 if spec else 0.008
+            reqs, tok_sum, lat_sum = [], 0, 0.0
+            for i in range(N):
+                tok = 64
+                ttft = rng.uniform(0.03, 0.04) * f
+                lat = ttft + tok * per_tok * rng.uniform(0.97, 1.03) * f
+                tok_sum, lat_sum = tok_sum + tok, lat_sum + lat
+                reqs.append({"attempt": 1.0, "repeat": 0, "i": i, "id": f"p{i}",
+                             "category": "writing", "ok": True, "error": None,
+                             "output_tokens": tok, "ttft": ttft, "e2e_latency": lat,
+                             "verify_ct": None})
+            if requests:
+                (d / "requests" / f"{bid}.jsonl").write_text(
+                    "".join(json.dumps(r) + "\n" for r in reqs))
+            dur = lat_sum / c
+            tput = tok_sum / dur
+            rows.append({"benchmark": bid, "server": sid, "status": "ok", "reason": None,
+                         "metrics": {"output_throughput": tput, "duration": dur,
+                                     "mean_ttft_ms": 35.0 * f, "mean_tpot_ms": per_tok * 1e3 * f},
+                         "params": {"concurrency": c},
+                         "intervals": {"output_throughput": [tput * 0.98, tput * 1.02],
+                                       "mean_ttft_ms": [34.0 * f, 36.0 * f],
+                                       "mean_tpot_ms": [per_tok * 980 * f, per_tok * 1020 * f]}})
+    (d / "plan.json").write_text(json.dumps({"version": 2, "experiment": "t", "engine": "sim",
+                                             "servers": servers, "benchmarks": benches}))
+    (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if manifest is not None:
+        (d / "manifest.json").write_text(json.dumps(manifest))
+    return d
+
+
+def _compare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "specc", "compare", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_rerun_flags_nothing(tmp_path):
+    a = _write_run(tmp_path / "a", seed=1)
+    b = _write_run(tmp_path / "b", seed=2, ids="y")   # other ids, same measurements
+    p = _compare(a, b, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    (cmp,) = out["comparisons"]
+    assert len(cmp["points"]) == 4 and not cmp["regressed"] and not cmp["missing"]
+    spec = next(r for r in cmp["points"] if r["point"] == "EAGLE3 s1 @ c=4")
+    for name in ("output_throughput", "speedup", "ttft", "itl"):
+        f = spec["figures"][name]
+        assert f["lo"] < f["change"] < f["hi"] and f["basis"] == "paired, 16 prompts", name
+
+
+def test_a_worse_configuration_is_flagged_with_its_interval_and_name(tmp_path):
+    a = _write_run(tmp_path / "a", seed=1)
+    b = _write_run(tmp_path / "b", seed=2, ids="y", slower={"EAGLE3 s1": 1.25})
+    p = _compare(a, b)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "regressed: EAGLE3 s1 @ c=1, EAGLE3 s1 @ c=4" in p.stdout
+    row = next(ln for ln in p.stdout.splitlines() if ln.startswith("EAGLE3 s1 @ c=1"))
+    assert "REGRESSION" in row and "[" in row   # the change with its interval
+    assert not any(ln.startswith("baseline") and "REGRESSION" in ln
+                   for ln in p.stdout.splitlines())
+    # the same change under a threshold larger than it is not a regression
+    assert _compare(a, b, "--threshold", "0.5").returncode == 0
+
+
+def test_without_request_records_the_runs_own_intervals_are_compared(tmp_path):
+    a = _write_run(tmp_path / "a", requests=False)
+    b = _write_run(tmp_path / "b", ids="y", requests=False, slower={"EAGLE3 s1": 1.25})
+    p = _compare(a, b, "--json")
+    assert p.returncode == 1
+    pts = {r["point"]: r for r in json.loads(p.stdout)["comparisons"][0]["points"]}
+    f = pts["EAGLE3 s1 @ c=1"]["figures"]["output_throughput"]
+    assert f["basis"] == "independent" and f["hi"] < 0 and f["regression"]
+    assert not pts["baseline @ c=1"]["regressed"]
+
+
+def test_provenance_differences_come_first(tmp_path):
+    m = {"engine": {"name": "sglang", "reported_release": "0.5.23"},
+         "gpu": {"name": "NVIDIA H200", "count": 8}, "datasets": [
+             {"path": "specc/data/prompts.jsonl", "sha256": "ab" * 32}]}
+    m2 = json.loads(json.dumps(m))
+    m2["engine"]["reported_release"] = "0.5.24"
+    m2["datasets"][0]["sha256"] = "cd" * 32
+    a = _write_run(tmp_path / "a", manifest=m)
+    b = _write_run(tmp_path / "b", ids="y", manifest=m2)
+    p = _compare(a, b)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("Provenance differs")
+    assert "engine release: 0.5.23 -> 0.5.24" in p.stdout
+    assert "datasets:" in p.stdout and "GPU" not in p.stdout
+
+
+def test_a_half_finished_run_compares_what_both_have_and_names_the_rest(tmp_path):
+    a = _write_run(tmp_path / "a")
+    b = _write_run(tmp_path / "b", ids="y", skip={("EAGLE3 s1", 4)})
+    p = _compare(a, b, "--json")
+    assert p.returncode == 0, p.stderr
+    (cmp,) = json.loads(p.stdout)["comparisons"]
+    assert len(cmp["points"]) == 3
+    assert cmp["missing"] == ["EAGLE3 s1 @ c=4: b has no result"]
+
+
+@pytest.mark.parametrize("case", ["same run twice", "no shared point", "corrupt results",
+                                  "not a run dir", "one run", "unknown figure"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    a = _write_run(tmp_path / "a")
+    if case == "same run twice":
+        args, want = [a, tmp_path / "a" / "."], "given twice"
+    elif case == "no shared point":
+        b = _write_run(tmp_path / "b", concurrency=(8,))
+        args, want = [a, b], "share no point"
+    elif case == "corrupt results":
+        b = _write_run(tmp_path / "b", ids="y")
+        (b / "results.jsonl").write_text("{not json\n\x00\x01garbage\n")
+        args, want = [a, b], "results.jsonl: corrupt"
+    elif case == "not a run dir":
+        args, want = [a, tmp_path], "not a run dir"
+    elif case == "unknown figure":
+        args, want = [a, _write_run(tmp_path / "b", ids="y"), "--figures", "tpot"], "tpot unknown"
+    else:
+        args, want = [a], "two run dirs or more"
+    p = _compare(*args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and want in err[0] and "Traceback" not in p.stderr, p.stderr
+
+
+# ----------------------------------------------------------------------- on the simulator
+SIM = [*SMALL, "benchmark.num_prompts=8", "benchmark.output_len=48", "baseline=true",
+       "speculation.num_steps=3", "speculation.topk=1", "speculation.num_draft_tokens=4",
+       "+sweep={benchmark.concurrency:[2]}"]
+
+
+def _sweep(guard, run_dir: Path, *extra) -> subprocess.Popen:
+    return guard.spawn([PY, "-m", "specc", *SIM, *extra, f"engine.base_port={guard.port(2)}",
+                        "execute=true", f"hydra.run.dir={run_dir}"], cwd=REPO,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def test_on_the_simulator_a_rerun_passes_and_a_worse_draft_is_flagged(guard, tmp_path):
+    a, b, worse = tmp_path / "a", tmp_path / "b", tmp_path / "worse"
+    procs = [_sweep(guard, a), _sweep(guard, b), _sweep(guard, worse, "engine.sim.acceptance=0.3")]
+    assert [p.wait(300) for p in procs] == [0, 0, 0]
+    # provenance: what produced each run, on a machine without GPUs
+    m = json.loads((a / "manifest.json").read_text())
+    assert m["engine"]["name"] == "sim" and m["engine"]["reported_release"] == "0.5.23"
+    assert m["engine"]["pinned_release"] == "0.5.23"
+    assert m["datasets"][0]["sha256"] and len(m["config_sha256"]) == 64
+    assert len(m["launch"]) == 2 and all(x["argv"] for x in m["launch"])
+    assert json.loads((a / "report.json").read_text())["manifest"] == m
+    # Three sweeps at once on a busy 2-core machine: latencies move between runs far more
+    # than any GPU run's (TTFT by tens of percent), which no interval within a run can see;
+    # the gate here is the throughput figures, with a threshold for this machine's noise.
+    gate = ["--threshold", "0.15", "--figures", "output_throughput,speedup"]
+    rerun = _compare(a, b, *gate)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    p = _compare(a, worse, *gate, "--json")
+    assert p.returncode == 1, p.stdout + p.stderr
+    (cmp,) = json.loads(p.stdout)["comparisons"]
+    assert cmp["regressed"] == ["EAGLE3 s3 k1 d4 @ c=2"]
+    f = cmp["points"][1]["figures"]["output_throughput"] if cmp["points"][1][
+        "point"].startswith("EAGLE3") else cmp["points"][0]["figures"]["output_throughput"]
+    assert f["regression"] and f["hi"] < -0.15 and f["basis"].startswith("paired")
+
+
+def test_the_batched_bootstrap_is_the_per_point_one():
+    """compare's many-points-at-once bootstrap gives each point the interval
+    stats.paired_ratio_interval gives it alone (same draws, same percentile rule)."""
+    import numpy as np
+
+    from specc import stats
+
+    rng = np.random.default_rng(3)
+    cols = [rng.uniform(1, 2, size=(4, 16)) for _ in range(4)]
+    values, res = stats.paired_ratio_resamples(*cols)
+    lo, hi = stats.resampled_percentiles(res)
+    for p in range(4):
+        one = stats.paired_ratio_interval(*(c[p] for c in cols))
+        assert values[p] == pytest.approx(one.value, rel=1e-6)
+        assert (lo[p], hi[p]) == pytest.approx((one.lo, one.hi), rel=1e-4)

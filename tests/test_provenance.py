@@ -1,0 +1,134 @@
+"""The run manifest (issue 20 item 1) and report.html (item 4).
+
+GPUs are the one thing mocked: a recorded nvidia-smi answer, parsed, and a stand-in
+nvidia-smi on PATH that prints it; a machine without one says "none"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from specc.run import provenance
+
+FIX = Path(__file__).parent / "fixtures" / "report"
+
+#: `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader` on an 8x H200 node
+QUERY = "NVIDIA H200, 570.124.06\n" * 8
+#: the first lines of plain `nvidia-smi` on the same node
+BANNER = """Mon Nov 30 10:12:03 2026
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 570.124.06             Driver Version: 570.124.06     CUDA Version: 12.8     |
+|-----------------------------------------+------------------------+----------------------+
+"""
+
+
+def test_a_recorded_nvidia_smi_answer_is_parsed():
+    assert provenance.parse_gpus(QUERY, BANNER) == {
+        "name": "NVIDIA H200", "count": 8, "driver": "570.124.06", "cuda": "12.8"}
+    mixed = provenance.parse_gpus("NVIDIA H200, 570.1\nNVIDIA H100 80GB HBM3, 570.1\n", "")
+    assert mixed["name"] == "NVIDIA H100 80GB HBM3 + NVIDIA H200" and mixed["count"] == 2
+    assert provenance.parse_gpus("", "")["name"] == "none"
+
+
+def test_no_gpu_here_says_none(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))   # no nvidia-smi anywhere on it
+    g = provenance.gpu_info()
+    assert g["name"] == "none" and g["count"] == 0 and "no nvidia-smi" in g["source"]
+
+
+def test_nvidia_smi_on_path_is_asked(monkeypatch, tmp_path):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nif [ -n \"$1\" ]; then printf '%s' \"$QUERY\"; "
+                   "else printf '%s' \"$BANNER\"; fi\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("QUERY", QUERY)
+    monkeypatch.setenv("BANNER", BANNER)
+    g = provenance.gpu_info()
+    assert (g["name"], g["count"], g["driver"], g["cuda"]) == ("NVIDIA H200", 8, "570.124.06",
+                                                               "12.8")
+
+
+def _plan_dir(tmp_path) -> Path:
+    d = Path(shutil.copytree(FIX / "run_a", tmp_path / "run"))
+    plan = json.loads((d / "plan.json").read_text())
+    s = plan["servers"][0]
+    s["argv"] = list(s["argv"]) + ["--api-key", "${API_KEY}"]
+    s["env"] = {**(s.get("env") or {}), "HF_TOKEN": "hf_" + "abcdefghijklmnopqrstuvwxyz0123"}
+    plan["benchmarks"][0]["params"]["dataset"] = "specc"
+    (d / "plan.json").write_text(json.dumps(plan))
+    (d / "state.json").write_text(json.dumps({"servers": {s["id"]: {
+        "status": "stopped", "engine_release": "0.5.23"}}}))
+    return d
+
+
+def test_the_manifest_says_what_produced_the_run(tmp_path):
+    d = _plan_dir(tmp_path)
+    path = provenance.write_manifest(d, gpus={"name": "none", "count": 0, "driver": None,
+                                              "cuda": None})
+    m = json.loads(path.read_text())
+    assert m["specc"]["version"] and m["python"] and m["host"]
+    assert m["specc"]["commit"] is None or len(m["specc"]["commit"]) == 40
+    assert m["engine"]["reported_release"] == "0.5.23" and m["engine"]["name"] == "sim"
+    assert m["gpu"]["name"] == "none"
+    assert m["plan_sha256"] == provenance.sha256_file(d / "plan.json")
+    shipped = next(x for x in m["datasets"] if x["dataset"] == "specc")
+    assert shipped["sha256"] == provenance.sha256_file(provenance.SHIPPED_PROMPTS)
+    launch = m["launch"][0]
+    assert "${API_KEY}" in launch["argv"] and launch["env"]["HF_TOKEN"] == "${HF_TOKEN}"
+    assert "hf_abcdefghij" not in path.read_text()   # a value never, only its reference
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs, self.imgs, self.tags = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for k, v in attrs:
+            if k in ("src", "href"):
+                self.refs.append(v)
+                if tag == "img":
+                    self.imgs.append(v)
+
+
+def test_report_html_is_one_page_that_needs_no_network(tmp_path):
+    from specc.report import write_report
+
+    d = _plan_dir(tmp_path)
+    provenance.write_manifest(d, gpus={"name": "none", "count": 0})
+    write_report(d)
+    text = (d / "report.html").read_text()
+    page = _Page()
+    page.feed(text)
+    assert not [r for r in page.refs if r.startswith(("http://", "https://", "//"))]
+    assert page.imgs and all(i.startswith("data:image/png;base64,") for i in page.imgs)
+    assert len(page.imgs) == len(list((d / "plots").glob("*.png")))
+    assert page.tags.count("table") >= 2 and "link" not in page.tags and "script" not in page.tags
+    # report.md's tables, cell for cell, and the provenance
+    md = (d / "report.md").read_text()
+    assert "<th>output tok/s</th>" in text and "1.70x |" in md
+    assert "<td>1.70x</td>" in text
+    assert "Provenance (manifest.json)" in text and "hf_abcdefghij" not in text
+    rep = json.loads((d / "report.json").read_text())
+    assert rep["manifest"]["gpu"]["name"] == "none"
+
+
+@pytest.mark.parametrize("broken", ["", "{not json"])
+def test_report_html_without_a_manifest(tmp_path, broken):
+    from specc.report import write_report
+
+    d = Path(shutil.copytree(FIX / "run_a", tmp_path / "run"))
+    if broken:
+        (d / "manifest.json").write_text(broken)
+    write_report(d, plots=False)
+    text = (d / "report.html").read_text()
+    assert "Provenance (manifest.json)" not in text
+    assert "<table>" in text
