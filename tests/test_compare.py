@@ -223,3 +223,43 @@ def test_the_batched_bootstrap_is_the_per_point_one():
         one = stats.paired_ratio_interval(*(c[p] for c in cols))
         assert values[p] == pytest.approx(one.value, rel=1e-6)
         assert (lo[p], hi[p]) == pytest.approx((one.lo, one.hi), rel=1e-4)
+
+
+def _golden_runs(tmp: Path) -> list[Path]:
+    """Two runs that take every path of compare: paired points (all prompts shared), a
+    point where run b sent a subset of run a's prompts, one whose requests were retried
+    (the latest attempt counts), and one without request records (independent)."""
+    a = _write_run(tmp / "a", concurrency=(1, 2, 4, 8))
+    b = _write_run(tmp / "b", seed=2, ids="y", concurrency=(1, 2, 4, 8),
+                   slower={"EAGLE3 s1": 1.04})
+    subset = b / "requests" / "EAGLE3-s1-y-c4.jsonl"
+    subset.write_text("".join(subset.read_text().splitlines(True)[3:]))
+    retried = b / "requests" / "baseline-y-c1.jsonl"
+    lines = [json.loads(x) for x in retried.read_text().splitlines()]
+    retried.write_text("".join(json.dumps({**r, "attempt": 0.5, "e2e_latency": 9.0}) + "\n"
+                               for r in lines) + retried.read_text())
+    (a / "requests" / "baseline-x-c8.jsonl").unlink()
+    return [a, b]
+
+
+GOLDEN = Path(__file__).parent / "golden" / "compare_intervals.json"
+
+
+def test_the_intervals_are_those_of_the_reference_implementation(tmp_path):
+    """Same data, same resamples, same seed: the same changes and intervals as the
+    implementation before compare was made fast (tests/golden/compare_intervals.json was
+    written by it from these runs)."""
+    from specc.report.compare import compare_runs
+
+    got = compare_runs(_golden_runs(tmp_path))["comparisons"][0]
+    want = json.loads(GOLDEN.read_text())
+    assert [p["point"] for p in got["points"]] == [p["point"] for p in want["points"]]
+    assert got["missing"] == want["missing"] and got["regressed"] == want["regressed"]
+    for g, w in zip(got["points"], want["points"]):
+        assert set(g["figures"]) == set(w["figures"]), g["point"]
+        for name, f in w["figures"].items():
+            h = g["figures"][name]
+            assert h["basis"] == f["basis"] and h["regression"] == f["regression"], (
+                g["point"], name)
+            for k in ("change", "lo", "hi"):
+                assert h[k] == pytest.approx(f[k], rel=1e-6, abs=1e-9), (g["point"], name, k)
