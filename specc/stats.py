@@ -212,11 +212,18 @@ def resampled_percentiles(resampled, level: float = LEVEL):
     np = _np()
     r = np.where(np.isfinite(resampled), resampled, np.inf)   # a 0/0 resample sorts last
     a, last = (1.0 - level) / 2.0, r.shape[1] - 1
-    pos = [q * last for q in (a, 1.0 - a)]
-    ks = [int(math.floor(p)) for p in pos]
-    part = np.partition(r, sorted({i for k in ks for i in (k, min(k + 1, last))}), axis=1)
-    lo, hi = (part[:, k] + (part[:, min(k + 1, last)] - part[:, k]) * (p - k)
-              for k, p in zip(ks, pos))
+    (p_lo, p_hi) = pos = [q * last for q in (a, 1.0 - a)]
+    k_lo, k_hi = int(math.floor(p_lo)), int(math.floor(p_hi))
+    if not k_lo + 1 < k_hi < last:   # a handful of resamples: partition at all four
+        part = np.partition(r, sorted({i for k in (k_lo, k_hi) for i in (k, min(k + 1, last))}),
+                            axis=1)
+        below, above = part[:, k_lo], part[:, min(k_hi + 1, last)]
+    else:   # two partition passes, not four: order statistic k_lo is the largest of those
+        # at or below k_lo + 1, k_hi + 1 the smallest above k_hi (the same values)
+        part = np.partition(r, [k_lo + 1, k_hi], axis=1)
+        below, above = part[:, :k_lo + 1].max(axis=1), part[:, k_hi + 1:].min(axis=1)
+    lo = below + (part[:, k_lo + 1 if k_lo < last else last] - below) * (p_lo - k_lo)
+    hi = part[:, k_hi] + (above - part[:, k_hi]) * (p_hi - k_hi)
     return lo, hi
 
 
