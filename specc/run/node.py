@@ -172,7 +172,8 @@ def job_plan(plan: Plan, server_ids: list[str], environ=os.environ) -> Plan:
     keep = set(server_ids)
     mine = [b for b in plan.benchmarks if b.server in keep]
     ids = {b.id for b in mine}
-    return replace(plan, servers=tuple(servers), cluster=None, benchmarks=tuple(
+    # search=None: the driver runs the search; a node runs the servers it was given
+    return replace(plan, servers=tuple(servers), cluster=None, search=None, benchmarks=tuple(
         b if b.baseline is None or b.baseline in ids else replace(b, baseline=None)
         for b in mine))
 
@@ -185,7 +186,7 @@ def engine_problems(plan: Plan, server_ids: list[str]) -> list[str]:
     from specc.run.doctor import check_plan
 
     mine = tuple(plan.server(s) for s in server_ids)
-    return [d.line() for d in check_plan(replace(plan, servers=mine, cluster=None, benchmarks=(),
+    return [d.line() for d in check_plan(replace(plan, servers=mine, cluster=None, search=None, benchmarks=(),
                                                  dropped=()))]
 
 

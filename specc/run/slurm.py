@@ -501,9 +501,21 @@ class Driver:
     def adopt(self) -> list[Job]:
         """Jobs of an earlier driver on this run dir: follow the live ones, settle the ended."""
         earlier = read_jobs(self.run_dir)
+        if earlier.get("comment") != self.comment:
+            return []
+        for job in self.jobs:   # ended with every point finished: kept as the record it is
+            rec = (earlier.get("jobs") or {}).get(job.name) or {}
+            if rec.get("id") and rec.get("done") and not self.unfinished(job):
+                job.id, job.state, job.nodes = rec["id"], rec.get("state") or "?", \
+                    rec.get("nodes") or ""
+                job.submitted_at, job.started_at = rec.get("submitted_at"), rec.get("started_at")
+                job.ended_at, job.cancelled_by = rec.get("ended_at"), rec.get("cancelled_by")
+                job.done, job.exit_code = True, rec.get("exit_code")
+                job.seen["_fed"] = True   # search=tune reads finished servers from results
         known = {name: rec for name, rec in (earlier.get("jobs") or {}).items()
                  if rec.get("id") and not rec.get("done")}
-        if not known or earlier.get("comment") != self.comment:
+        if not known:
+            self._save()
             return []
         queue = squeue({rec["id"] for rec in known.values()})
         adopted = []

@@ -581,16 +581,22 @@ def test_search_tune_submits_one_job_at_a_time_and_resumes_after_a_sigkill(clust
         "{num_steps:5,topk:4,num_draft_tokens:16}],benchmark.concurrency:[1,2]}", *LONG])
     base, probe = plan["search"]["baseline"], plan["search"]["probe"]
     proc = start_driver(run_dir)
-    try:
-        assert wait_for(lambda: benchmarking(run_dir, probe), timeout=120), "probe never ran"
+    held = {}
+    try:   # the probe held mid-sweep (suspended): alive until the rerun follows it
+        held = hold_mid_sweep(cluster, run_dir, plan, [probe], timeout=180)
         first = {name: j["id"] for name, j in jobs(run_dir).items() if j.get("id")}
         assert set(first) == {base, probe}   # one at a time: nothing else submitted yet
     finally:
         proc.kill()
         proc.wait()
-    code, out = run_driver(run_dir, timeout=240)
-    assert code == 0, out[-3000:]
-    assert f"following job {first[probe]}" in out
+    try:
+        rerun = Output(start_driver(run_dir))
+        assert rerun.wait_for(f"following job {first[probe]}"), rerun.text()[-3000:]
+    finally:
+        for job_id in held.values():
+            cluster.run("scontrol", "resume", job_id, check=False)
+    out = rerun.finish(timeout=240)
+    assert rerun.proc.returncode == 0, out[-3000:]
     tune = json.loads((run_dir / "tune.json").read_text())
     submitted = {name: j for name, j in jobs(run_dir).items() if j.get("id")}
     assert set(submitted) == {s["server"] for s in tune["starts"]}
