@@ -16,8 +16,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace as NS
+
+from specc import requestlog
 
 REQUESTS = 16
+PROMPTS = [NS(id=f"p{i}", category="x") for i in range(REQUESTS)]
 
 
 def write_run(d: Path, points: int, seed: int, slower: float = 1.0) -> None:
@@ -40,11 +44,13 @@ def write_run(d: Path, points: int, seed: int, slower: float = 1.0) -> None:
                 ttft = rng.uniform(0.02, 0.05) * slower
                 lat = ttft + tok * rng.uniform(0.004, 0.006) * slower
                 tot_tok, tot_lat = tot_tok + tok, tot_lat + lat
-                reqs.append({"attempt": 1.0, "repeat": 0, "i": i, "id": f"p{i}",
-                             "category": "x", "ok": True, "output_tokens": tok, "ttft": ttft,
-                             "e2e_latency": lat, "verify_ct": None})
-            (d / "requests" / f"{bid}.jsonl").write_text(
-                "".join(json.dumps(r) + "\n" for r in reqs))
+                reqs.append(NS(index=i, ok=True, error=None, input_tokens=256,
+                               output_tokens=tok, ttft=ttft, e2e_latency=lat, start=0.0,
+                               verify_ct=None))
+            # the lines as the executor writes them (requestlog.append, less its fsync)
+            (d / "requests" / f"{bid}.jsonl").write_text("".join(
+                json.dumps(x, separators=(",", ":")) + "\n"
+                for x in requestlog.lines_for(reqs, PROMPTS, repeat=0, attempt=1.0)))
             dur = tot_lat / (c + 1)
             tput = tot_tok / dur
             rows.append({"benchmark": bid, "server": sid, "status": "ok", "reason": None,

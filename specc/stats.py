@@ -208,13 +208,15 @@ def paired_ratio_resamples(num_a, den_a, num_b, den_b, *, resamples: int = RESAM
 
 def resampled_percentiles(resampled, level: float = LEVEL):
     """Per row, the percentile interval of its resamples (numpy's linear rule, as
-    ``_percentiles``), by partial sorts: (lo, hi) arrays."""
+    ``_percentiles``), by one sort of each row: (lo, hi) arrays."""
     np = _np()
     r = np.where(np.isfinite(resampled), resampled, np.inf)   # a 0/0 resample sorts last
     a, last = (1.0 - level) / 2.0, r.shape[1] - 1
     pos = [q * last for q in (a, 1.0 - a)]
     ks = [int(math.floor(p)) for p in pos]
-    part = np.partition(r, sorted({i for k in ks for i in (k, min(k + 1, last))}), axis=1)
+    # a full sort, not a partition: numpy sorts float32 rows with SIMD, ~6x faster than
+    # np.partition at four kth (the same order statistics)
+    part = np.sort(r, axis=1)
     lo, hi = (part[:, k] + (part[:, min(k + 1, last)] - part[:, k]) * (p - k)
               for k, p in zip(ks, pos))
     return lo, hi

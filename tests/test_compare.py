@@ -223,3 +223,108 @@ def test_the_batched_bootstrap_is_the_per_point_one():
         one = stats.paired_ratio_interval(*(c[p] for c in cols))
         assert values[p] == pytest.approx(one.value, rel=1e-6)
         assert (lo[p], hi[p]) == pytest.approx((one.lo, one.hi), rel=1e-4)
+
+
+def _golden_runs(tmp: Path) -> list[Path]:
+    """Two runs that take every path of compare: paired points (all prompts shared), a
+    point where run b sent a subset of run a's prompts, one whose requests were retried
+    (the latest attempt counts), and one without request records (independent)."""
+    a = _write_run(tmp / "a", concurrency=(1, 2, 4, 8))
+    b = _write_run(tmp / "b", seed=2, ids="y", concurrency=(1, 2, 4, 8),
+                   slower={"EAGLE3 s1": 1.04})
+    subset = b / "requests" / "EAGLE3-s1-y-c4.jsonl"
+    subset.write_text("".join(subset.read_text().splitlines(True)[3:]))
+    retried = b / "requests" / "baseline-y-c1.jsonl"
+    lines = [json.loads(x) for x in retried.read_text().splitlines()]
+    retried.write_text("".join(json.dumps({**r, "attempt": 0.5, "e2e_latency": 9.0}) + "\n"
+                               for r in lines) + retried.read_text())
+    (a / "requests" / "baseline-x-c8.jsonl").unlink()
+    return [a, b]
+
+
+GOLDEN = Path(__file__).parent / "golden" / "compare_intervals.json"
+
+
+def _as_the_executor_writes(run: Path) -> None:
+    """Rewrite a run's request records in requestlog's own line format (its keys, order
+    and compact separators): what compare reads by its fast path."""
+    keys = ("attempt", "repeat", "i", "id", "category", "ok", "error", "input_tokens",
+            "output_tokens", "ttft", "e2e_latency", "start", "verify_ct")
+    for f in (run / "requests").iterdir():
+        rows = [json.loads(x) for x in f.read_text().splitlines()]
+        f.write_text("".join(json.dumps({k: r.get(k, 0.5 if k == "start" else None)
+                                         for k in keys}, separators=(",", ":")) + "\n"
+                             for r in rows))
+
+
+@pytest.mark.parametrize("lines", ["json", "executor"])
+def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines):
+    """Same data, same resamples, same seed: the same changes and intervals as the
+    implementation before compare was made fast (tests/golden/compare_intervals.json was
+    written by it from these runs), whether the request lines take the fast path
+    (as the executor writes them) or json."""
+    from specc.report import compare
+
+    runs = _golden_runs(tmp_path)
+    if lines == "executor":
+        for r in runs:
+            _as_the_executor_writes(r)
+        text = next((runs[1] / "requests").iterdir()).read_text()
+        assert compare._read_fast(text) is not None
+    got = compare.compare_runs(runs)["comparisons"][0]
+    want = json.loads(GOLDEN.read_text())
+    assert [p["point"] for p in got["points"]] == [p["point"] for p in want["points"]]
+    assert got["missing"] == want["missing"] and got["regressed"] == want["regressed"]
+    for g, w in zip(got["points"], want["points"]):
+        assert set(g["figures"]) == set(w["figures"]), g["point"]
+        for name, f in w["figures"].items():
+            h = g["figures"][name]
+            assert h["basis"] == f["basis"] and h["regression"] == f["regression"], (
+                g["point"], name)
+            for k in ("change", "lo", "hi"):
+                assert h[k] == pytest.approx(f[k], rel=1e-6, abs=1e-9), (g["point"], name, k)
+
+
+def test_the_fast_reader_reads_what_json_reads(tmp_path):
+    """Lines as requestlog writes them (a retried point, a failed request, ids with
+    quotes and backslashes, no id): the regular-expression reader gives json's records;
+    a line it does not know sends the whole file to json."""
+    from types import SimpleNamespace as NS
+
+    from specc import requestlog
+    from specc.report import compare
+
+    prompts = [NS(id=pid, category="code") for pid in ("p0", 'say "hi"', "a\\b", None, "p4")]
+    for attempt, lat in ((1.5, 9.0), (2.25, 1.0)):
+        recs = [NS(index=i, ok=i != 4, error=None if i != 4 else 'HTTP 500: "boom"',
+                   input_tokens=10, output_tokens=i + 1, ttft=0.01 * (i + 1),
+                   e2e_latency=lat + i / 3, start=0.1 * i, verify_ct=i or None)
+                for i in range(5)]
+        requestlog.append(tmp_path, "b1", requestlog.lines_for(recs, prompts, repeat=0,
+                                                               attempt=attempt))
+    text = requestlog.path_for(tmp_path, "b1").read_text()
+    fast = compare._read_fast(text)
+    assert fast is not None and fast == compare._read_json(text, tmp_path, "b1")
+    assert fast[(0, 1, 'say "hi"')] == (2, 1.333333, 0.02) and (0, 4, "p4") not in fast
+    assert compare.read_requests(tmp_path, "b1") == (fast, sum(v[1] for v in fast.values()))
+    odd = text.replace('"verify_ct":null', '"verify_ct":null,"extra":1', 1)
+    assert compare._read_fast(odd) is None and compare._read_json(odd, tmp_path, "b1") == fast
+
+
+@pytest.mark.parametrize("resamples", [2, 3, 5, 41, 2000])
+def test_the_percentile_interval_is_numpys(resamples):
+    """resampled_percentiles (two partition passes) gives np.quantile's linear-rule
+    bounds, a non-finite resample sorting last, however many resamples."""
+    import numpy as np
+
+    from specc import stats
+
+    r = np.random.default_rng(resamples).normal(size=(20, resamples)).astype(np.float32)
+    r[3, -1] = np.nan
+    with np.errstate(invalid="ignore"):   # the interval of the row with a NaN: inf - inf
+        lo, hi = stats.resampled_percentiles(r)
+        want = np.quantile(np.where(np.isfinite(r), r, np.inf), [0.025, 0.975], axis=1)
+    rows = np.isfinite(want).all(axis=0)
+    assert rows.sum() >= 19
+    assert np.allclose(lo[rows], want[0][rows], rtol=1e-6, atol=1e-6)
+    assert np.allclose(hi[rows], want[1][rows], rtol=1e-6, atol=1e-6)

@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+from itertools import compress
+from operator import add
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,15 +167,62 @@ def _se(iv) -> float | None:
     return (float(iv[1]) - float(iv[0])) / (2 * 1.959963984540054)
 
 
-def read_requests(run_dir: Path, benchmark: str) -> dict:
-    """A point's ok requests of its latest attempt, by (repeat, place, prompt id): one
-    json.loads a file (the careful line-by-line reader only for a file with a bad line)."""
+_STR = r'"(?:[^"\\]|\\.)*"'
+_NUM = r'-?[0-9][0-9.eE+-]*'
+#: One request line exactly as requestlog.lines_for writes it (its keys, in its order,
+#: compact separators), capturing what compare reads: attempt, repeat, place, prompt id,
+#: ok, output tokens, TTFT, latency. A file whose every line matches is read without
+#: building a dict per line; any other file goes through json (the same result, slower).
+_LINE = re.compile(
+    r'^\{"attempt":(%s),"repeat":(\d+),"i":(\d+),"id":(%s|null),"category":(?:%s|null),'
+    r'"ok":(true|false),"error":(?:%s|null),"input_tokens":(?:\d+|null),'
+    r'"output_tokens":(\d+),"ttft":(%s),"e2e_latency":(%s),"start":(?:%s|null),'
+    r'"verify_ct":(?:\d+|null)\}\n' % (_NUM, _STR, _STR, _STR, _NUM, _NUM, _NUM), re.M)
+
+
+def _read_fast(text: str) -> dict | None:
+    """read_requests' records from the lines of ``text`` when every line is one _LINE
+    matches; None otherwise."""
+    if not text.endswith("\n"):
+        return None
+    lines = _LINE.findall(text)
+    if len(lines) != text.count("\n"):
+        return None
+    try:   # column by column: the conversions run in C, not a Python loop per line
+        attempt, rep, idx, pid, ok, tok, ttft, lat = zip(*lines)
+        attempt, ttft, lat = (list(map(float, c)) for c in (attempt, ttft, lat))
+        tok, rep, idx = (list(map(int, c)) for c in (tok, rep, idx))
+    except ValueError:   # a number the loose pattern let through: json decides
+        return None
+    pids = [None if p == "null" else (json.loads(p) if "\\" in p else p[1:-1]) for p in pid]
+    rows = zip(zip(rep, idx, pids), zip(tok, lat, ttft))
+    finite = all(map(math.isfinite, map(add, lat, ttft)))   # as json's: of the sum
+    if not (finite and ok.count("true") == len(ok) and len(set(attempt)) <= 1):
+        last = max(attempt)
+        rows = compress(rows, [a == last and o == "true" and math.isfinite(x + y)
+                               for a, o, x, y in zip(attempt, ok, lat, ttft)])
+    return dict(rows)
+
+
+def read_requests(run_dir: Path, benchmark: str) -> tuple[dict, float]:
+    """A point's ok requests of its latest attempt, as ({(repeat, place, prompt id):
+    (output tokens, latency, TTFT)}, their summed latency): only what compare uses.
+    Lines as the executor writes them are read by one regular expression a file
+    (_read_fast); any other file by one json.loads, and a file with a bad line by the
+    careful line-by-line reader."""
     path = os.path.join(run_dir, reqlog.DIR, benchmark + ".jsonl")
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError:
-        return {}
+        return {}, 0.0
+    out = _read_fast(text)
+    if out is None:
+        out = _read_json(text, run_dir, benchmark)
+    return out, sum(x[1] for x in out.values())
+
+
+def _read_json(text: str, run_dir: Path, benchmark: str) -> dict:
     try:
         rows = json.loads("[" + text.strip().replace("\n", ",") + "]")
     except ValueError:   # a cut or foreign line
@@ -185,8 +235,9 @@ def read_requests(run_dir: Path, benchmark: str) -> dict:
     for r in rows:
         if r.get("attempt", 0) == last and r.get("ok"):
             try:   # finite numbers only: a hand-edited line is left out, not a traceback
-                if math.isfinite(r["e2e_latency"] + r["ttft"] + r["output_tokens"]):
-                    out[(r.get("repeat", 0), r["i"], r.get("id"))] = r
+                tok, lat, ttft = r["output_tokens"], r["e2e_latency"], r["ttft"]
+                if math.isfinite(lat + ttft + tok):
+                    out[(r.get("repeat", 0), r["i"], r.get("id"))] = (tok, lat, ttft)
             except (KeyError, TypeError):
                 continue
     return out
@@ -196,15 +247,11 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _tpot(r: dict) -> float | None:
-    tok = r["output_tokens"]
-    return (r["e2e_latency"] - r["ttft"]) / (tok - 1) if tok > 1 else None
-
-
 def _paired_batch(items: list[tuple]) -> dict:
     """Paired changes for many points at once. ``items``: (figs dict to fill, a's requests,
-    b's requests, a's duration, b's duration, shared keys, point key); points with the
-    same number of shared prompts share one bootstrap draw (stats.paired_ratio_resamples)."""
+    b's requests, a's duration, b's duration, shared keys, point key); each side's
+    requests as read_requests gives them. Points with the same number of shared prompts
+    share one bootstrap draw (stats.paired_ratio_resamples)."""
     import numpy as np
 
     groups: dict[int, list[tuple]] = {}
@@ -213,25 +260,23 @@ def _paired_batch(items: list[tuple]) -> dict:
     chunks = [(n, g[i:i + CHUNK]) for n, g in groups.items() for i in range(0, len(g), CHUNK)]
     resampled: dict[str, tuple] = {}   # point key -> (value, resamples, shared keys)
     for n, group in chunks:
-        tb = np.array([[it[2][k]["output_tokens"] for k in it[5]] for it in group], float)
-        lb = np.array([[it[2][k]["e2e_latency"] for k in it[5]] for it in group], float)
-        ta = np.array([[it[1][k]["output_tokens"] for k in it[5]] for it in group], float)
-        la = np.array([[it[1][k]["e2e_latency"] for k in it[5]] for it in group], float)
+        # (points, prompts, [tokens, latency, TTFT]) per side, the shared prompts in order
+        sa = np.array([[it[1][0][k] for k in it[5]] for it in group], float)
+        sb = np.array([[it[2][0][k] for k in it[5]] for it in group], float)
         # each side's in-flight factor over all its requests: throughput = C * tokens / latency
-        scale = np.array([(sum(r["e2e_latency"] for r in it[2].values()) / it[4])
-                          / (sum(r["e2e_latency"] for r in it[1].values()) / it[3])
-                          for it in group])
-        v, res = stats.paired_ratio_resamples(tb, lb, ta, la)
+        scale = np.array([(it[2][1] / it[4]) / (it[1][1] / it[3]) for it in group])
+        v, res = stats.paired_ratio_resamples(sb[:, :, 0], sb[:, :, 1], sa[:, :, 0],
+                                              sa[:, :, 1])
         v, res = v * scale, res * scale[:, None].astype(res.dtype)
         figures = {"output_throughput": (v, res)}
-        for name, col in (("ttft", lambda r: r["ttft"]), ("itl", _tpot)):
-            xa = [[col(it[1][k]) for k in it[5]] for it in group]
-            xb = [[col(it[2][k]) for k in it[5]] for it in group]
-            valid = np.array([[x is not None and y is not None for x, y in zip(ra, rb)]
-                              for ra, rb in zip(xa, xb)], float)
-            xa = np.nan_to_num(np.array(xa, dtype=float)) * valid
-            xb = np.nan_to_num(np.array(xb, dtype=float)) * valid
-            figures[name] = stats.paired_ratio_resamples(xb, valid, xa, valid)
+        ones = np.ones(sa.shape[:2])
+        figures["ttft"] = stats.paired_ratio_resamples(sb[:, :, 2], ones, sa[:, :, 2], ones)
+        # ITL: (latency - TTFT) / (tokens - 1), where both sides have two tokens or more
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ia, ib = ((s[:, :, 1] - s[:, :, 2]) / (s[:, :, 0] - 1) for s in (sa, sb))
+        valid = ((sa[:, :, 0] > 1) & (sb[:, :, 0] > 1)).astype(float)
+        ia, ib = (np.where(valid > 0, x, 0.0) for x in (ia, ib))
+        figures["itl"] = stats.paired_ratio_resamples(ib, valid, ia, valid)
         for name, (val, rs) in figures.items():
             lo, hi = stats.resampled_percentiles(rs)
             for j, it in enumerate(group):
@@ -296,7 +341,7 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float,
     for k in keys:
         pa, pb = ra.points[k], rb.points[k]
         req_a, req_b = read_requests(ra.path, pa.benchmark), read_requests(rb.path, pb.benchmark)
-        shared = [x for x in req_a if x in req_b] if req_a and req_b else []
+        shared = ([x for x in req_a[0] if x in req_b[0]] if req_a[0] and req_b[0] else [])
         if len(shared) >= 2 and _dur(pa) > 0 and _dur(pb) > 0:
             batch.append((figs[k], req_a, req_b, _dur(pa), _dur(pb), tuple(shared), k))
     resampled = _paired_batch(batch) if batch else {}
@@ -357,10 +402,11 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
                                "compare runs of the same sweep")
         done = [k for k in shared if k in a.points and k in b.points
                 and a.points[k].status == "ok" and b.points[k].status == "ok"]
+        done_set = set(done)
         missing = [f"{a.planned[k]}: " + ", ".join(
             f"{r.path.name} {'has no result' if k not in r.points else 'failed'}"
             for r in (a, b) if k not in r.points or r.points[k].status != "ok")
-            for k in shared if k not in done]
+            for k in shared if k not in done_set]
         rows = compare_pair(a, b, done, threshold, figures)
         out["comparisons"].append({"a": str(a.path), "b": str(b.path), "points": rows,
                                    "missing": missing,
