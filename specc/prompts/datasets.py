@@ -138,25 +138,10 @@ def _positive_int(value, where: str, key: str) -> int:
 
 
 def _jsonl(path: str, output_len: int) -> list[Prompt]:
+    """The prompts of a jsonl file, read line by line as the compile-time check reads it
+    (bounded lines, a FIFO or device refused)."""
     out = []
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DatasetError(f"{where}: bad JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        text = obj.get("prompt", obj.get("text"))
-        if not isinstance(text, str) or not text.strip():
-            raise DatasetError(f"{where}: needs a non-empty string \"prompt\" (or \"text\")")
-        n_out = None
-        for key in ("output_len", "max_tokens"):
-            if obj.get(key) is not None:
-                n_out = _positive_int(obj[key], where, key)
-                break
+    for where, text, n_out in _jsonl_items(path):
         if n_out is None:
             if output_len < 1:
                 raise DatasetError(f"{where}: no \"output_len\"/\"max_tokens\" and no output_len given")
