@@ -429,7 +429,7 @@ def _vllm_readiness(compose, extra=()):
 
     result = compile_config(compose([*VLLM_LLAMA, *extra]))
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
-    return next(s for s in result.plan.servers if s.params.get("algorithm")).readiness
+    return next(s for s in result.plan.servers if s.params.algorithm).readiness
 
 
 def _vllm_server(rows):

@@ -16,7 +16,7 @@ from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, referenced
-from specc.plan import Plan
+from specc.plan import Params, Plan
 
 
 def _q(value, secrets=()) -> str:
@@ -121,6 +121,8 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 
 def _fields(obj) -> dict:
     """A plan dataclass as the dict of its fields, one level deep (the encoder recurses)."""
+    if isinstance(obj, Params):   # flat, nested records as their JSON
+        return obj.to_json()
     if is_dataclass(obj):
         omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
         return {f.name: getattr(obj, f.name) for f in fields(obj)
@@ -280,7 +282,7 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
                 bid = _q(b.id)
                 command = command_line(b.argv) if b.argv else \
                     f"python -m specc.run.point --plan plan.json --benchmark {bid}"
-                yield f"  point {bid} {command}  # concurrency {b.params['concurrency']}"
+                yield f"  point {bid} {command}  # concurrency {b.params.concurrency}"
             yield "fi"
         for s in wave:
             yield f"stop_server {_q(s.id)}"
@@ -324,10 +326,10 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
 def _param_values(plan: Plan) -> dict[str, dict]:
     """Client parameter -> its distinct values over the matrix (in first-seen order).
 
-    Points share their params dict across servers, so each distinct one is read once; a
+    Points share their params record across servers, so each distinct one is read once; a
     parameter's values are told apart a column at a time (10^5 points on one server: each
-    point's own dict)."""
-    distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
+    point's own record)."""
+    distinct = [p.to_json() for p in {id(b.params): b.params for b in plan.benchmarks}.values()]
     keys: dict = {}
     for params in distinct:
         keys.update(params)

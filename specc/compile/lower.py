@@ -19,7 +19,7 @@ from specc.compile.matrix import canonical as _canonical, expand, short_hash as 
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import Benchmark, Plan, Readiness, Server
+from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams
 
 
 def _slug(text: str) -> str:
@@ -42,18 +42,28 @@ def _label(spec: ServerSpec, engine, axis_values: dict) -> str:
     return " ".join([base] + extra)
 
 
-def _params(spec: ServerSpec, axis_values: dict) -> dict:
+def _params(spec: ServerSpec, axis_values: dict) -> ServerParams:
     mp, hw = spec.model_pair, spec.hardware
     steps, topk, ndt = spec.spec_triple
-    p = {"target": mp["target"]["path"],
-         "draft": mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None,
-         "tp": hw["tp"], "dp": hw.get("dp", 1), "pp": hw.get("pp", 1),
-         "algorithm": spec.algorithm, "num_steps": steps, "topk": topk, "num_draft_tokens": ndt,
-         "context_length": mp.get("context_length")}
-    for k, v in axis_values.items():
-        if not k.startswith("speculation."):
-            p[k] = v
-    return p
+    return ServerParams(
+        target=mp["target"]["path"],
+        draft=mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None,
+        tp=hw["tp"], dp=hw.get("dp", 1), pp=hw.get("pp", 1),
+        algorithm=spec.algorithm, num_steps=steps, topk=topk, num_draft_tokens=ndt,
+        context_length=mp.get("context_length"),
+        axes=tuple((k, v) for k, v in axis_values.items() if not k.startswith("speculation.")))
+
+
+def _bench_params(points: tuple[dict, ...], extra: dict) -> list[BenchParams]:
+    """Each client point's params record (the config's values as they are: checked once,
+    by the schema and the rules, not again per point)."""
+    out = []
+    for b in points:
+        cats = b["categories"]
+        if cats is not None:
+            b = {**b, "categories": tuple(cats)}
+        out.append(BenchParams(**b, **extra))
+    return out
 
 
 def _server_id(spec: ServerSpec, engine, key: str) -> str:
@@ -94,9 +104,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         conc = bench["concurrency"]
         for sid, prefix, ids in zip(sids, sid_prefixes, bench_ids):
             ids.append(f"{sid}-c{conc}-{hashlib.sha256(prefix + tail).hexdigest()[:6]}")
-    # served model -> the params of every client point: one dict per point and model,
-    # shared by the servers that serve that model (read-only, like the whole Plan)
-    point_params: dict[str, list[dict]] = {}
+    # served model -> the params of every client point: one record per point and model,
+    # shared by the servers that serve that model
+    point_params: dict[str, list[BenchParams]] = {}
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
@@ -127,14 +137,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:
-            extra = {"model": model, "request_id_field": engine.request_id_field,
-                     "accept_positions": engine.accept_positions}
-            if not point_params:   # the first model takes the matrix's own dicts: their ids
-                for b in matrix.client_points:   # are hashed, and the rules read no extra key
-                    b.update(extra)
-                point_params[model] = list(matrix.client_points)
-            else:
-                point_params[model] = [{**b, **extra} for b in matrix.client_points]
+            point_params[model] = _bench_params(matrix.client_points, {
+                "model": model, "request_id_field": engine.request_id_field,
+                "accept_positions": engine.accept_positions})
         speculative = spec.speculative
         for i, (bench, bid, params) in enumerate(zip(matrix.client_points, ids,
                                                      point_params[model])):
