@@ -539,6 +539,8 @@ class BenchParams(Params):
 
     def to_json(self) -> dict:
         out = Params.to_json(self)
+        if self.categories is not None:
+            out["categories"] = list(self.categories)
         if self.accept_positions is not None:
             out["accept_positions"] = self.accept_positions.to_json()
         return out
