@@ -160,9 +160,12 @@ def _load(tp, value, path: str):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        if len(inner) != 1:   # pragma: no cover - the schema uses only Optional unions
-            raise TypeError(f"unsupported union {tp}")
-        return _load(inner[0], value, path)
+        for kind in inner[:-1]:   # str | tuple[str, ...]: the first that fits
+            try:
+                return _load(kind, value, path)
+            except PlanError:
+                pass
+        return _load(inner[-1], value, path)
     if origin is tuple or tp is tuple:
         if not isinstance(value, list):
             raise PlanError(f"{path}: expected a list, got {_kind(value)}")
