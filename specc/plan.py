@@ -88,6 +88,10 @@ class PlanError(ValueError):
     """plan.json does not fit the schema; the message names the path and the problem."""
 
 
+#: Per record type, its float fields (an int given for one is stored as a float).
+_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 class Record:
     """Base of every plan type: one `to_json` / `from_json`, driven by the annotations."""
 
@@ -107,10 +111,14 @@ class Record:
         return []
 
     def __post_init__(self):
-        for f in fields(self):   # 120 and 120.0 are one value: always written as a float
-            value = getattr(self, f.name)
-            if type(value) is int and f.type in ("float", "float | None"):
-                object.__setattr__(self, f.name, float(value))
+        floats = _FLOAT_FIELDS.get(type(self))
+        if floats is None:
+            floats = _FLOAT_FIELDS[type(self)] = tuple(
+                f.name for f in fields(self) if f.type in ("float", "float | None"))
+        for name in floats:   # 120 and 120.0 are one value: always written as a float
+            value = getattr(self, name)
+            if type(value) is int:
+                object.__setattr__(self, name, float(value))
         problems = self._check()
         if problems:
             raise ValueError("; ".join(problems))

@@ -16,7 +16,7 @@ from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, referenced
-from specc.plan import Params, Plan
+from specc.plan import BenchParams, Params, Plan, Record
 
 
 def _q(value, secrets=()) -> str:
@@ -329,35 +329,20 @@ def _param_values(plan: Plan) -> dict[str, dict]:
     Points share their params record across servers, so each distinct one is read once; a
     parameter's values are told apart a column at a time (10^5 points on one server: each
     point's own record)."""
-    distinct = [p.to_json() for p in {id(b.params): b.params for b in plan.benchmarks}.values()]
-    keys: dict = {}
-    for params in distinct:
-        keys.update(params)
-    keys.pop("model", None)
+    distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
     seen: dict[str, dict] = {}
-    missing = object()
-    for k in keys:
-        try:
-            column = list(map(operator.itemgetter(k), distinct))
-        except KeyError:   # a key some points lack
-            column = [v for v in (p.get(k, missing) for p in distinct) if v is not missing]
-        try:   # (type, value): True and 1 kept apart; first-seen order kept by the dict
-            firsts = dict.fromkeys(zip(map(type, column), column))
-            seen[k] = {(t, hash(v), v): v for t, v in firsts}
-        except TypeError:   # unhashable values (lists): one at a time
-            values: dict = {}
-            for v in column:
-                values.setdefault(_distinct(v), v)
-            seen[k] = values
+    for k in (f.name for f in fields(BenchParams) if f.name != "model"):
+        column = list(map(operator.attrgetter(k), distinct))   # records: all hashable
+        firsts = dict.fromkeys(zip(map(type, column), column))   # True and 1 kept apart
+        # shown as plan.json writes them (a list, an object), in first-seen order
+        seen[k] = {(t, hash(v), v): _as_json(v) for t, v in firsts}
     return {k: seen[k] for k in sorted(seen)}
 
 
-def _distinct(value):
-    """A key telling values apart: the value itself where hashable (True and 1 kept apart)."""
-    try:
-        return type(value), hash(value), value
-    except TypeError:
-        return json.dumps(value, sort_keys=True, default=str)
+def _as_json(value):
+    if isinstance(value, tuple):
+        return list(value)
+    return value.to_json() if isinstance(value, Record) else value
 
 
 def _values_text(values: dict) -> str:
