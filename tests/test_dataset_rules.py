@@ -24,8 +24,8 @@ def test_default_is_the_shipped_prompt_set_and_compiles(compose):
     plan = compile_config(cfg).plan
     assert plan is not None
     b = plan.benchmarks[0].params
-    assert b["dataset"] == "specc" and b["num_prompts"] == 80
-    assert (b["temperature"], b["ignore_eos"], b["repeats"]) == (0.0, True, 1)
+    assert b.dataset == "specc" and b.num_prompts == 80
+    assert (b.temperature, b.ignore_eos, b.repeats) == (0.0, True, 1)
 
 
 def test_num_prompts_from_min_requests_tokens_and_concurrency(compose):
