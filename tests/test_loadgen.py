@@ -368,8 +368,17 @@ def test_run_load_each_api(sim, api):
     assert len(done) == 12 and all(r.index >= 0 for r in done)   # warm-up not reported
     assert res.max_in_flight <= 4 and m["max_concurrent_requests"] <= 4
     assert m["concurrency"] == 4
-    assert m["median_ttft_ms"] > 0 and m["median_itl_ms"] > 0 and m["mean_tpot_ms"] > 0
-    assert m["median_chunk_gap_ms"] > 0
+    # Time between tokens as the client saw it: a busy machine may read a stream's chunks
+    # in one burst (gaps of 0), so assert what holds at any load: every request's decode
+    # time, from its first to its last content chunk, is carried by its ITLs and gaps.
+    assert m["median_ttft_ms"] > 0 and m["mean_e2e_latency_ms"] >= m["mean_ttft_ms"]
+    for r in res.records:
+        assert min(r.itls + r.chunk_gaps, default=0.0) >= 0.0
+        assert sum(r.itls) == pytest.approx(sum(r.chunk_gaps), abs=1e-6)
+        assert sum(r.chunk_gaps) <= r.e2e_latency - r.ttft + 1e-6
+        assert len(r.itls) == r.output_tokens - r.chunk_tokens[0]
+    assert m["mean_itl_ms"] == pytest.approx(
+        1e3 * sum(x for r in res.records for x in r.itls) / sum(len(r.itls) for r in res.records))
     if api == "generate":   # no speculation: one token per chunk, the two views agree
         assert all(r.chunk_tokens == [1] * r.chunk_count for r in res.records)
         assert all(r.itls == pytest.approx(r.chunk_gaps) for r in res.records)
