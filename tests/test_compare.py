@@ -263,14 +263,14 @@ def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines
     implementation before compare was made fast (tests/golden/compare_intervals.json was
     written by it from these runs), whether the request lines take the fast path
     (as the executor writes them) or json."""
-    from specc.report import compare
+    from specc.report import columns, compare
 
     runs = _golden_runs(tmp_path)
     if lines == "executor":
         for r in runs:
             _as_the_executor_writes(r)
         text = next((runs[1] / "requests").iterdir()).read_text()
-        assert compare._read_fast(text) is not None
+        assert columns._read_fast(text) is not None
     got = compare.compare_runs(runs)["comparisons"][0]
     want = json.loads(GOLDEN.read_text())
     assert [p["point"] for p in got["points"]] == [p["point"] for p in want["points"]]
@@ -292,7 +292,7 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
     from types import SimpleNamespace as NS
 
     from specc import requestlog
-    from specc.report import compare
+    from specc.report import columns
 
     prompts = [NS(id=pid, category="code") for pid in ("p0", 'say "hi"', "a\\b", None, "p4")]
     for attempt, lat in ((1.5, 9.0), (2.25, 1.0)):
@@ -303,12 +303,12 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
         requestlog.append(tmp_path, "b1", requestlog.lines_for(recs, prompts, repeat=0,
                                                                attempt=attempt))
     text = requestlog.path_for(tmp_path, "b1").read_text()
-    fast = compare._read_fast(text)
-    assert fast is not None and fast == compare._read_json(text, tmp_path, "b1")
+    fast = columns._read_fast(text)
+    assert fast is not None and fast == columns._read_json(text, tmp_path, "b1")
     assert fast[(0, 1, 'say "hi"')] == (2, 1.333333, 0.02) and (0, 4, "p4") not in fast
-    assert compare.read_requests(tmp_path, "b1") == (fast, sum(v[1] for v in fast.values()))
+    assert columns.read_requests(tmp_path, "b1") == (fast, sum(v[1] for v in fast.values()))
     odd = text.replace('"verify_ct":null', '"verify_ct":null,"extra":1', 1)
-    assert compare._read_fast(odd) is None and compare._read_json(odd, tmp_path, "b1") == fast
+    assert columns._read_fast(odd) is None and columns._read_json(odd, tmp_path, "b1") == fast
 
 
 @pytest.mark.parametrize("resamples", [2, 3, 5, 41, 2000])

@@ -103,12 +103,13 @@ def _finite(v) -> float | None:
     return float(v)
 
 
-def _when(path: Path, rows) -> float | None:
-    times = [t for t in (_finite(r.extra.get("finished_at")) for r in rows) if t is not None]
+def _when(run) -> float | None:
+    """When a run finished: its last point, else when results.jsonl was last written."""
+    times = [p.finished_at for p in run.points.values() if p.finished_at is not None]
     if times:
         return max(times)
     try:
-        return (path / "results.jsonl").stat().st_mtime
+        return (run.path / "results.jsonl").stat().st_mtime
     except OSError:
         return None
 
@@ -116,16 +117,12 @@ def _when(path: Path, rows) -> float | None:
 def add_run(conn, run_dir: Path | str) -> int:
     """(Re)index one run dir: its earlier entry replaced in one transaction. Returns its
     points; IndexDbError when it is not a run dir compare could read."""
-    from specc.results import read_rows
-
     try:
         run = load_run(run_dir)
     except CompareError as e:
         raise IndexDbError(str(e)) from None
     path = str(run.path.resolve())
-    rows, _ = read_rows(run.path / "results.jsonl")
-    by_bench = {r.benchmark: r for r in rows.values()}
-    when = _when(run.path, rows.values())
+    when = _when(run)
     m = run.manifest
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -141,10 +138,8 @@ def add_run(conn, run_dir: Path | str) -> int:
             cid = config_id(key)
             conn.execute("INSERT INTO configs (id, key, label) VALUES (?, ?, ?) "
                          "ON CONFLICT(id) DO UPDATE SET label = excluded.label", (cid, key, p.label))
-            row = by_bench.get(p.benchmark)
-            t = _finite(row.extra.get("finished_at")) if row else None
             conn.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?)",
-                         (rid, cid, p.benchmark, p.label, p.status, t or when))
+                         (rid, cid, p.benchmark, p.label, p.status, p.finished_at or when))
             for metric, value in p.metrics.items():
                 v = _finite(value)
                 if v is None:
