@@ -282,7 +282,8 @@ def compare(c, runs, threshold=0.05, figures="", json=False):
                               **({"figures": gated} if gated is not None else {}))
     except ValueError as e:   # CompareError, or a threshold that is not a number
         raise Exit(f"error COMPARE: {e}", code=2)
-    print(_json.dumps(result, indent=2) if json else render(result))
+    # compact: json's C encoder (indent= takes its Python one, 4x slower on 10^4 points)
+    print(_json.dumps(result) if json else render(result))
     if any(c["regressed"] for c in result["comparisons"]):
         raise Exit(code=1)
 

@@ -328,3 +328,69 @@ def test_the_percentile_interval_is_numpys(resamples):
     assert rows.sum() >= 19
     assert np.allclose(lo[rows], want[0][rows], rtol=1e-6, atol=1e-6)
     assert np.allclose(hi[rows], want[1][rows], rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------- the columnar copy
+def test_the_columnar_copy_gives_the_same_answer_and_is_never_used_stale(tmp_path):
+    """compare writes compare.npz into each run on first use and reads it after: the same
+    result. A request file appended to, a results.jsonl rewritten, or a copy that is
+    garbage, compressed or of another run are each noticed: the answer is always the one
+    the files give (a fresh copy of the run dir without compare.npz)."""
+    import shutil
+
+    from specc.report import columns, compare
+
+    runs = _golden_runs(tmp_path)
+    for r in runs:
+        _as_the_executor_writes(r)
+    # a point with no ok request, last in the listing: an empty span at the end
+    (runs[0] / "requests" / "zz-all-failed.jsonl").write_text(json.dumps(
+        {"attempt": 1.0, "repeat": 0, "i": 0, "id": "p0", "ok": False, "output_tokens": 0,
+         "ttft": 0.0, "e2e_latency": 0.0}) + "\n")
+
+    def fresh():   # the answer from the files alone
+        copies = []
+        for r in runs:
+            c = tmp_path / "fresh" / r.name
+            shutil.rmtree(c, ignore_errors=True)
+            shutil.copytree(r, c, ignore=shutil.ignore_patterns(columns.FILE))
+            copies.append(c)
+        out = compare.compare_runs(copies)["comparisons"][0]
+        return [(p["point"], p["figures"]) for p in out["points"]], out["missing"]
+
+    def got():
+        out = compare.compare_runs(runs)["comparisons"][0]
+        return [(p["point"], p["figures"]) for p in out["points"]], out["missing"]
+
+    first = got()
+    assert all((r / columns.FILE).is_file() for r in runs)
+    stamp = (runs[1] / columns.FILE).stat().st_mtime_ns
+    assert got() == first == fresh()
+    assert (runs[1] / columns.FILE).stat().st_mtime_ns == stamp   # read, not rebuilt
+    # a request file appended to (a retried point: its new attempt, slower, counts)
+    f = runs[1] / "requests" / "EAGLE3-s1-y-c1.jsonl"
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    with open(f, "a") as out:
+        out.write("".join(json.dumps({**r, "attempt": 9.0, "e2e_latency": r["e2e_latency"] * 2},
+                                     separators=(",", ":")) + "\n" for r in lines))
+    changed = got()
+    assert changed == fresh() and changed != first
+    # results.jsonl rewritten (a row dropped: that point is now missing)
+    res = runs[1] / "results.jsonl"
+    res.write_text("".join(x + "\n" for x in res.read_text().splitlines()
+                           if "baseline-y-c2" not in x))
+    assert got() == fresh() and got()[1] == ["baseline @ c=2: b has no result"]
+    want = fresh()
+    # copies that are not this run's: garbage, deflated, another run's; all ignored
+    (runs[1] / columns.FILE).write_bytes(b"PK\x03\x04 not a zip")
+    assert got() == want
+    import zipfile
+
+    with zipfile.ZipFile(runs[0] / columns.FILE) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(runs[1] / columns.FILE, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    assert got() == want
+    shutil.copy(runs[0] / columns.FILE, runs[1] / columns.FILE)
+    assert got() == want

@@ -126,14 +126,18 @@ class Columns:
             setattr(self, name, cols[name])
         import numpy as np
 
-        self.latency_sums = np.add.reduceat(self.latency, self.offsets[:-1]) if len(
+        # (an empty point's start may be the end: clipped, and zeroed below)
+        self.latency_sums = np.add.reduceat(
+            self.latency, np.minimum(self.offsets[:-1], len(self.latency) - 1)) if len(
             self.latency) else np.zeros(len(self.benchmarks))
         empty = self.offsets[:-1] == self.offsets[1:]
         self.latency_sums[empty] = 0.0   # reduceat gives the next row's value there
+        self._offsets = self.offsets.tolist()   # Python numbers: looked up per point
+        self.latency_sum = dict(zip(self.benchmarks, self.latency_sums.tolist()))
 
     def span(self, benchmark: str) -> tuple[int, int]:
         j = self.row_of.get(benchmark)
-        return (0, 0) if j is None else (int(self.offsets[j]), int(self.offsets[j + 1]))
+        return (0, 0) if j is None else (self._offsets[j], self._offsets[j + 1])
 
     def records(self, benchmark: str) -> dict:
         """read_requests' dict of one point (the slow path, for points matched by key)."""

@@ -244,8 +244,7 @@ def _shared(ra: Run, rb: Run, keys: list[str], ca, cb) -> list[tuple]:
         if min(a1 - a0, b1 - b0) < 2 or da <= 0 or db <= 0:
             continue
         # each side's in-flight factor over all its requests: throughput = C * tokens / latency
-        scale = (cb.latency_sums[cb.row_of[pb.benchmark]] / db) / (
-            ca.latency_sums[ca.row_of[pa.benchmark]] / da)
+        scale = (cb.latency_sum[pb.benchmark] / db) / (ca.latency_sum[pa.benchmark] / da)
         (cand.setdefault(a1 - a0, []) if a1 - a0 == b1 - b0 else slow).append(
             (k, a0, b0, scale, pa.benchmark, pb.benchmark))
     code_in_a = {x: i for i, x in enumerate(ca.ids)}   # b's prompt ids as a's codes
