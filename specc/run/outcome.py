@@ -6,6 +6,7 @@ throughput and the speedup, and a full disk in its backfill was a traceback.)"""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from specc import exits
 from specc.plan import Plan
@@ -70,8 +71,8 @@ def remember(run_dir) -> str | None:
         from specc.report import index
 
         db = index.default_path()
-        if db is None:   # SPECC_INDEX=off
-            return None
+        if db is None or not (Path(run_dir) / "results.jsonl").is_file():
+            return None   # SPECC_INDEX=off, or no point finished: nothing to remember
         conn = index.connect(db)
         try:
             index.add_run(conn, run_dir)
