@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specc import stats
+from specc.manifest import ManifestError, parse_manifest, read_manifest
 from specc.report import columns
 from specc.results import read_rows
 
@@ -128,8 +129,8 @@ def load_run(path: Path | str, *, save: bool = True) -> Run:
     if save:
         try:
             columns.write(d, run.requests, run.as_json(), digest)
-        except OSError:
-            pass   # a read-only run dir: the files are read again next time
+        except (OSError, TypeError, ValueError):
+            pass   # a read-only run dir (or a value JSON cannot hold): read again next time
     return run
 
 
@@ -147,7 +148,7 @@ def _read_files(d: Path) -> Run:
         raise CompareError(f"{res_path}: corrupt (no line is a result row: "
                            f"{warnings[0] if warnings else 'empty'}); rerun the sweep")
     report = _json_file(d / "report.json")
-    manifest = _json_file(d / "manifest.json") or report.get("manifest") or {}
+    manifest = _manifest(d, report)
     # the intervals report.json holds (the speedup's, from requests/) beside the row's own
     report_rows = {r.get("benchmark"): r for r in report.get("rows") or [] if isinstance(r, dict)}
     points: dict[str, Point] = {}
@@ -172,7 +173,20 @@ def _read_files(d: Path) -> Run:
         points[key] = Point(key=key, label=label, benchmark=b["id"], status=row.status,
                             metrics=row.metrics, intervals=ivs, baseline=b.get("baseline"),
                             duration=_duration(row), finished_at=t if _number(t) else None)
-    return Run(d, manifest if isinstance(manifest, dict) else {}, points, planned, warnings)
+    return Run(d, manifest, points, planned, warnings)
+
+
+def _manifest(d: Path, report: dict) -> dict:
+    """The run's manifest through its one reader (manifest.json, else report.json's copy),
+    as JSON; {} when it has none. CompareError naming the file and field when it is bad."""
+    try:
+        found = read_manifest(d)
+        if found is None and "manifest" in report:
+            found = parse_manifest(report["manifest"], str(d / "report.json"), "manifest")
+    except ManifestError as e:
+        raise CompareError(f"{e}; rerun the report (specc report RUN_DIR), or delete it") \
+            from None
+    return {} if found is None else found.to_json()
 
 
 def _duration(row) -> float:
