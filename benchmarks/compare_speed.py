@@ -2,13 +2,24 @@
 
 Writes two synthetic run dirs (plan.json, results.jsonl with intervals, requests/ with
 16 requests a point, the same prompts in both: the paired path) into a temp dir, then
-times `compare_runs` in-process (median of 3) and the whole `specc compare` command
-once. Rerun: python benchmarks/compare_speed.py [POINTS]
+times, each in a fresh process (wall clock and CPU time, medians):
+
+- the first compare, which reads the files and writes each run's compare.npz (a run
+  writes its own when it finishes; this is the cost for a run made before);
+- compare with the copies (`compare_runs` in-process, numpy imported first);
+- the whole `specc compare A B` command, table and `--json`, start-up included;
+- with ``--reference DIR`` (a checkout of an earlier specc, e.g. `git worktree add
+  /tmp/before main`), that one's `compare_runs` on the same runs, interleaved with this
+  one's, so both see the same machine load.
+
+Rerun: python benchmarks/compare_speed.py [POINTS] [--reference DIR] [--rounds N]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -65,27 +76,74 @@ def write_run(d: Path, points: int, seed: int, slower: float = 1.0) -> None:
     (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+#: One timed compare_runs in a fresh process: prints [wall s, cpu s].
+SNIPPET = """
+import json, sys, time
+import numpy
+from specc.report.compare import compare_runs
+t, c = time.perf_counter(), time.process_time()
+compare_runs(sys.argv[1:])
+print(json.dumps([time.perf_counter() - t, time.process_time() - c]))
+"""
+
+
+def timed(a: Path, b: Path, code: str | None = None) -> tuple[float, float]:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    if code:   # an earlier specc's checkout first on the path
+        env["PYTHONPATH"] = str(Path(code).resolve())
+    out = subprocess.run([sys.executable, "-c", SNIPPET, str(a), str(b)], env=env, check=True,
+                         capture_output=True, text=True, cwd=a.parent).stdout   # not ./specc
+    return tuple(json.loads(out.splitlines()[-1]))
+
+
+def command(a: Path, b: Path, *extra: str) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "specc", "compare", str(a), str(b), *extra],
+                          capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(proc.stderr)
+    return time.perf_counter() - t0
+
+
+def _med(xs) -> str:
+    return f"{statistics.median(xs):.2f} s"
+
+
 def main() -> None:
-    points = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
-    from specc.report.compare import compare_runs
+    ap = argparse.ArgumentParser()
+    ap.add_argument("points", nargs="?", type=int, default=10_000)
+    ap.add_argument("--reference", help="a checkout of an earlier specc to time beside")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    from specc.report.columns import FILE
 
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "a", Path(tmp) / "b"
-        write_run(a, points, 1)
-        write_run(b, points, 2, slower=1.03)
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            out = compare_runs([a, b])
-            times.append(time.perf_counter() - t0)
-        n = len(out["comparisons"][0]["points"])
-        print(f"compare_runs, {points} points a run ({n} matched, {REQUESTS} requests each, "
-              f"paired): median {statistics.median(times):.2f} s of {len(times)}")
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "specc", "compare", str(a), str(b),
-                               "--json"], capture_output=True, text=True)
-        print(f"`specc compare A B --json` (the whole command, start-up included): "
-              f"{time.perf_counter() - t0:.2f} s, exit {proc.returncode}")
+        write_run(a, args.points, 1)
+        write_run(b, args.points, 2, slower=1.03)
+        print(f"{args.points} points a run, {REQUESTS} requests each, the same prompts "
+              f"(paired); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        cold = timed(a, b)
+        assert (a / FILE).is_file() and (b / FILE).is_file()
+        print(f"first compare (reads the files, writes {FILE}): {cold[0]:.2f} s "
+              f"(cpu {cold[1]:.2f} s)")
+        after, before = [], []
+        for _ in range(args.rounds):
+            if args.reference:
+                before.append(timed(a, b, args.reference))
+            after.append(timed(a, b))
+        if before:
+            print(f"compare_runs, {args.reference}: median {_med(x[0] for x in before)} "
+                  f"(cpu {_med(x[1] for x in before)}) of {len(before)}")
+        print(f"compare_runs, this checkout, from {FILE}: median {_med(x[0] for x in after)} "
+              f"(cpu {_med(x[1] for x in after)}) of {len(after)}")
+        if before:
+            print(f"ratio (wall, medians): "
+                  f"{statistics.median(x[0] for x in before) / statistics.median(x[0] for x in after):.1f}x")
+        for extra in ((), ("--json",)):
+            ts = [command(a, b, *extra) for _ in range(args.rounds)]
+            print(f"`specc compare A B{' ' if extra else ''}{' '.join(extra)}` (the whole "
+                  f"command, start-up included): median {_med(ts)} of {len(ts)}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`specc` / `python -m specc`: compile, review and optionally execute, or run a task.
 
 `specc [+experiment=NAME] [overrides]` composes with Hydra; `specc <task> [options]`
-(plan, run, status, logs, down, report, bench) runs the packaged invoke task. A
+(plan, run, status, logs, down, report, compare, index, history, bench) runs the packaged invoke task. A
 Hydra override always holds `=` or starts with `+`, `-` or `~`, so a bare first
 word can only be a task.
 """
@@ -100,7 +100,8 @@ def usage_line(argv, exc) -> str:
 
 #: Tasks that take any number of run dirs as bare words (invoke has no variadic
 #: positionals): each word becomes `--runs WORD`; the options listed take a value.
-VARIADIC_RUNS = {"compare": {"--threshold", "-t", "--figures", "-f"}}
+VARIADIC_RUNS = {"compare": {"--threshold", "-t", "--figures", "-f"},
+                 "index": {"--db", "-d"}}
 
 
 def _variadic(argv: list[str]) -> list[str]:

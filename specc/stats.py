@@ -193,16 +193,19 @@ def paired_ratio_resamples(num_a, den_a, num_b, den_b, *, resamples: int = RESAM
     Returns (values, resampled) with ``values[p] = (sum num_a/sum den_a)/(sum num_b/sum den_b)``
     and ``resampled[p, r]`` the same ratio on bootstrap resample r -- every row drawn with
     the same pair indices, so ratios of rows are themselves paired resamples. One matrix
-    product per column: 10^4 points of 16 pairs in a fraction of a second."""
+    product for the four columns: 10^4 points of 16 pairs in a fraction of a second.
+    (Not in slices of resamples as _resampled_sums: a product this narrow costs less
+    whole, even with OpenBLAS's threads on a busy machine -- median 29 ms against 237 ms
+    in slices of 64 for 1024 points, on 2 cores at load 14 -- and gives the same bits.)"""
     np = _np()
     cols = [np.asarray(x, dtype=np.float32) for x in (num_a, den_a, num_b, den_b)]
     w = _weights(cols[0].shape[1], resamples, seed)
+    p = cols[0].shape[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         sums = [c.sum(axis=1, dtype=float) for c in cols]
         values = (sums[0] / sums[1]) / (sums[2] / sums[3])
-        # in slices of 64 resamples, as _resampled_sums: below OpenBLAS's threading threshold
-        na, da, nb, db = (np.concatenate([c @ w[i:i + 64].T for i in range(0, len(w), 64)],
-                                         axis=1) for c in cols)
+        s = np.concatenate(cols) @ w.T
+        na, da, nb, db = (s[j * p:(j + 1) * p] for j in range(4))
         return values, (na / da) / (nb / db)
 
 

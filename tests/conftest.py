@@ -6,6 +6,7 @@ import copy
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,10 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# Every run a test makes adds itself to the results index: into a throw-away one, never
+# the user's (~/.local/share/specc/index.sqlite). Subprocesses inherit it.
+os.environ["SPECC_INDEX"] = os.path.join(tempfile.mkdtemp(prefix="specc-index-"), "index.sqlite")
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"

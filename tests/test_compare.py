@@ -275,14 +275,14 @@ def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines
     implementation before compare was made fast (tests/golden/compare_intervals.json was
     written by it from these runs), whether the request lines take the fast path
     (as the executor writes them) or json."""
-    from specc.report import compare
+    from specc.report import columns, compare
 
     runs = _golden_runs(tmp_path)
     if lines == "executor":
         for r in runs:
             _as_the_executor_writes(r)
         text = next((runs[1] / "requests").iterdir()).read_text()
-        assert compare._read_fast(text) is not None
+        assert columns._read_fast(text) is not None
     got = compare.compare_runs(runs)["comparisons"][0]
     want = json.loads(GOLDEN.read_text())
     assert [p["point"] for p in got["points"]] == [p["point"] for p in want["points"]]
@@ -304,7 +304,7 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
     from types import SimpleNamespace as NS
 
     from specc import requestlog
-    from specc.report import compare
+    from specc.report import columns
 
     prompts = [NS(id=pid, category="code") for pid in ("p0", 'say "hi"', "a\\b", None, "p4")]
     for attempt, lat in ((1.5, 9.0), (2.25, 1.0)):
@@ -315,12 +315,12 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
         requestlog.append(tmp_path, "b1", requestlog.lines_for(recs, prompts, repeat=0,
                                                                attempt=attempt))
     text = requestlog.path_for(tmp_path, "b1").read_text()
-    fast = compare._read_fast(text)
-    assert fast is not None and fast == compare._read_json(text, tmp_path, "b1")
+    fast = columns._read_fast(text)
+    assert fast is not None and fast == columns._read_json(text, tmp_path, "b1")
     assert fast[(0, 1, 'say "hi"')] == (2, 1.333333, 0.02) and (0, 4, "p4") not in fast
-    assert compare.read_requests(tmp_path, "b1") == (fast, sum(v[1] for v in fast.values()))
+    assert columns.read_requests(tmp_path, "b1") == (fast, sum(v[1] for v in fast.values()))
     odd = text.replace('"verify_ct":null', '"verify_ct":null,"extra":1', 1)
-    assert compare._read_fast(odd) is None and compare._read_json(odd, tmp_path, "b1") == fast
+    assert columns._read_fast(odd) is None and columns._read_json(odd, tmp_path, "b1") == fast
 
 
 @pytest.mark.parametrize("resamples", [2, 3, 5, 41, 2000])
@@ -340,3 +340,69 @@ def test_the_percentile_interval_is_numpys(resamples):
     assert rows.sum() >= 19
     assert np.allclose(lo[rows], want[0][rows], rtol=1e-6, atol=1e-6)
     assert np.allclose(hi[rows], want[1][rows], rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------- the columnar copy
+def test_the_columnar_copy_gives_the_same_answer_and_is_never_used_stale(tmp_path):
+    """compare writes compare.npz into each run on first use and reads it after: the same
+    result. A request file appended to, a results.jsonl rewritten, or a copy that is
+    garbage, compressed or of another run are each noticed: the answer is always the one
+    the files give (a fresh copy of the run dir without compare.npz)."""
+    import shutil
+
+    from specc.report import columns, compare
+
+    runs = _golden_runs(tmp_path)
+    for r in runs:
+        _as_the_executor_writes(r)
+    # a point with no ok request, last in the listing: an empty span at the end
+    (runs[0] / "requests" / "zz-all-failed.jsonl").write_text(json.dumps(
+        {"attempt": 1.0, "repeat": 0, "i": 0, "id": "p0", "ok": False, "output_tokens": 0,
+         "ttft": 0.0, "e2e_latency": 0.0}) + "\n")
+
+    def fresh():   # the answer from the files alone
+        copies = []
+        for r in runs:
+            c = tmp_path / "fresh" / r.name
+            shutil.rmtree(c, ignore_errors=True)
+            shutil.copytree(r, c, ignore=shutil.ignore_patterns(columns.FILE))
+            copies.append(c)
+        out = compare.compare_runs(copies)["comparisons"][0]
+        return [(p["point"], p["figures"]) for p in out["points"]], out["missing"]
+
+    def got():
+        out = compare.compare_runs(runs)["comparisons"][0]
+        return [(p["point"], p["figures"]) for p in out["points"]], out["missing"]
+
+    first = got()
+    assert all((r / columns.FILE).is_file() for r in runs)
+    stamp = (runs[1] / columns.FILE).stat().st_mtime_ns
+    assert got() == first == fresh()
+    assert (runs[1] / columns.FILE).stat().st_mtime_ns == stamp   # read, not rebuilt
+    # a request file appended to (a retried point: its new attempt, slower, counts)
+    f = runs[1] / "requests" / "EAGLE3-s1-y-c1.jsonl"
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    with open(f, "a") as out:
+        out.write("".join(json.dumps({**r, "attempt": 9.0, "e2e_latency": r["e2e_latency"] * 2},
+                                     separators=(",", ":")) + "\n" for r in lines))
+    changed = got()
+    assert changed == fresh() and changed != first
+    # results.jsonl rewritten (a row dropped: that point is now missing)
+    res = runs[1] / "results.jsonl"
+    res.write_text("".join(x + "\n" for x in res.read_text().splitlines()
+                           if "baseline-y-c2" not in x))
+    assert got() == fresh() and got()[1] == ["baseline @ c=2: b has no result"]
+    want = fresh()
+    # copies that are not this run's: garbage, deflated, another run's; all ignored
+    (runs[1] / columns.FILE).write_bytes(b"PK\x03\x04 not a zip")
+    assert got() == want
+    import zipfile
+
+    with zipfile.ZipFile(runs[0] / columns.FILE) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(runs[1] / columns.FILE, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, data in members.items():
+            z.writestr(n, data)
+    assert got() == want
+    shutil.copy(runs[0] / columns.FILE, runs[1] / columns.FILE)
+    assert got() == want

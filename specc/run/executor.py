@@ -18,7 +18,7 @@ from pathlib import Path
 from specc import exits
 from specc.files import RecordWriteError, UnreadableFile
 from specc.run import interrupts, lifecycle, ownership, rundir
-from specc.run.outcome import backfill_speedups, exit_code, point_summary
+from specc.run.outcome import backfill_speedups, exit_code, point_summary, remember
 from specc.run.point import failed_row, run_point, with_speedup
 from specc.plan import Plan, Server
 from specc.run.progress import SweepProgress
@@ -475,7 +475,8 @@ async def _reported_release(server: Server, probe: dict | None) -> str | None:
 
 
 def _finish_report(run_dir: Path) -> None:
-    """The run manifest (manifest.json), then report.md/.csv/.json/.html and the tables."""
+    """The run manifest (manifest.json), then report.md/.csv/.json/.html and the tables,
+    then the run into the results index (`specc history`)."""
     from specc.report import render_terminal, write_report
     from specc.run.provenance import write_manifest
 
@@ -485,6 +486,9 @@ def _finish_report(run_dir: Path) -> None:
     except Exception as e:  # the results are on disk; the report can be rebuilt with `inv report`
         print(f"warning: report failed ({type(e).__name__}: {e}); results are in "
               f"{run_dir / 'results.jsonl'}", file=sys.stderr)
-        return
-    print(render_terminal(report))
-    print(f"report: {run_dir / 'report.md'}")
+    else:
+        print(render_terminal(report))
+        print(f"report: {run_dir / 'report.md'}")
+    db = remember(run_dir)
+    if db:
+        print(f"indexed: {db} (specc history)")

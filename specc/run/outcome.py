@@ -5,6 +5,9 @@ throughput and the speedup, and a full disk in its backfill was a traceback.)"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from specc import exits
 from specc.plan import Plan
 from specc.results import ResultLog, ResultRow, with_speedup
@@ -60,3 +63,25 @@ def exit_code(plan: Plan, results: ResultLog, *, write_error: str | None = None,
         if row is None or not results.finished(b.id) or not ResultRow.from_json(row).ok:
             return exits.FAILED
     return exits.FAILED if write_error else exits.OK
+
+
+def remember(run_dir) -> str | None:
+    """Add a finished run to the results index (`specc history`); the index is a cache of
+    the run dirs, so a failure here is one warning line, never a failed run. Returns the
+    index's path when the run went in."""
+    try:
+        from specc.report import index
+
+        db = index.default_path()
+        if db is None or not (Path(run_dir) / "results.jsonl").is_file():
+            return None   # SPECC_INDEX=off, or no point finished: nothing to remember
+        conn = index.connect(db)
+        try:
+            index.add_run(conn, run_dir)
+        finally:
+            conn.close()
+        return str(db)
+    except Exception as e:   # noqa: BLE001 -- whatever it was, the run itself is done
+        print(f"warning: run not added to the results index ({type(e).__name__}: "
+              f"{str(e)[:200]}); `specc index {run_dir}` adds it later", file=sys.stderr)
+        return None
