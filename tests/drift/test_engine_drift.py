@@ -67,6 +67,17 @@ FLAG_VARIANTS = {
 FLAG_VARIANTS["sim"] = FLAG_VARIANTS["sglang"][:2]
 
 
+#: Each shipped model's path -> a local directory holding its config.json (tests/drift/models:
+#: the published config.json of each model; Kimi-K2.5's text model as DeepseekV3ForCausalLM,
+#: the architecture specc's conf states for it). The engines resolve their arguments
+#: against these, offline.
+MODELS = Path(__file__).resolve().parent / "models"
+LOCAL_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": MODELS / "llama3.1-8b-instruct",
+                "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": MODELS / "eagle3-llama3.1-instruct-8b",
+                "moonshotai/Kimi-K2.5": MODELS / "kimi-k2.5",
+                "AQ-MedAI/Kimi-K25-eagle3": MODELS / "kimi-k25-eagle3"}
+
+
 def _compose(overrides):
     sys.path.insert(0, str(REPO / "tests"))
     try:
@@ -76,8 +87,9 @@ def _compose(overrides):
     return compose_config(overrides)
 
 
-def compiled_servers(engine: str) -> list[dict]:
-    """{id, argv} of every server every shipped experiment (and flag variant) compiles to."""
+def compiled_servers(engine: str, *, with_specs: bool = False) -> list[dict]:
+    """{id, argv} of every server every shipped experiment (and flag variant) compiles to;
+    `with_specs`: also its env, ServerSpec and adapter (what specc predicts it from)."""
     out, seen = [], set()
     runs = [([f"+experiment={e}"], False) for e in EXPERIMENTS]
     runs += [(["+experiment=eagle3_sweep", "model_pair=llama3_8b_eagle3", *v], True)
@@ -88,12 +100,36 @@ def compiled_servers(engine: str) -> list[dict]:
         if not result.ok:   # e.g. the incident's mismatch: refused, so nothing is launched
             assert not must_compile, [d.line() for d in result.diagnostics if d.severity == "error"]
             continue
+        specs = _server_specs(result) if with_specs else {}
         for s in result.plan.servers:
             key = tuple(s.argv)
             if key not in seen:
                 seen.add(key)
                 out.append({"id": f"{' '.join(overrides)} :: {s.id}", "argv": list(s.argv)})
+                if with_specs:
+                    out[-1].update(env={k: v for k, v in s.env.items()
+                                        if k != "CUDA_VISIBLE_DEVICES"},
+                                   spec=specs[key], adapter=get_engine(
+                                       engine, result.config["engine"].get("version")))
     return out
+
+
+def _server_specs(result) -> dict:
+    """argv -> the ServerSpec the adapter wrote it from (the compile's own matrix)."""
+    from specc.compile.matrix import expand
+    from specc.config import schema
+
+    cfg = result.config
+    adapter = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
+    matrix, _ = expand(schema.with_defaults(schema.resolve_paths(cfg)), adapter)
+    by_argv = {}
+    for entry in matrix.servers:
+        for s in result.plan.servers:
+            if tuple(s.argv) == tuple(adapter.argv(entry.spec, host=s.argv[s.argv.index("--host") + 1]
+                                                   if "--host" in s.argv else "127.0.0.1",
+                                                   port=s.port, rendezvous_port=s.rendezvous_port)):
+                by_argv[tuple(s.argv)] = entry.spec
+    return by_argv
 
 
 _VENVS: dict[tuple[str, str], Path] = {}
@@ -245,3 +281,99 @@ def test_an_unreachable_registry_is_told_apart_from_a_missing_release(monkeypatc
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     ok, why = index_reachable(Path(sys.executable))
     assert not ok and "127.0.0.1:9" in why
+
+
+# --- the engines' own validation: what each release resolves every emitted command to ------
+
+HERE = Path(__file__).resolve().parent
+#: Fields whose emitted value the engine may replace only where specc said so.
+_KEPT_AS_EMITTED = ("tp_size", "pp_size", "dp_size", "ep_size", "context_length",
+                    "mem_fraction_static", "max_running_requests", "dtype", "kv_cache_dtype",
+                    "quantization", "attention_backend", "speculative_algorithm",
+                    "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_num_draft_tokens", "cuda_graph_decode_max_bs")
+
+
+def _local(argv: list[str]) -> list[str]:
+    return [str(LOCAL_MODELS.get(a, a)) for a in argv]
+
+
+def _gpu(spec) -> dict:
+    """What the stubbed hardware probes answer: the plan's GPU as specc's config states it
+    (memory in MiB as specc reads gpu_memory_gb: x 1024)."""
+    hw = spec.hardware
+    return {"memory_mib": hw["gpu_memory_gb"] * 1024, "count": hw["gpus_per_node"],
+            "capability": [9, 0], "name": f"NVIDIA {hw.get('gpu', 'H200')}"}
+
+
+def sglang_predicted(spec, adapter) -> dict:
+    """What specc says SGLang runs a server with, where its command leaves it to SGLang: the
+    memory fraction, the running-request cap, the speculative parameters."""
+    from specc.engines.sglang import default_spec_params
+
+    out = {"mem_fraction_static": adapter.memory_fraction(spec)[0],
+           "max_running_requests": adapter.max_running_requests(spec)[0]}
+    if spec.speculative:
+        steps, topk, ndt = spec.spec_triple
+        if spec.algorithm == "NGRAM":
+            out["speculative_num_draft_tokens"] = ndt
+        else:
+            if steps is None:
+                steps, topk, ndt = default_spec_params(spec.target.architecture)
+            out.update(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                       speculative_num_draft_tokens=ndt,
+                       speculative_algorithm={"NEXTN": "EAGLE"}.get(spec.algorithm,
+                                                                    spec.algorithm))
+    return out
+
+
+def resolve_with_real_engine(package: str, script: str, servers: list[dict]) -> dict:
+    py = engine_python(package)
+    request = {"gpu": _gpu(servers[0]["spec"]),
+               "servers": [{"id": s["id"], "argv": _local(s["argv"]), "env": s["env"]}
+                           for s in servers]}
+    proc = subprocess.run([str(py), str(HERE / script)], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=900)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        pytest.fail(f"{script} under {package} crashed (exit {proc.returncode}):\n"
+                    f"{proc.stderr[-3000:]}")
+
+
+def test_sglang_resolves_every_emitted_command_as_specc_predicts():
+    """Every SGLang command specc emits, through 0.5.23's own ServerArgs resolution
+    (resolve_once: every hook, then check_server_args) on an H200 as the plan states it
+    (only the hardware probes stubbed: tests/drift/sglang_resolve.py names each). It must
+    resolve without error, keep every value specc emitted, and land on what specc predicts
+    where the command leaves the choice to SGLang (memory fraction, running-request cap,
+    speculative defaults): a setting SGLang would silently rewrite or refuse fails here."""
+    servers = compiled_servers("sglang", with_specs=True)
+    by_gpu: dict[str, list[dict]] = {}
+    for s in servers:
+        by_gpu.setdefault(json.dumps(_gpu(s["spec"]), sort_keys=True), []).append(s)
+    problems, resolved_n = [], 0
+    for group in by_gpu.values():
+        report = resolve_with_real_engine("sglang", "sglang_resolve.py", group)
+        assert report["version"] == get_engine("sglang").pinned_version
+        for s, r in zip(group, report["servers"]):
+            assert r["id"] == s["id"]
+            if r["error"]:
+                problems.append(f"{s['id']}: refused: {r['error']}")
+                continue
+            resolved_n += 1
+            got, parsed = r["resolved"], r["parsed"]
+            for field in _KEPT_AS_EMITTED:
+                if parsed.get(field) is not None and got.get(field) != parsed[field]:
+                    problems.append(f"{s['id']}: emitted {field}={parsed[field]!r}, "
+                                    f"SGLang resolved {got.get(field)!r}")
+            for field, want in sglang_predicted(s["spec"], s["adapter"]).items():
+                have = got.get(field)
+                same = (abs(have - want) < 1e-9 if isinstance(want, float) and have is not None
+                        else have == want)
+                if not same:
+                    problems.append(f"{s['id']}: specc predicts {field}={want!r}, "
+                                    f"SGLang resolved {have!r}")
+    assert resolved_n >= 10, "too few commands resolved to be a check"
+    assert not problems, (f"{len(problems)} difference(s) between what specc emitted or "
+                          "predicted and what sglang 0.5.23 resolved:\n  " + "\n  ".join(problems))
