@@ -50,7 +50,7 @@ RECIPES = {
                       "openai-harmony", "openai", "msgspec", "cloudpickle", "pillow", "pybase64",
                       "cachetools", "uvloop", "py-cpuinfo", "prometheus_client", "xgrammar",
                       "fastapi", "partial_json_parser", "llguidance", "uvicorn", "watchfiles",
-                      "orjson", "einops"]},
+                      "orjson", "einops", "compressed-tensors"]},
 }
 
 #: pip output that means the registry could not be reached (not: the version is missing).
