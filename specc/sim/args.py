@@ -218,7 +218,8 @@ class Sim:
         #: the target's graph phase: "target verify" with speculation, else "target decode"
         self.target_graph = "target verify" if self.speculative else "target decode"
         # KV pool: one source with the compiler (memory fraction, bytes per token, reserve).
-        self.mla = bool(self.target.get("kv_lora_rank"))
+        self.mla = bool(self.target.get("kv_lora_rank")
+                        or (self.target.get("text_config") or {}).get("kv_lora_rank"))
         self.mem_fraction = args.mem_fraction_static or sg.auto_mem_fraction_static(
             gpu_memory_gb=GPU_MEM_GB, tp=self.tp, pp=max(1, args.pp_size),
             max_running_requests=given_running, cuda_graph_max_bs=args.cuda_graph_max_bs_decode,
