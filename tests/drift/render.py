@@ -18,7 +18,9 @@ import re
 import string
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "exception", "critical", "log",
-               "info_once", "warning_once", "debug_once", "print"}
+               "info_once", "warning_once", "debug_once", "print", "log_info_on_rank0"}
+#: Helpers whose message is their second argument (after the level, or the logger).
+SECOND_ARG = {"log", "log_info_on_rank0"}
 _PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.(\d+))?([diouxXeEfFgGcrsa%])")
 MAX_LINES = 64   # renderings per call: placeholders with several values multiply
 
@@ -114,7 +116,7 @@ class Renderer:
                 if name not in LOG_METHODS:
                     continue
                 seen.add(id(call))
-                first = call.args[1] if name == "log" and len(call.args) > 1 else call.args[0]
-                for text in self.texts(first, scope):
-                    lines.append(_percent(text) if len(call.args) > 1 else text)
+                at = 1 if name in SECOND_ARG and len(call.args) > 1 else 0
+                for text in self.texts(call.args[at], scope):
+                    lines.append(_percent(text) if len(call.args) > at + 1 else text)
         return lines
