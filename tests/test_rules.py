@@ -50,8 +50,23 @@ def test_every_rule_is_covered_here():
                "readiness_budgets", "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size",
-               "dataset_fits_context"}   # tests/test_dataset_check.py
+               "dataset_fits_context", "ngram_knobs"}   # tests/test_dataset_check.py
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES + rules.CLIENT_RULES} == covered
+
+
+def test_ngram_topk_and_steps_are_sglangs_own(compose):
+    """0.5.23 replaces NGRAM's topk and num_steps (tests/drift resolves it): not passed, said."""
+    from specc.compile.pipeline import compile_config
+
+    ov = LLAMA + ["speculation=ngram", "speculation.topk=4", "model_pair.context_length=2048"]
+    diags = server_diags(compose, ov)
+    assert [d.code for d in diags if d.code == "SPEC_NGRAM_KNOBS"] == ["SPEC_NGRAM_KNOBS"]
+    plan = compile_config(compose(ov)).plan
+    argv = [a for s in plan.servers for a in s.argv]
+    assert "--speculative-eagle-topk" not in argv and "--speculative-num-steps" not in argv
+    assert "--speculative-num-draft-tokens" in argv
+    assert not [d for d in server_diags(compose, LLAMA + ["speculation=ngram"])
+                if d.code == "SPEC_NGRAM_KNOBS"]
 
 
 def test_default_configs_pass_every_server_rule(compose):

@@ -149,6 +149,18 @@ def spec_algorithm_knobs(spec: ServerSpec, engine: Engine) -> Iterator[Diagnosti
                     "set speculation.algorithm, or null the knobs (speculation=none)")
 
 
+def ngram_knobs(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """SGLang's n-gram speculation picks its own topk and num_steps: given ones are dropped."""
+    steps, topk, _ = spec.spec_triple
+    if spec.algorithm == "NGRAM" and engine.resolves_ngram_knobs and (steps or topk):
+        yield warning("SPEC_NGRAM_KNOBS", "speculation.topk" if topk else "speculation.num_steps",
+                      f"{engine.name} {engine.version} resolves NGRAM's topk (from "
+                      "--speculative-ngram-max-bfs-breadth, 10 by default) and num_steps "
+                      f"(num_draft_tokens // topk) itself: num_steps={steps}, topk={topk} are "
+                      "not passed, and servers differing only in them are the same server",
+                      "set speculation.num_steps=null and speculation.topk=null for NGRAM")
+
+
 def topk1_draft_tokens(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """topk = 1 with num_draft_tokens != num_steps + 1 is silently rewritten by SGLang."""
     steps, topk, ndt = spec.spec_triple
@@ -550,7 +562,7 @@ def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
 
 
 SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
-                spec_tokens_required, spec_algorithm_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
+                spec_tokens_required, spec_algorithm_knobs, ngram_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_budgets, readiness_deadline, memory_weights)
 def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:

@@ -162,6 +162,8 @@ class Engine(ABC):
     context_override_env: str | None = None
     #: topk == 1 silently resets num_draft_tokens to num_steps + 1.
     rewrites_topk1_draft_tokens = False
+    #: NGRAM's topk and num_steps are the engine's own (given ones are not passed).
+    resolves_ngram_knobs = False
     #: max running requests when speculation is on and none is given (None: no cap).
     spec_default_max_running: int | None = None
     #: Budget for the launch pseudo-phase: process start to the first phase marker.

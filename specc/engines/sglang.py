@@ -389,17 +389,32 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
 
 
+#: Prefill CUDA-graph capture sizes in tokens (srt/arg_groups/cuda_graph_hook.py
+#: generate_prefill_cuda_graph_batch_sizes), up to the chunked prefill size.
+def prefill_graph_sizes(max_tokens: int) -> list[int]:
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256))
+             + list(range(4608, max_tokens + 1, 512)))
+    return [s for s in sizes if s <= max_tokens]
+
+
 def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
-                             max_running_requests: int | None = None) -> float:
+                             max_running_requests: int | None = None,
+                             cuda_graph_max_bs: int | None = None, mla: bool = False) -> float:
     """``mem_fraction_static`` as 0.5.23 picks it when not given
-    (srt/arg_groups/memory_hook.py ``_handle_gpu_memory_settings``), for the
-    common case: no post-capture KV sizing (off by default), no disaggregation,
-    no DP attention, no VLM adjustment, prefill CUDA graph not counted.
+    (srt/arg_groups/memory_hook.py ``handle_gpu_memory_settings``), for the common case:
+    no post-capture KV sizing (off by default), no disaggregation, no DP attention, no
+    DeepEP, no VLM adjustment, CUDA graphs on.
 
     reserved MiB = 512 + 1.5 x chunked_prefill_size + tp x pp / 8 x 1024
-    + 2 x decode cuda-graph max bs, at least 10 GiB above 60 GiB of memory;
-    fraction = (memory - reserved) / memory.  On an H200 (141 GB) at TP 8 with
-    speculation (max bs 48) this is ~0.90: neither 0.85 nor 0.88.
+    + 2 x decode graph max bs + the prefill graph's reserve, at least 10 GiB above 60 GiB.
+    The decode max bs is the memory tier's, or ``cuda_graph_max_bs`` when given, capped by
+    a GIVEN ``max_running_requests`` only: the memory hook runs before the speculative hook
+    (srt/arg_groups/pipeline.py), so speculation's default cap of 48 is not yet set. The
+    prefill (breakable) graph, on by default on CUDA and off with pp > 1
+    (cuda_graph_hook.py), reserves 8 MiB per capture size, 1.5 GiB with MLA attention.
+    There is no EAGLE reserve (0.5.23 has none). tests/drift compares this with 0.5.23's
+    own resolution on every command specc emits.
     """
     mem = gpu_memory_gb * 1024.0
     tiers = ((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160), (90, 8192, 256, 512),
@@ -409,9 +424,13 @@ def auto_mem_fraction_static(*, gpu_memory_gb: float, tp: int, pp: int = 1,
         if mem < limit_gb * 1024:
             chunked, bs = chunk, (bs_small if tp < 4 else bs_large)
             break
-    if max_running_requests is not None:
+    if cuda_graph_max_bs is not None:
+        bs = cuda_graph_max_bs
+    elif max_running_requests is not None:
         bs = min(bs, max_running_requests)
     reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + bs * 2
+    if pp == 1:   # the prefill graph
+        reserved += 1.5 * 1024 if mla else len(prefill_graph_sizes(chunked)) * 8
     if mem > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     return round((mem - reserved) / mem, 3)
@@ -440,6 +459,7 @@ class SGLang(Engine):
     draft_context_policy = "error"
     context_override_env = ALLOW_LONGER_CONTEXT_ENV
     rewrites_topk1_draft_tokens = True
+    resolves_ngram_knobs = True
     multinode = True
     join_phase = JOIN_PHASE
     spec_default_max_running = SPEC_DEFAULT_MAX_RUNNING_REQUESTS
@@ -450,8 +470,6 @@ class SGLang(Engine):
     request_id_field = "rid"          # GenerateReqInput.rid, and the OpenAI requests' rid
     flush_cache_path = FLUSH_CACHE_PATH
     server_flags = SERVER_FLAGS
-    #: Without --mem-fraction-static SGLang reserves this much more for EAGLE drafts.
-    eagle_reserve_gb = 2.0
 
     def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng, sp = spec.model_pair, spec.hardware, spec.engine, spec.speculation
@@ -475,12 +493,15 @@ class SGLang(Engine):
             args += flag_args([("--nnodes", spec.nodes), ("--node-rank", NODE_RANK),
                                ("--dist-init-addr", f"{HEAD}:{rendezvous_port}")])
         if spec.speculative:
+            ngram = spec.algorithm == "NGRAM"
             args += flag_args([
                 ("--speculative-algorithm", sp["algorithm"]),
                 ("--speculative-draft-model-path",
                  mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None),
-                ("--speculative-num-steps", sp.get("num_steps")),
-                ("--speculative-eagle-topk", sp.get("topk")),
+                # NGRAM: 0.5.23 replaces both (topk by --speculative-ngram-max-bfs-breadth,
+                # num_steps by num_draft_tokens // topk): SPEC_NGRAM_KNOBS says so
+                ("--speculative-num-steps", None if ngram else sp.get("num_steps")),
+                ("--speculative-eagle-topk", None if ngram else sp.get("topk")),
                 ("--speculative-num-draft-tokens", sp.get("num_draft_tokens")),
             ])
         return args + [str(a) for a in eng.get("extra_args") or []]
@@ -517,20 +538,16 @@ class SGLang(Engine):
         return context_mismatch_message(target_len, draft_len).split(". ")[0].removeprefix(
             "Warning: ")
 
-    def reserved_gb_per_gpu(self, spec):
-        if spec.uses_draft_model and spec.server.get("mem_fraction") is None:
-            return self.eagle_reserve_gb
-        return 0.0
-
     def memory_fraction(self, spec):
         value = spec.server.get("mem_fraction")
         if value is not None:
             return float(value), "server.mem_fraction"
-        running, _ = self.max_running_requests(spec)
         hw = spec.hardware
         return auto_mem_fraction_static(
             gpu_memory_gb=hw["gpu_memory_gb"], tp=hw["tp"], pp=hw.get("pp", 1),
-            max_running_requests=running), "SGLang auto (0.5.23 formula)"
+            max_running_requests=spec.server.get("max_running_requests"),
+            cuda_graph_max_bs=spec.server.get("cuda_graph_max_bs"),
+            mla=bool(spec.target.get("kv_lora_rank"))), "SGLang auto (0.5.23 formula)"
 
     def max_running_requests(self, spec):
         value = spec.server.get("max_running_requests")

@@ -187,6 +187,7 @@ class Sim:
         self.context_length = args.context_length or sg.derived_context_length(self.target)
         self.warnings: list[str] = []
         self.spec: perf.SpecConfig | None = None
+        given_running = args.max_running_requests   # before speculation's default of 48
         if algo == "NGRAM":
             self._resolve_ngram()
         elif self.speculative:
@@ -217,16 +218,16 @@ class Sim:
         #: the target's graph phase: "target verify" with speculation, else "target decode"
         self.target_graph = "target verify" if self.speculative else "target decode"
         # KV pool: one source with the compiler (memory fraction, bytes per token, reserve).
-        self.mla = bool(self.target.get("kv_lora_rank"))
+        self.mla = bool(self.target.get("kv_lora_rank")
+                        or (self.target.get("text_config") or {}).get("kv_lora_rank"))
         self.mem_fraction = args.mem_fraction_static or sg.auto_mem_fraction_static(
             gpu_memory_gb=GPU_MEM_GB, tp=self.tp, pp=max(1, args.pp_size),
-            max_running_requests=self.max_running)
-        reserve = (sg.SGLang.eagle_reserve_gb
-                   if self.has_draft and args.mem_fraction_static is None else 0.0)
+            max_running_requests=given_running, cuda_graph_max_bs=args.cuda_graph_max_bs_decode,
+            mla=self.mla)
         kv_bytes_tok = max(1.0, kv_bytes_per_token(self.target, tp=self.tp,
                                                    kv_cache_dtype=args.kv_cache_dtype))
         self.kv_gb = max(1.0, GPU_MEM_GB * self.mem_fraction - self.weight_gb_per_gpu
-                         - self.draft_weight_gb_per_gpu - reserve)
+                         - self.draft_weight_gb_per_gpu)
         self.max_total_tokens = int(self.kv_gb * 1e9 / kv_bytes_tok)
 
     def _max_running_default(self) -> None:

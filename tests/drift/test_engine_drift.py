@@ -17,6 +17,7 @@ Deselect locally with ``-m "not drift"``.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,18 @@ FLAG_VARIANTS = {
 FLAG_VARIANTS["sim"] = FLAG_VARIANTS["sglang"][:2]
 
 
+#: Each shipped model's path -> a local directory holding its config.json (tests/drift/models:
+#: the published config.json of each model; Kimi-K2.5's text model as DeepseekV3ForCausalLM,
+#: the architecture specc's conf states for it). The engines resolve their arguments
+#: against these, offline.
+MODELS = Path(__file__).resolve().parent / "models"
+LOCAL_MODELS = {"meta-llama/Llama-3.1-8B-Instruct": MODELS / "llama3.1-8b-instruct",
+                "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": MODELS / "eagle3-llama3.1-instruct-8b",
+                "moonshotai/Kimi-K2.5": MODELS / "kimi-k2.5",
+                "AQ-MedAI/Kimi-K25-eagle3": MODELS / "kimi-k25-eagle3",
+                "example/Kimi-K25-eagle3-131k": MODELS / "kimi-k25-eagle3-131k"}
+
+
 def _compose(overrides):
     sys.path.insert(0, str(REPO / "tests"))
     try:
@@ -76,8 +89,9 @@ def _compose(overrides):
     return compose_config(overrides)
 
 
-def compiled_servers(engine: str) -> list[dict]:
-    """{id, argv} of every server every shipped experiment (and flag variant) compiles to."""
+def compiled_servers(engine: str, *, with_specs: bool = False) -> list[dict]:
+    """{id, argv} of every server every shipped experiment (and flag variant) compiles to;
+    `with_specs`: also its env, ServerSpec and adapter (what specc predicts it from)."""
     out, seen = [], set()
     runs = [([f"+experiment={e}"], False) for e in EXPERIMENTS]
     runs += [(["+experiment=eagle3_sweep", "model_pair=llama3_8b_eagle3", *v], True)
@@ -88,12 +102,36 @@ def compiled_servers(engine: str) -> list[dict]:
         if not result.ok:   # e.g. the incident's mismatch: refused, so nothing is launched
             assert not must_compile, [d.line() for d in result.diagnostics if d.severity == "error"]
             continue
+        specs = _server_specs(result) if with_specs else {}
         for s in result.plan.servers:
             key = tuple(s.argv)
             if key not in seen:
                 seen.add(key)
                 out.append({"id": f"{' '.join(overrides)} :: {s.id}", "argv": list(s.argv)})
+                if with_specs:
+                    out[-1].update(env={k: v for k, v in s.env.items()
+                                        if k != "CUDA_VISIBLE_DEVICES"},
+                                   spec=specs[key], adapter=get_engine(
+                                       engine, result.config["engine"].get("version")))
     return out
+
+
+def _server_specs(result) -> dict:
+    """argv -> the ServerSpec the adapter wrote it from (the compile's own matrix)."""
+    from specc.compile.matrix import expand
+    from specc.config import schema
+
+    cfg = result.config
+    adapter = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
+    matrix, _ = expand(schema.with_defaults(schema.resolve_paths(cfg)), adapter)
+    by_argv = {}
+    for entry in matrix.servers:
+        for s in result.plan.servers:
+            if tuple(s.argv) == tuple(adapter.argv(entry.spec, host=s.argv[s.argv.index("--host") + 1]
+                                                   if "--host" in s.argv else "127.0.0.1",
+                                                   port=s.port, rendezvous_port=s.rendezvous_port)):
+                by_argv[tuple(s.argv)] = entry.spec
+    return by_argv
 
 
 _VENVS: dict[tuple[str, str], Path] = {}
@@ -245,3 +283,287 @@ def test_an_unreachable_registry_is_told_apart_from_a_missing_release(monkeypatc
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     ok, why = index_reachable(Path(sys.executable))
     assert not ok and "127.0.0.1:9" in why
+
+
+# --- the engines' own validation: what each release resolves every emitted command to ------
+
+HERE = Path(__file__).resolve().parent
+#: Fields whose emitted value the engine may replace only where specc said so.
+_KEPT_AS_EMITTED = ("tp_size", "pp_size", "dp_size", "ep_size", "context_length",
+                    "mem_fraction_static", "max_running_requests", "dtype", "kv_cache_dtype",
+                    "quantization", "attention_backend", "speculative_algorithm",
+                    "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_num_draft_tokens", "cuda_graph_decode_max_bs")
+
+
+def _local(argv: list[str]) -> list[str]:
+    """The command with each model path (vLLM's draft inside --speculative-config too) the
+    local directory of its config.json."""
+    out = []
+    for a in argv:
+        if a.startswith("{") and '"model"' in a:
+            cfg = json.loads(a)
+            cfg["model"] = str(LOCAL_MODELS.get(cfg["model"], cfg["model"]))
+            a = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+        out.append(str(LOCAL_MODELS.get(a, a)))
+    return out
+
+
+def _gpu(spec) -> dict:
+    """What the stubbed hardware probes answer: the plan's GPU as specc's config states it,
+    its memory read as each adapter reads gpu_memory_gb (SGLang's x 1024 MiB, vLLM's x 1e9
+    bytes). Hopper (sm90): the shipped hardware is H100/H200."""
+    hw = spec.hardware
+    return {"memory_mib": hw["gpu_memory_gb"] * 1024, "memory_bytes": hw["gpu_memory_gb"] * 1e9,
+            "count": hw["gpus_per_node"], "capability": [9, 0],
+            "name": f"NVIDIA {hw.get('gpu', 'H200').upper()}"}
+
+
+def sglang_predicted(spec, adapter) -> dict:
+    """What specc says SGLang runs a server with, where its command leaves it to SGLang: the
+    memory fraction, the running-request cap, the speculative parameters."""
+    from specc.engines.sglang import default_spec_params
+
+    out = {"mem_fraction_static": adapter.memory_fraction(spec)[0],
+           "max_running_requests": adapter.max_running_requests(spec)[0]}
+    if spec.speculative:
+        steps, topk, ndt = spec.spec_triple
+        if spec.algorithm == "NGRAM":
+            out["speculative_num_draft_tokens"] = ndt
+        else:
+            if steps is None:
+                steps, topk, ndt = default_spec_params(spec.target.architecture)
+            out.update(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                       speculative_num_draft_tokens=ndt,
+                       speculative_algorithm={"NEXTN": "EAGLE"}.get(spec.algorithm,
+                                                                    spec.algorithm))
+    return out
+
+
+def resolve_with_real_engine(package: str, script: str, servers: list[dict]) -> dict:
+    py = engine_python(package)
+    request = {"gpu": _gpu(servers[0]["spec"]),
+               "servers": [{"id": s["id"], "argv": _local(s["argv"]), "env": s["env"]}
+                           for s in servers]}
+    proc = subprocess.run([str(py), str(HERE / script)], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=900)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        pytest.fail(f"{script} under {package} crashed (exit {proc.returncode}):\n"
+                    f"{proc.stderr[-3000:]}")
+
+
+def _differences(servers: list[dict], script: str, package: str, kept, predicted):
+    """(problems, commands resolved): each server through `script` under the pinned release,
+    one run per GPU kind; a refusal, an emitted value replaced, or a value other than
+    specc's prediction is a problem."""
+    by_gpu: dict[str, list[dict]] = {}
+    for s in servers:
+        by_gpu.setdefault(json.dumps(_gpu(s["spec"]), sort_keys=True), []).append(s)
+    problems, resolved_n = [], 0
+    for group in by_gpu.values():
+        report = resolve_with_real_engine(package, script, group)
+        assert report["version"] == get_engine(package).pinned_version
+        for s, r in zip(group, report["servers"]):
+            assert r["id"] == s["id"]
+            if r["error"]:
+                problems.append(f"{s['id']}: refused: {r['error']}")
+                continue
+            resolved_n += 1
+            got, parsed = r["resolved"], r["parsed"]
+            for field in kept:
+                if parsed.get(field) not in (None, "auto") and got.get(field) != parsed[field]:
+                    problems.append(f"{s['id']}: emitted {field}={parsed[field]!r}, "
+                                    f"{package} resolved {got.get(field)!r}")
+            for field, want in predicted(s["spec"], s["adapter"]).items():
+                have = got.get(field)
+                same = (abs(have - want) < 1e-9 if isinstance(want, float) and have is not None
+                        else have == want)
+                if not same:
+                    problems.append(f"{s['id']}: specc predicts {field}={want!r}, "
+                                    f"{package} resolved {have!r}")
+    return problems, resolved_n
+
+
+def test_sglang_resolves_every_emitted_command_as_specc_predicts():
+    """Every SGLang command specc emits, through 0.5.23's own ServerArgs resolution
+    (resolve_once: every hook, then check_server_args) on an H200 as the plan states it
+    (only the hardware probes stubbed: tests/drift/sglang_resolve.py names each). It must
+    resolve without error, keep every value specc emitted, and land on what specc predicts
+    where the command leaves the choice to SGLang (memory fraction, running-request cap,
+    speculative defaults): a setting SGLang would silently rewrite or refuse fails here."""
+    problems, resolved_n = _differences(compiled_servers("sglang", with_specs=True),
+                                        "sglang_resolve.py", "sglang", _KEPT_AS_EMITTED,
+                                        sglang_predicted)
+    assert resolved_n >= 10, "too few commands resolved to be a check"
+    assert not problems, (f"{len(problems)} difference(s) between what specc emitted or "
+                          "predicted and what sglang 0.5.23 resolved:\n  " + "\n  ".join(problems))
+
+
+_VLLM_KEPT = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+              "max_model_len", "dtype", "quantization", "gpu_memory_utilization",
+              "kv_cache_dtype", "max_num_seqs", "max_cudagraph_capture_size",
+              "speculative_method", "num_speculative_tokens")
+
+
+def vllm_predicted(spec, adapter) -> dict:
+    """What specc says vLLM runs a server with where the command leaves it to vLLM."""
+    from specc.engines.vllm import METHODS
+
+    out = {"gpu_memory_utilization": adapter.memory_fraction(spec)[0],
+           "max_num_seqs": adapter.max_running_requests(spec)[0],
+           "max_model_len": spec.model_pair.get("context_length") or spec.target.context_length}
+    if spec.speculative:
+        out.update(speculative_method=METHODS[spec.algorithm],
+                   num_speculative_tokens=adapter.num_speculative_tokens(spec))
+    return out
+
+
+def test_vllm_resolves_every_emitted_command_as_specc_predicts():
+    """Every vLLM command specc emits, through 0.33.0's own EngineArgs.create_engine_config
+    (model, cache, scheduler, parallel, speculative and compilation configs) on the CUDA
+    platform of an H200 as the plan states it (only the hardware probes and the compiled
+    kernels stubbed: tests/drift/vllm_resolve.py names each). It must build, keep every
+    value specc emitted, and land on specc's predictions (memory utilisation, running
+    sequences, served length, speculative method and tokens)."""
+    servers = [s for s in compiled_servers("vllm", with_specs=True)
+               if "{node_rank}" not in s["argv"]]   # multi-node: filled in on the nodes
+    problems, resolved_n = _differences(servers, "vllm_resolve.py", "vllm", _VLLM_KEPT,
+                                        vllm_predicted)
+    assert resolved_n >= 5, "too few commands resolved to be a check"
+    assert not problems, (f"{len(problems)} difference(s) between what specc emitted or "
+                          "predicted and what vllm 0.33.0 resolved:\n  " + "\n  ".join(problems))
+
+
+# --- every marker regex against the line its release really prints --------------------
+
+#: Sample values for placeholders that are words, not numbers (the source text of the
+#: placeholder -> what the release puts there).
+RENDER_BINDINGS = {
+    "sglang": {"role": ["target", "draft"], "graph_backend[model_runner.device]": ["CUDA graph"],
+               "cache_name": ["KV Cache"]},
+    "vllm": {},
+}
+
+
+def _markers(package: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(what, regex, files whose logging calls print it) for every regex the plan of a
+    pinned-release server can hold: phase begins and ends, the ready line, fatal patterns."""
+    from specc.engines.base import patterns
+
+    engine = get_engine(package)
+    out = []
+    for m in tuple(engine.phase_markers()) + (engine.join_phase,):
+        files = tuple(dict.fromkeys(f for f, _ in m.evidence))
+        for kind, regexes in (("begins", m.begin), ("ends", m.end)):
+            out += [(f"phase {m.name} {kind}", r, files) for r in regexes]
+    ready_files = tuple(f for m in engine.phase_markers() for f, text in m.evidence
+                        if text == engine.ready_line or "startup complete" in text)
+    out += [("ready line", r, ready_files) for r in patterns(engine.ready_line)]
+    out += [(f"fatal pattern {m.text!r}", r, (m.source,))
+            for m, r in zip(engine.fatal_messages, engine.fatal_patterns)]
+    return out
+
+
+@pytest.mark.parametrize("package", ["sglang", "vllm"])
+def test_every_marker_regex_matches_the_line_its_release_prints(package):
+    """Each phase, ready and fatal regex of the pinned release's adapter, against the lines
+    that release's logging calls print (tests/drift/render.py renders each call's format
+    string, f-string, %-style or str.format, with sample values): a regex that matches the
+    literal in the source but not the rendered line fails here."""
+    from render import Renderer
+
+    root = site_packages(engine_python(package))
+    rendered: dict[str, list[str]] = {}
+    problems = []
+    for what, regex, files in _markers(package):
+        assert files, f"{what}: no source file states it"
+        lines = []
+        for file in files:
+            if file not in rendered:
+                path = root / file
+                rendered[file] = (Renderer(path.read_text(), RENDER_BINDINGS[package]).logged_lines()
+                                  if path.is_file() else [])
+            lines += rendered[file]
+        if not any(re.search(regex, line) for line in lines):
+            near = [ln for ln in lines if any(w in ln for w in re.findall(r"[A-Za-z]{4,}", regex))]
+            problems.append(f"{what}: {regex!r} matches no line {', '.join(files)} prints; "
+                            f"nearest: {near[:3]}")
+    assert not problems, (f"{len(problems)} regex(es) of specc/engines/{package}.py match no "
+                          f"line {package} {get_engine(package).pinned_version} prints:\n  "
+                          + "\n  ".join(problems))
+
+
+# --- SGLang's memory hooks: their order and reserves, and specc's mirror of them ---------
+
+def _sglang_source(file: str) -> "ast.Module":
+    import ast
+
+    return ast.parse((site_packages(engine_python("sglang")) / "sglang/srt" / file).read_text())
+
+
+def _function(tree, name: str):
+    import ast
+
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_sglang_memory_hooks_run_as_specc_models_them():
+    """0.5.23's resolution pipeline (srt/arg_groups/pipeline.py, read as code): the memory
+    hook runs before the speculative hook, so speculation's running-request cap (48) does not
+    size the decode graphs' reserve; the reserve counts the prefill (piecewise) CUDA graph;
+    nothing in the memory hook reserves for an EAGLE draft. specc's automatic memory fraction
+    (specc/engines/sglang.py auto_mem_fraction_static) must follow each: a release that
+    reorders the hooks or changes a reserve fails here."""
+    import ast
+
+    from specc.engines import sglang as sg
+
+    pipeline = _function(_sglang_source("arg_groups/pipeline.py"), "run_resolution_pipeline")
+    hooks = [c.args[0].id for c in ast.walk(pipeline) if isinstance(c, ast.Call)
+             and getattr(c.func, "id", "") == "run_hook" and isinstance(c.args[0], ast.Name)]
+    hooks.sort(key=lambda name: next(c.lineno for c in ast.walk(pipeline)
+                                     if isinstance(c, ast.Call) and c.args
+                                     and getattr(c.args[0], "id", "") == name))
+    assert "handle_gpu_memory_settings" in hooks and "handle_speculative_decoding" in hooks
+    assert hooks.index("handle_gpu_memory_settings") < hooks.index("handle_speculative_decoding"), \
+        "0.5.23 sizes memory before speculation: specc's auto_mem_fraction_static assumes it"
+
+    memory = _sglang_source("arg_groups/memory_hook.py")
+    settings = _function(memory, "handle_gpu_memory_settings")
+    assert any(getattr(c.func, "id", "") == "reserve_for_graph_mb"
+               for c in ast.walk(settings) if isinstance(c, ast.Call))
+    graphs = ast.unparse(_function(memory, "reserve_for_graph_mb"))
+    assert "prefill_cuda_graph_config.backend != Backend.DISABLED" in graphs
+    assert "len(prefill_cuda_graph_config.bs) * 8" in graphs and "1.5 * 1024" in graphs
+    text = ast.unparse(memory).lower()
+    assert "eagle" not in text and "speculative_algorithm" not in text, \
+        "0.5.23's memory hook now reserves for speculation: specc models no EAGLE reserve"
+
+    # the prefill graph's capture sizes, from 0.5.23's own function, as specc counts them
+    sizes_fn = _function(_sglang_source("arg_groups/cuda_graph_hook.py"),
+                         "generate_prefill_cuda_graph_batch_sizes")
+    scope: dict = {}
+    exec(compile(ast.Module([sizes_fn], []), "cuda_graph_hook.py", "exec"), scope)
+    for tokens in (2048, 4096, 8192, 16384):
+        assert sg.prefill_graph_sizes(tokens) == scope[sizes_fn.name](tokens)
+
+    # specc's side: no EAGLE reserve; speculation's default cap does not change the fraction;
+    # the prefill graph reserve is there (pp 1) and not with pp > 1 (disabled by default)
+    def spec_of(overrides):
+        from specc.compile.matrix import expand
+        from specc.config import schema
+
+        cfg = compile_config(_compose(overrides)).config
+        adapter = get_engine("sglang")
+        return expand(schema.with_defaults(schema.resolve_paths(cfg)), adapter)[0].servers, adapter
+
+    servers, adapter = spec_of(["+experiment=llama3_eagle3_pack", "engine=sglang"])
+    fractions = {adapter.memory_fraction(e.spec)[0] for e in servers}
+    assert len(fractions) == 1, "the baseline and speculative servers get the same fraction"
+    assert all(adapter.reserved_gb_per_gpu(e.spec) == 0 for e in servers)
+    common = dict(gpu_memory_gb=141, tp=1)
+    mem = 141 * 1024
+    with_graph = round((mem - (512 + 8192 * 1.5 + 1024 / 8 + 256 * 2 + 58 * 8)) / mem, 3)
+    assert sg.auto_mem_fraction_static(**common) == with_graph

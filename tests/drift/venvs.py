@@ -31,11 +31,18 @@ CACHE = Path(os.environ.get("SPECC_DRIFT_CACHE", Path.home() / ".cache" / "specc
 TORCH = "torch==2.13.0"
 
 RECIPES = {
-    # what sglang.srt.server_args's parser imports + uvicorn (its log line is checked)
+    # what sglang.srt.server_args's parser imports + uvicorn (its log line is checked), and
+    # what ServerArgs.resolve_once imports (transformers reads the models' config.json; the
+    # rest are imported at module level by the config and quantization modules).
+    # torchvision stays out: PyPI's is a CUDA build that cannot load beside the CPU torch
+    # (it also pulls a CUDA torch), transformers does not need it, and sglang only imports
+    # it (sglang_resolve.py stubs it).
     "sglang": {"constraints": ["constraints-sglang.txt"],
                "deps": [TORCH, "numpy", "orjson", "psutil", "pybase64", "requests", "packaging",
                         "pillow", "starlette", "typing_extensions", "msgspec", "pydantic",
-                        "pyzmq", "tqdm", "IPython", "aiohttp", "uvicorn"]},
+                        "pyzmq", "tqdm", "IPython", "aiohttp", "uvicorn", "transformers",
+                        "dill", "apache-tvm-ffi", "sentencepiece", "compressed-tensors",
+                        "gguf"]},
     # what `vllm serve`'s parser and its config classes import
     "vllm": {"constraints": ["constraints-vllm.txt"],
              "deps": [TORCH, "packaging", "huggingface_hub", "regex", "pydantic", "numpy", "cbor2",
@@ -43,7 +50,7 @@ RECIPES = {
                       "openai-harmony", "openai", "msgspec", "cloudpickle", "pillow", "pybase64",
                       "cachetools", "uvloop", "py-cpuinfo", "prometheus_client", "xgrammar",
                       "fastapi", "partial_json_parser", "llguidance", "uvicorn", "watchfiles",
-                      "orjson", "einops"]},
+                      "orjson", "einops", "compressed-tensors"]},
 }
 
 #: pip output that means the registry could not be reached (not: the version is missing).

@@ -503,8 +503,7 @@ def test_sim_uses_the_compiler_facts(tmp_path):
     sim = Sim(args, None)
     resolved = facts.resolve({"path": str(tmp_path / "kimi")}, "model_pair.target")
     assert sim.arch == resolved.architecture == "KimiK25ForConditionalGeneration"
-    assert sim.mem_fraction == sg.auto_mem_fraction_static(
-        gpu_memory_gb=GPU_MEM_GB, tp=8, max_running_requests=sim.max_running)
+    assert sim.mem_fraction == sg.auto_mem_fraction_static(gpu_memory_gb=GPU_MEM_GB, tp=8)
     per_token = facts.kv_bytes_per_token(resolved.values, tp=8)
     assert sim.max_total_tokens == int(sim.kv_gb * 1e9 / per_token)
 
