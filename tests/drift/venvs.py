@@ -1,7 +1,7 @@
 """Virtual environments holding the REAL released engines, for the drift check.
 
 Each engine release gets one venv under ``$SPECC_DRIFT_CACHE`` (default
-``~/.cache/specc-drift``), keyed by engine and version: the engine's own wheel
+``~/.cache/specc-drift``), keyed by engine, version and the recipe's hash: the engine's own wheel
 installed without its dependencies (no CUDA stack), plus the few packages its
 argument parser imports, with the CPU build of torch. Built once, reused while
 its recipe is unchanged (a ``.complete`` stamp holds the recipe's hash).
@@ -123,7 +123,9 @@ def index_reachable(py: Path) -> tuple[bool, str]:
 
 
 def venv_dir(engine: str, version: str) -> Path:
-    return CACHE / f"{engine}-{version}"
+    """Named by the recipe's hash too: checkouts with different recipes (a branch beside
+    main) each keep their own venv instead of rebuilding one folder in turn."""
+    return CACHE / f"{engine}-{version}-{_recipe_hash(engine, version)[:12]}"
 
 
 def ensure_venv(engine: str, version: str, log=lambda msg: None) -> Path:
