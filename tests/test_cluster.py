@@ -379,9 +379,12 @@ def test_a_jobs_plan_is_a_valid_plan_of_its_servers_alone(sweep):
 
 def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_path, monkeypatch):
     """Neither squeue nor sacct knows the job: a node entry that never wrote its end is a
-    lost job (its points fail, saying so); one that ended on its own completed."""
+    lost job (its points fail, saying so); one that ended on its own completed. (The tracker's
+    rule, tests/test_jobtracker.py; here the driver's part: it reads the node files and
+    merges the rows before the tracker hears squeue, runs sacct, writes the verdicts.)"""
     import io
 
+    from specc.run.jobtracker import AskQueue
     from specc.run.node import state_path
     from specc.run.progress import SweepProgress
     from specc.run.slurm import Driver
@@ -391,26 +394,30 @@ def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_pat
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text("#!/bin/sh\nexit 1\n")   # no accounting here
     (bin_dir / "sacct").chmod(0o755)
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")   # neither job in squeue
+    (bin_dir / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     progress = SweepProgress(len(sweep.plan.benchmarks), stream=io.StringIO(), live=False)
     driver = Driver(sweep.plan, tmp_path, progress)
-    lost, done = driver.jobs[0], driver.jobs[1]
+    lost, done = driver.tracker.jobs[0], driver.tracker.jobs[1]
     for job, jid in ((lost, "41"), (done, "42")):
         job.id, job.state = jid, "RUNNING"
     ended = state_path(tmp_path, done.name)
     ended.parent.mkdir(parents=True, exist_ok=True)
     ended.write_text(json.dumps({"executor": {"job_id": "42", "finished_at": 1.0,
                                               "stopped_by": None}, "servers": {}}))
-    for b in sweep.plan.benchmarks_of(done.servers[0]):   # it wrote every row
-        JobResults(tmp_path, done.servers).append(_row(b.id, b.server))
-    driver.poll({})
+    for b in sweep.plan.benchmarks_of(done.spec.servers[0]):   # it wrote every row
+        JobResults(tmp_path, done.spec.servers).append(_row(b.id, b.server))
+    driver.perform([AskQueue(("41", "42"), (lost.name, done.name))])
     rows = {r["benchmark"]: r for r in
             (json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines())}
-    for b in sweep.plan.benchmarks_of(lost.servers[0]):
+    for b in sweep.plan.benchmarks_of(lost.spec.servers[0]):
         assert rows[b.id]["status"] == "failed"
         assert "slurm job 41 is gone from squeue" in rows[b.id]["reason"]
-    assert all(rows[b.id]["status"] == "ok" for b in sweep.plan.benchmarks_of(done.servers[0]))
+    assert all(rows[b.id]["status"] == "ok" for b in sweep.plan.benchmarks_of(done.spec.servers[0]))
     assert (lost.state, done.state) == ("GONE", "COMPLETED") and lost.done and done.done
+    recorded = json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]
+    assert (recorded[lost.name]["state"], recorded[done.name]["state"]) == ("GONE", "COMPLETED")
 
 
 # ----------------------------------------------------------------------------- multi-node
