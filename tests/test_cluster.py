@@ -420,6 +420,38 @@ def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_pat
     assert (recorded[lost.name]["state"], recorded[done.name]["state"]) == ("GONE", "COMPLETED")
 
 
+def test_the_driver_fails_points_with_the_trackers_reason_and_the_job_logs_last_lines(
+        sweep, tmp_path):
+    """FailPoints performed: a failed row per unfinished point, the job log's last lines
+    appended to the reason, state.json marked only for the servers the tracker names."""
+    import io
+
+    from specc.run.jobtracker import FailPoints
+    from specc.run.progress import SweepProgress
+    from specc.run.slurm import Driver
+
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    stream = io.StringIO()
+    driver = Driver(sweep.plan, tmp_path, SweepProgress(len(sweep.plan.benchmarks),
+                                                        stream=stream, live=False))
+    job = sweep.plan.cluster.jobs[0]
+    points = tuple(b.id for b in sweep.plan.benchmarks_of(job.servers[0]))
+    log = tmp_path / "slurm" / "logs" / f"{job.name}-77.out"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("starting\nTraceback (most recent call last):\n\nRuntimeError: no GPU\n")
+    driver.perform([FailPoints(job.name, "77", "FAILED", "slurm job 77 FAILED on n1: the job's "
+                               "script exited non-zero (exit code 1:0)", points[1:],
+                               tuple(job.servers), tuple(job.servers), 5.0, log_tail=True)])
+    rows = [json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["benchmark"] for r in rows] == list(points[1:])
+    why = ("slurm job 77 FAILED on n1: the job's script exited non-zero (exit code 1:0); "
+           "job log: Traceback (most recent call last): | RuntimeError: no GPU")
+    assert all(r["status"] == "failed" and r["reason"] == why for r in rows)
+    state = json.loads((tmp_path / "state.json").read_text())["servers"][job.servers[0]]
+    assert (state["status"], state["reason"], state["job_state"]) == ("failed", why, "FAILED")
+    assert f"job 77 {job.name}: {why}; {len(points) - 1} point(s) failed" in stream.getvalue()
+
+
 # ----------------------------------------------------------------------------- multi-node
 TWO_NODES = ["hardware.gpus_per_node=4", "hardware.nodes=2", "hardware.tp=8",
              "cluster.nodes_per_server=2"]
