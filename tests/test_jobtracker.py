@@ -88,7 +88,7 @@ def test_a_submit_limit_waits_for_one_of_ours_to_end_then_submits_again():
                          "submitting again when a job ends"]
     assert not of(out, FailPoints) and not t.job("spec").done
     for now in (0.2, 0.4, 5.0):   # no sbatch every tick while ours still runs
-        assert not of(t.tick(now), Submit)
+        assert not of(t.poll(now), Submit)
     t.points_finished(["b1", "b2"])
     out = t.squeue(6.0, {"11": row("11", "base", "COMPLETED", nodes="n1")})
     assert out[-1] == Submit("spec")
@@ -131,7 +131,7 @@ def test_pending_past_the_timeout_is_scancelled_and_its_points_fail_saying_why()
     assert Cancel(("11",)) in out   # pending: scancel outright, no signal to a batch step
     assert t.records()["base"]["cancelled_by"] == "pending_timeout"
     # followed until squeue lets it go, asked every tick
-    assert [a.ids for a in of(t.tick(3.7), AskQueue)] == [("11", "12")]
+    assert [a.ids for a in of(t.poll(3.7), AskQueue)] == [("11", "12")]
     t.squeue(3.7, {"11": row("11", "base", "CANCELLED"),
                    "12": row("12", "spec", "RUNNING", nodes="n2")})
     assert t.records()["base"]["state"] == "CANCELLED" and not t.job("base").live
@@ -163,14 +163,14 @@ def test_a_started_job_shows_its_node_and_its_files_are_read_every_tick():
 def test_squeue_is_asked_each_poll_interval_not_each_tick():
     t = running(submitted(make(poll_s=2.0)))
     asked = [now for now in (1.2, 1.4, 2.0, 2.9, 3.0, 3.2, 5.0, 5.2)
-             if of(t.tick(now), AskQueue)]
+             if of(t.poll(now), AskQueue)]
     assert asked == [1.2, 3.2, 5.2]   # tick 1.2 is the first ask; then every 2 s
 
 
 def test_a_clock_that_went_back_does_not_stop_the_polls():
     t = running(submitted(make(poll_s=2.0)))
-    t.tick(100.0)
-    assert of(t.tick(50.0), AskQueue)
+    t.poll(100.0)
+    assert of(t.poll(50.0), AskQueue)
 
 
 def test_the_node_entrys_phases_and_points_are_shown_once_each():
@@ -210,12 +210,14 @@ def test_a_suspended_job_is_followed_and_nothing_fails():
 # ----------------------------------------------------------------------------- ending
 def test_a_node_entry_that_wrote_its_end_has_squeue_asked_every_tick_until_slurm_agrees():
     t = running(submitted(make(poll_s=10.0)))
-    t.tick(1.2)
-    assert not of(t.tick(1.4), AskQueue)
-    t.node(1.5, "base", node_file("11", finished_at=1.5))
+    t.poll(1.2)
+    assert not of(t.poll(1.4), AskQueue)
+    assert t.tick(1.5) == [ReadNode("base"), ReadNode("spec")]
+    t.node(1.5, "base", node_file("11", finished_at=1.5))   # what ReadNode found ...
+    assert of(t.poll(1.5), AskQueue)   # ... has squeue asked in the same tick
     t.points_finished(["b1", "b2"])
     for now in (1.6, 1.8, 2.0):   # Slurm still holds it: keep asking
-        assert of(t.tick(now), AskQueue)
+        assert of(t.poll(now), AskQueue)
         assert t.squeue(now, {"11": row("11", "base", "COMPLETING", nodes="n1"),
                               "12": row("12", "spec", "RUNNING", nodes="n2")}) == []
     out = t.squeue(2.2, {"11": row("11", "base", "COMPLETED", nodes="n1"),
@@ -223,7 +225,7 @@ def test_a_node_entry_that_wrote_its_end_has_squeue_asked_every_tick_until_slurm
     assert logs(out) == ["job 11 base: completed"] and not of(out, FailPoints)
     assert ServerState("base", {"status": "stopped", "job_state": "COMPLETED"}) in out
     assert t.records()["base"]["ended_at"] == 2.2
-    assert not of(t.tick(2.4), AskQueue)   # back to the poll interval
+    assert not of(t.poll(2.4), AskQueue)   # back to the poll interval
 
 
 def test_a_completed_job_that_left_points_fails_them_with_its_log_tail():
@@ -309,10 +311,10 @@ def test_a_job_neither_squeue_nor_sacct_knows_is_judged_by_its_node_record():
 
 def test_a_squeue_that_does_not_answer_is_asked_again_next_poll():
     t = running(submitted(make(poll_s=1.0)))
-    t.tick(2.0)
+    t.poll(2.0)
     assert logs(t.queue_failed(2.0, "squeue did not answer in 30 s")) == [
         "squeue: squeue did not answer in 30 s; trying again"]
-    assert t.job("base").live and of(t.tick(3.0), AskQueue)
+    assert t.job("base").live and of(t.poll(3.0), AskQueue)
 
 
 # ----------------------------------------------------------------------------- stopping
@@ -346,12 +348,12 @@ def test_ctrl_c_terms_running_jobs_scancels_pending_ones_and_waits_for_squeue():
     still = {"11": row("11", "base", "RUNNING", nodes="n1")}
     out = t.squeue(5.2, still)   # the pending one is gone; the running one tears down
     assert not of(out, FailPoints) and t.job("spec").done and t.job("base").live
-    assert of(t.tick(5.4), AskQueue)   # asked every tick now
+    assert of(t.poll(5.4), AskQueue)   # asked every tick now
     assert not of(t.tick(5.0 + CANCEL_GRACE_S), Cancel)
     assert of(t.tick(5.1 + CANCEL_GRACE_S), Cancel) == [Cancel(("11",))]   # then killed
     out = t.squeue(6.0 + CANCEL_GRACE_S, {"11": row("11", "base", "CANCELLED")})
     assert logs(out) == ["cancelled 2 job(s); none left in squeue"]
-    assert t.idle and not t.left and not of(t.tick(30.0), Submit)
+    assert t.idle and not t.left and not of(t.poll(30.0), Submit)
     assert ServerState("base", {"status": "stopped", "job_state": "CANCELLED",
                                 "stopped_by": "interrupt"}) in out
     assert t.unfinished(t.job("base")) == ["b1", "b2"]   # no row for a cut point

@@ -160,6 +160,7 @@ class Job:
     done: bool = False              # settled: rows merged, unfinished points failed or left
     exit_code: str | None = None
     adopting: bool = False          # an earlier driver's job, not yet seen in squeue
+    adopted: bool = False           # an earlier driver's job, followed
     node_ended: bool = False        # its node entry wrote its end (finished_at)
     node_stopped_by: str | None = None
     acct_for: str | None = None     # sacct asked: squeue's verdict ("" if squeue lost it)
@@ -254,7 +255,7 @@ class Tracker:
 
     def following(self) -> list[str]:
         """Jobs of an earlier driver still followed (after `adopt`'s answers)."""
-        return [j.name for j in self.jobs if j.live and j.seen.get("adopted")]
+        return [j.name for j in self.jobs if j.live and j.adopted]
 
     def start(self, now: float, order) -> list:
         """Submit these jobs, in this order (longest first), as Slurm takes them."""
@@ -278,6 +279,7 @@ class Tracker:
         job.cancelled_by, job.done, job.started_at, job.ended_at = None, False, None, None
         job.exit_code, job.node_ended, job.node_stopped_by = None, False, None
         job.acct_for, job.stopping, job.killed, job.adopting = None, None, False, False
+        job.adopted = False
         job.seen.clear()
         out: list = []
         for sid in job.spec.servers:
@@ -295,7 +297,8 @@ class Tracker:
         if any(k in message for k in SUBMIT_LIMITS) and self.live():
             self.blocked = True
             return [Log(f"{name}: {message}; submitting again when a job ends")]
-        self.to_submit.remove(name)
+        if name in self.to_submit:
+            self.to_submit.remove(name)
         return self._end(now, job, "REFUSED", f"sbatch refused the job: {message}") \
             + self._pump(now)
 
@@ -333,8 +336,7 @@ class Tracker:
                     out += self._finish(now, job, row.state)
             else:
                 if job.adopting:
-                    job.adopting = False
-                    job.seen["adopted"] = True
+                    job.adopting, job.adopted = False, True
                     out.append(Log(f"following job {job.id} {job.name} ({row.state}), "
                                    "submitted by an earlier driver"))
                     job.state, job.reason, job.started_at = "?", "", None   # shown afresh
@@ -385,16 +387,19 @@ class Tracker:
         self.finished.difference_update(ids)
 
     def tick(self, now: float) -> list:
-        """Time passed: read the running jobs' files, ask squeue when due (every tick while a
-        job ends or is being stopped), kill what outlived its grace."""
+        """Time passed: read the running jobs' files, kill what outlived its grace. (Then
+        `poll`: what the files said decides whether squeue is asked now.)"""
         out: list = [ReadNode(j.name) for j in self.live()
                      if j.state not in ("PENDING", "UNSUBMITTED")]
-        out += self._deadlines(now)
+        return out + self._deadlines(now)
+
+    def poll(self, now: float) -> list:
+        """Ask squeue when due: every `poll_s`, every tick while a job's node entry has ended
+        or a job is being stopped; submit what waits."""
         live = self.live()
         urgent = any(j.node_ended or j.stopping is not None for j in live)
         due = self.last_ask is None or now < self.last_ask or now - self.last_ask >= self.poll_s
-        if live and (urgent or due):
-            out.append(self._ask_queue(now, live))
+        out = [self._ask_queue(now, live)] if live and (urgent or due) else []
         return out + self._pump(now)
 
     def interrupt(self, now: float, signame: str) -> list:

@@ -367,7 +367,8 @@ class Driver:
                     break
                 continue
             time.sleep(TICK_S)
-            self.perform(t.tick(self.now()))
+            self.perform(t.tick(self.now()))   # the files first: they decide the poll
+            self.perform(t.poll(self.now()))
         self.backfill()
         if t.interrupted is not None:
             return exits.FAILED if t.left else exits.INTERRUPTED
