@@ -221,7 +221,7 @@ class Driver:
         elif isinstance(a, jt.PointStarted):
             bench = self.bench[a.point]
             self.progress.point_started(
-                a.point, f"{self.plan.server(a.server).label} @ c={bench.params['concurrency']}")
+                a.point, f"{self.plan.server(a.server).label} @ c={bench.params.concurrency}")
         elif isinstance(a, jt.ServerState):
             if a.fresh:
                 self.state.start(a.server, **a.fields)
