@@ -379,9 +379,12 @@ def test_a_jobs_plan_is_a_valid_plan_of_its_servers_alone(sweep):
 
 def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_path, monkeypatch):
     """Neither squeue nor sacct knows the job: a node entry that never wrote its end is a
-    lost job (its points fail, saying so); one that ended on its own completed."""
+    lost job (its points fail, saying so); one that ended on its own completed. (The tracker's
+    rule, tests/test_jobtracker.py; here the driver's part: it reads the node files and
+    merges the rows before the tracker hears squeue, runs sacct, writes the verdicts.)"""
     import io
 
+    from specc.run.jobtracker import AskQueue
     from specc.run.node import state_path
     from specc.run.progress import SweepProgress
     from specc.run.slurm import Driver
@@ -391,26 +394,62 @@ def test_a_job_slurm_no_longer_knows_is_judged_by_its_node_record(sweep, tmp_pat
     bin_dir.mkdir()
     (bin_dir / "sacct").write_text("#!/bin/sh\nexit 1\n")   # no accounting here
     (bin_dir / "sacct").chmod(0o755)
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")   # neither job in squeue
+    (bin_dir / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     progress = SweepProgress(len(sweep.plan.benchmarks), stream=io.StringIO(), live=False)
     driver = Driver(sweep.plan, tmp_path, progress)
-    lost, done = driver.jobs[0], driver.jobs[1]
+    lost, done = driver.tracker.jobs[0], driver.tracker.jobs[1]
     for job, jid in ((lost, "41"), (done, "42")):
         job.id, job.state = jid, "RUNNING"
     ended = state_path(tmp_path, done.name)
     ended.parent.mkdir(parents=True, exist_ok=True)
     ended.write_text(json.dumps({"executor": {"job_id": "42", "finished_at": 1.0,
                                               "stopped_by": None}, "servers": {}}))
-    for b in sweep.plan.benchmarks_of(done.servers[0]):   # it wrote every row
-        JobResults(tmp_path, done.servers).append(_row(b.id, b.server))
-    driver.poll({})
+    for b in sweep.plan.benchmarks_of(done.spec.servers[0]):   # it wrote every row
+        JobResults(tmp_path, done.spec.servers).append(_row(b.id, b.server))
+    driver.perform([AskQueue(("41", "42"), (lost.name, done.name))])
     rows = {r["benchmark"]: r for r in
             (json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines())}
-    for b in sweep.plan.benchmarks_of(lost.servers[0]):
+    for b in sweep.plan.benchmarks_of(lost.spec.servers[0]):
         assert rows[b.id]["status"] == "failed"
         assert "slurm job 41 is gone from squeue" in rows[b.id]["reason"]
-    assert all(rows[b.id]["status"] == "ok" for b in sweep.plan.benchmarks_of(done.servers[0]))
+    assert all(rows[b.id]["status"] == "ok" for b in sweep.plan.benchmarks_of(done.spec.servers[0]))
     assert (lost.state, done.state) == ("GONE", "COMPLETED") and lost.done and done.done
+    recorded = json.loads((tmp_path / "slurm" / "jobs.json").read_text())["jobs"]
+    assert (recorded[lost.name]["state"], recorded[done.name]["state"]) == ("GONE", "COMPLETED")
+
+
+def test_the_driver_fails_points_with_the_trackers_reason_and_the_job_logs_last_lines(
+        sweep, tmp_path):
+    """FailPoints performed: a failed row per unfinished point, the job log's last lines
+    appended to the reason, state.json marked only for the servers the tracker names."""
+    import io
+
+    from specc.run.jobtracker import FailPoints
+    from specc.run.progress import SweepProgress
+    from specc.run.slurm import Driver
+
+    write_outputs(tmp_path, sweep.plan, sweep.diagnostics, title="t")
+    stream = io.StringIO()
+    driver = Driver(sweep.plan, tmp_path, SweepProgress(len(sweep.plan.benchmarks),
+                                                        stream=stream, live=False))
+    job = sweep.plan.cluster.jobs[0]
+    points = tuple(b.id for b in sweep.plan.benchmarks_of(job.servers[0]))
+    log = tmp_path / "slurm" / "logs" / f"{job.name}-77.out"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("starting\nTraceback (most recent call last):\n\nRuntimeError: no GPU\n")
+    driver.perform([FailPoints(job.name, "77", "FAILED", "slurm job 77 FAILED on n1: the job's "
+                               "script exited non-zero (exit code 1:0)", points[1:],
+                               tuple(job.servers), tuple(job.servers), 5.0, log_tail=True)])
+    rows = [json.loads(ln) for ln in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["benchmark"] for r in rows] == list(points[1:])
+    why = ("slurm job 77 FAILED on n1: the job's script exited non-zero (exit code 1:0); "
+           "job log: Traceback (most recent call last): | RuntimeError: no GPU")
+    assert all(r["status"] == "failed" and r["reason"] == why for r in rows)
+    state = json.loads((tmp_path / "state.json").read_text())["servers"][job.servers[0]]
+    assert (state["status"], state["reason"], state["job_state"]) == ("failed", why, "FAILED")
+    assert f"job 77 {job.name}: {why}; {len(points) - 1} point(s) failed" in stream.getvalue()
 
 
 # ----------------------------------------------------------------------------- multi-node

@@ -19,6 +19,10 @@ and checks squeue until they are gone; those points get no row, so a rerun
 runs them. A rerun of the same plan follows jobs an earlier (killed) driver
 left running instead of submitting them twice, and submits only servers with
 unfinished points.
+
+What to do about each job -- every decision above -- is the job tracker's
+(specc.run.jobtracker, a pure state machine on the clock it is fed); this module
+only feeds it what Slurm and the run dir say and performs the actions it returns.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import deque
 from pathlib import Path
 
 from specc import exits
@@ -40,35 +44,16 @@ from specc.files import (LOG_TAIL_BYTES, STATE_BYTES, atomic_write, load_json,
                          read_text)
 from specc.plan import Plan
 from specc.results import ResultLog, with_speedup
+from specc.run import jobtracker as jt
 from specc.run import rundir
+from specc.run.jobtracker import TERMINAL, JobSpec, Row, Tracker
 from specc.run.node import read_rows, results_path, state_path
 from specc.run.outcome import backfill_speedups, exit_code, point_summary
 from specc.run.point import failed_row
 from specc.state import RunState
 
-#: Job states after which nothing more happens to a job.
-TERMINAL = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED",
-                      "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED",
-                      "SPECIAL_EXIT"})
-#: What each failure verdict means, for the points' reasons.
-MEANING = {
-    "FAILED": "the job's script exited non-zero",
-    "TIMEOUT": "killed at its time limit",
-    "NODE_FAIL": "its node failed",
-    "CANCELLED": "cancelled outside specc (scancel or an administrator)",
-    "OUT_OF_MEMORY": "killed for exceeding its host memory",
-    "PREEMPTED": "preempted by a higher-priority job",
-    "BOOT_FAIL": "its node failed to boot",
-    "DEADLINE": "past its --deadline",
-}
-#: sbatch refusals that go away when some of our jobs end: wait, then submit again.
-_SUBMIT_LIMITS = ("MaxSubmit", "SubmitJob", "JobLimit", "Resource temporarily unavailable")
-#: Who may stop a job without its points failing (they are left for a rerun).
-STOPPED_BY_US = frozenset({"interrupt", "fail_fast", "down"})
 #: How often the run dir is read for phases and rows (file reads only, no Slurm RPC).
 TICK_S = 0.2
-#: Seconds a job gets to tear its servers down after SIGTERM before scancel kills it.
-CANCEL_GRACE_S = 15.0
 
 
 def warm_report() -> threading.Thread:
@@ -118,14 +103,8 @@ def _cmd(argv, *, cwd=None, env=None, timeout=30.0) -> subprocess.CompletedProce
         raise SlurmError(f"{' '.join(argv[:2])} did not answer in {timeout:g} s") from e
 
 
-@dataclass
-class QueueEntry:
-    id: str
-    state: str
-    nodes: str
-    reason: str
-    name: str
-    comment: str
+#: One squeue line (the tracker's Row).
+QueueEntry = Row
 
 
 def squeue(ids=None) -> dict[str, QueueEntry]:
@@ -170,37 +149,12 @@ def scancel(ids, *, batch_signal: str | None = None) -> None:
 
 
 # ----------------------------------------------------------------------------- the driver
-@dataclass
-class Job:
-    name: str
-    servers: list[str]
-    script: str
-    time_limit: str
-    id: str | None = None
-    state: str = "UNSUBMITTED"
-    nodes: str = ""
-    reason: str = ""
-    submitted_at: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None   # when the driver saw it end
-    cancelled_by: str | None = None
-    done: bool = False
-    exit_code: str | None = None
-    seen: dict = field(default_factory=dict)   # per-server: last phase/point shown
-
-    def record(self) -> dict:
-        return {"id": self.id, "state": self.state, "nodes": self.nodes, "reason": self.reason,
-                "servers": self.servers, "submitted_at": self.submitted_at,
-                "started_at": self.started_at, "ended_at": self.ended_at,
-                "cancelled_by": self.cancelled_by,
-                "done": self.done, "exit_code": self.exit_code}
-
-
-class Interrupted(Exception):
-    pass
-
-
 class Driver:
+    """Feeds the job tracker (specc.run.jobtracker) and performs what it returns: runs
+    sbatch, squeue, sacct and scancel, reads the node entries' files, merges their rows into
+    results.jsonl, writes state.json and slurm/jobs.json, shows progress. It decides nothing
+    about a job itself."""
+
     def __init__(self, plan: Plan, run_dir: Path, progress, *, now=time.time):
         self.plan = plan
         self.run_dir = Path(run_dir).resolve()
@@ -210,42 +164,98 @@ class Driver:
         self.results = ResultLog(self.run_dir / "results.jsonl")
         self.state = RunState(self.run_dir / "state.json")
         self.comment = str(self.run_dir)
-        self.poll_s = self.cluster.poll_interval_s
-        self.jobs = [Job(j.name, list(j.servers), j.script, j.time_limit)
-                     for j in self.cluster.jobs]
+        self.specs = {j.name: j for j in self.cluster.jobs}
         self.bench = {b.id: b for b in plan.benchmarks}
         self.offsets: dict[str, tuple[int, int]] = {}   # per-server results file: (inode, size)
         self.stop_signal: int | None = None
-        self.failed_servers: dict[str, str] = {}
         self.warmup: threading.Thread | None = None
         self.write_error: str | None = None   # a record that could not be written
+        self.saved: dict | None = None
+        self.tracker = self._tracker()
 
-    # -- files ----------------------------------------------------------------------------
+    def _tracker(self) -> Tracker:
+        specs = [JobSpec(j.name, tuple(j.servers),
+                         tuple(b.id for sid in j.servers for b in self.plan.benchmarks_of(sid)),
+                         j.time_limit) for j in self.cluster.jobs]
+        return Tracker(specs, comment=self.comment, poll_s=self.cluster.poll_interval_s,
+                       pending_timeout_s=self.cluster.pending_timeout_s,
+                       fail_fast=self.plan.fail_fast, finished=self._finished(),
+                       servers=self.state.servers)
+
+    def _finished(self) -> set[str]:
+        return {b.id for b in self.plan.benchmarks if self.results.finished(b.id)}
+
+    # -- acting ---------------------------------------------------------------------------
+    def perform(self, actions) -> None:
+        """Perform the tracker's actions; what each feeds back is performed before the next."""
+        todo = deque(actions)
+        while todo:
+            more = self._act(todo.popleft())
+            todo.extendleft(reversed(more))
+        self._save()
+
+    def _act(self, a) -> list:
+        t = self.tracker
+        if isinstance(a, jt.ReadNode):
+            return self.read_node(a.job)
+        if isinstance(a, jt.AskQueue):
+            out = [x for name in a.jobs for x in self.read_node(name)]   # rows before verdicts
+            try:
+                rows = squeue(set(a.ids))
+            except SlurmError as e:
+                return out + t.queue_failed(self.now(), str(e))
+            return out + t.squeue(self.now(), rows)
+        if isinstance(a, jt.AskAcct):
+            return t.acct(self.now(), sacct(list(a.ids)))
+        if isinstance(a, jt.Submit):
+            return self.submit(a.job)
+        if isinstance(a, jt.Cancel):
+            try:
+                scancel(a.ids, batch_signal=a.signal)
+            except SlurmError as e:
+                self.progress.log(f"scancel: {e}")
+        elif isinstance(a, jt.Log):
+            self.progress.log(a.text)
+        elif isinstance(a, jt.Phase):
+            self.progress.server_phase(a.server, a.phase, a.since, a.detail)
+        elif isinstance(a, jt.PointStarted):
+            bench = self.bench[a.point]
+            self.progress.point_started(
+                a.point, f"{self.plan.server(a.server).label} @ c={bench.params.concurrency}")
+        elif isinstance(a, jt.ServerState):
+            if a.fresh:
+                self.state.start(a.server, **a.fields)
+            else:
+                self._server(a.server, **a.fields)
+        elif isinstance(a, jt.FailPoints):
+            self.fail_points(a)
+        return []
+
     def _save(self) -> None:
-        """slurm/jobs.json: the jobs this run dir submitted, for a rerun, `inv status`/`down`."""
-        atomic_write(jobs_path(self.run_dir), json.dumps(
-            {"comment": self.comment, "jobs": {j.name: j.record() for j in self.jobs}},
-            indent=2, sort_keys=True))
+        """slurm/jobs.json: the jobs this run dir submitted, for a rerun, `inv status`/`down`;
+        rewritten when a job's record changed."""
+        records = self.tracker.records()
+        if records != self.saved:
+            atomic_write(jobs_path(self.run_dir), json.dumps(
+                {"comment": self.comment, "jobs": records}, indent=2, sort_keys=True))
+            self.saved = records
 
     def _server(self, sid: str, **fields) -> None:
         entry = self.state.servers.get(sid, {})
         if any(entry.get(k) != v for k, v in fields.items()):
             self.state.update(sid, **fields)
 
-    def unfinished(self, job: Job) -> list:
-        return [b for sid in job.servers for b in self.plan.benchmarks_of(sid)
-                if not self.results.finished(b.id)]
-
-    def merge(self, job: Job, *, force: bool = False) -> None:
-        """New rows of the job's per-server files -> results.jsonl (by id, never twice)."""
-        for sid in job.servers:
+    def merge(self, servers) -> list[str]:
+        """New rows of the servers' files -> results.jsonl (by id, never twice); their ids."""
+        new = []
+        for sid in servers:
             path = results_path(self.run_dir, sid)
             try:
                 st = os.stat(path)
             except OSError:
                 continue
             key = (st.st_ino, st.st_size)
-            if not force and self.offsets.get(sid) == key:
+            if self.offsets.get(sid) == key:
                 continue
             self.offsets[sid] = key
             for bid, row in read_rows(path).items():
@@ -256,174 +266,49 @@ class Driver:
                     continue
                 with_speedup(row, self.results.get(bench.baseline) if bench.baseline else None)
                 self.results.append(row)
+                new.append(bid)
                 self.progress.point_finished(bid, row["status"], point_summary(row))
+        return new
 
-    def follow_files(self, job: Job) -> None:
-        """The node's executor state -> progress and state.json (phase, point, status)."""
+    def read_node(self, name: str) -> list:
+        """The job's node files: its state file to the tracker, its rows merged."""
         try:
-            data = load_json(state_path(self.run_dir, job.name), STATE_BYTES)
+            data = load_json(state_path(self.run_dir, name), STATE_BYTES)
         except (OSError, ValueError):
             data = {}
-        ex = data.get("executor") or {}
-        if job.id and ex.get("job_id") not in (None, job.id):
-            data = {}   # an earlier attempt's file: not this job's yet
-        for sid in job.servers:
-            node = (data.get("servers") or {}).get(sid)
-            if node:
-                seen = job.seen.setdefault(sid, {})
-                status, phase = node.get("status"), node.get("phase")
-                shown = ("ready" if status in ("ready", "benchmarking") else
-                         status if status in ("failed", "stopped") else phase or "launch")
-                since = (node.get("ready_at") if shown == "ready" else
-                         node.get("phase_started_at") or node.get("started_at"))
-                if seen.get("shown") != shown:
-                    seen["shown"] = shown
-                    self.progress.server_phase(sid, shown, since,
-                                               node.get("reason") or "" if shown == "failed" else "")
-                point = node.get("point") if status == "benchmarking" else None
-                if point and seen.get("point") != point and not self.results.finished(point):
-                    seen["point"] = point
-                    bench = self.bench.get(point)
-                    if bench is not None:
-                        self.progress.point_started(
-                            point, f"{self.plan.server(sid).label} @ c={bench.params.concurrency}")
-                if status == "failed" and sid not in self.failed_servers:
-                    self.failed_servers[sid] = node.get("reason") or "failed"
-                keep = {k: node.get(k) for k in ("status", "phase", "phase_started_at", "pid",
-                                                  "host", "port", "started_at", "ready_at",
-                                                  "reason", "point", "gpus", "log", "stop", "stopped_at")
-                        if k in node}
-                self._server(sid, **keep)
-        self.merge(job)
+        out = self.tracker.node(self.now(), name, data)
+        self.tracker.points_finished(self.merge(self.specs[name].servers))
+        return out
 
-    # -- Slurm ----------------------------------------------------------------------------
-    def submit(self, job: Job) -> bool:
-        """True when submitted (or failed for good); False when a limit says wait."""
+    def submit(self, name: str) -> list:
         (self.run_dir / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "SPECC_PYTHON": sys.executable}
-        r = _cmd(["sbatch", "--parsable", f"--comment={self.comment}", job.script],
+        r = _cmd(["sbatch", "--parsable", f"--comment={self.comment}", self.specs[name].script],
                  cwd=self.run_dir, env=env)
         if r.returncode == 0 and r.stdout.strip():
-            job.id = r.stdout.strip().split(";")[0]
-            job.state, job.submitted_at, job.reason = "PENDING", self.now(), ""
-            job.cancelled_by, job.done, job.started_at, job.ended_at = None, False, None, None
-            job.seen.clear()
-            for sid in job.servers:
-                self.state.start(sid, status="pending", job=job.name, job_id=job.id)
-                self.progress.server_phase(sid, "pending", job.submitted_at, f"job {job.id}")
-            self._save()
-            return True
+            return self.tracker.submitted(self.now(), name, r.stdout.strip().split(";")[0])
         msg = " ".join((r.stderr or r.stdout).split()) or f"sbatch exited {r.returncode}"
-        if any(k in msg for k in _SUBMIT_LIMITS) and any(j.id and not j.done for j in self.jobs):
-            self.progress.log(f"{job.name}: {msg}; submitting again when a job ends")
-            return False
-        self.end(job, "REFUSED", f"sbatch refused the job: {msg}")
-        return True
+        return self.tracker.refused(self.now(), name, msg)
 
-    def poll(self, queue: dict[str, QueueEntry]) -> None:
-        for job in self.jobs:
-            if not job.id or job.done:
-                continue
-            q = queue.get(job.id)
-            if q is not None and (q.name != job.name or q.comment != self.comment):
-                q = None   # the id was reused: not our job
-            if q is None:
-                acct = sacct([job.id]).get(job.id)
-                if acct:
-                    job.exit_code = acct[1]
-                    self.finish(job, acct[0])
-                else:
-                    self.finish(job, "UNKNOWN")
-                continue
-            self.update(job, q)
-
-    def update(self, job: Job, q: QueueEntry) -> None:
-        changed = q.state != job.state or q.reason != job.reason or q.nodes != job.nodes
-        job.state, job.nodes = q.state, q.nodes
-        if q.state == "PENDING":
-            if q.reason != job.reason:
-                job.reason = q.reason
-                self.progress.log(f"job {job.id} {job.name}: pending ({q.reason})")
-                for sid in job.servers:
-                    self.progress.server_phase(sid, "pending", job.submitted_at,
-                                               f"job {job.id}: {q.reason}")
-                    self._server(sid, status="pending", job_state="PENDING", reason=q.reason)
-            limit = self.cluster.pending_timeout_s
-            if limit and job.submitted_at and self.now() - job.submitted_at > limit:
-                job.cancelled_by = "pending_timeout"
-                self.end(job, "PENDING", f"slurm job {job.id} still pending after {limit:g} s "
-                         f"({q.reason}); cancelled (raise cluster.pending_timeout_s to wait longer)")
-                self.cancel([job], by="pending_timeout")
-                return
-        elif q.state in ("RUNNING", "COMPLETING", "CONFIGURING") and job.started_at is None:
-            job.started_at, job.reason = self.now(), ""
-            self.progress.log(f"job {job.id} {job.name}: running on {q.nodes}")
-            for sid in job.servers:
-                self.progress.server_phase(sid, "running", job.started_at,
-                                           f"job {job.id} on {q.nodes}")
-                self._server(sid, status="running", job_state=q.state, nodes=q.nodes, reason=None)
-        elif q.state in TERMINAL:
-            self.finish(job, q.state)
-            return
-        if changed:
-            self._save()
-
-    def finish(self, job: Job, verdict: str) -> None:
-        """The job ended: last rows merged, then its unfinished points get the verdict."""
-        self.follow_files(job)
-        self.merge(job, force=True)
-        job.state, job.ended_at = verdict, job.ended_at or self.now()
-        if job.cancelled_by in STOPPED_BY_US:
-            job.done = True   # we stopped it: its points are left for a rerun
-            for sid in job.servers:
-                self._server(sid, status="stopped", job_state=verdict, stopped_by=job.cancelled_by)
-            self._save()
-            return
-        if verdict == "UNKNOWN":   # neither squeue nor sacct: the node entry's own record
-            ex = self.node_record(job)
-            if not ex.get("finished_at"):
-                self.end(job, "GONE", f"slurm job {job.id} is gone from squeue and sacct has no "
-                         "record of it; its node entry never wrote its end (node lost?)")
-                return
-            if ex.get("stopped_by"):
-                self.end(job, "GONE", f"slurm job {job.id} was stopped ({ex['stopped_by']}) and "
-                         "is gone from squeue; sacct has no record of it")
-                return
-            verdict = job.state = "COMPLETED"
-        left = self.unfinished(job)
-        if verdict == "FAILED" and job.exit_code is None:
-            job.exit_code = (sacct([job.id]).get(job.id) or (None, None))[1]
-        if verdict == "COMPLETED" and not left:
-            job.done = True
-            self.progress.log(f"job {job.id} {job.name}: completed")
-            for sid in job.servers:
-                if self.state.servers.get(sid, {}).get("status") not in ("failed", "stopped"):
-                    self._server(sid, status="stopped", job_state=verdict)
-            self._save()
-            return
-        self.end(job, verdict, self.reason(job, verdict))
-
-    def reason(self, job: Job, verdict: str) -> str:
-        what = MEANING.get(verdict, "it ended without finishing")
-        if verdict == "COMPLETED":
-            what = "it exited without finishing every point"
-        where = f" on {job.nodes}" if job.nodes else ""
-        text = f"slurm job {job.id} {verdict}{where}: {what}"
-        if verdict == "TIMEOUT":
-            text += f" ({job.time_limit}; raise cluster.time_limit)"
-        if job.exit_code and verdict == "FAILED":
-            text += f" (exit code {job.exit_code})"
-        phases = {self.state.servers.get(s, {}).get("phase") for s in job.servers} - {None}
-        if phases:
-            text += f"; last phase {', '.join(sorted(phases))}"
-        if verdict in ("FAILED", "COMPLETED"):
-            tail = self.job_log_tail(job)
+    def fail_points(self, a: jt.FailPoints) -> None:
+        """A job's unfinished points fail with the tracker's reason (and its log's last lines)."""
+        reason = a.reason
+        if a.log_tail:
+            tail = self.job_log_tail(a.job, a.job_id)
             if tail:
-                text += f"; job log: {tail}"
-        return text
+                reason += f"; job log: {tail}"
+        self.progress.log(f"job {a.job_id or '-'} {a.job}: {reason}"
+                          + (f"; {len(a.points)} point(s) failed" if a.points else ""))
+        for bid in a.points:
+            self.results.append(failed_row(self.bench[bid], reason))
+            self.progress.point_finished(bid, "failed", reason[:120])
+        for sid in a.servers:
+            self._server(sid, status="failed", reason=reason, job_state=a.verdict)
+        for sid in a.all_servers:
+            self.progress.server_phase(sid, "failed", a.at, reason[:120])
 
-    def job_log_tail(self, job: Job, n: int = 2) -> str:
-        path = self.run_dir / "slurm" / "logs" / f"{job.name}-{job.id}.out"
+    def job_log_tail(self, name: str, job_id: str | None, n: int = 2) -> str:
+        path = self.run_dir / "slurm" / "logs" / f"{name}-{job_id}.out"
         try:
             lines = [ln for ln in read_text(path, LOG_TAIL_BYTES, tail=True).splitlines()
                      if ln.strip()]
@@ -431,209 +316,75 @@ class Driver:
             return ""
         return " | ".join(lines[-n:])
 
-    def end(self, job: Job, verdict: str, reason: str) -> None:
-        """Fail what the job left unfinished, with the reason."""
-        job.state, job.done, job.reason = verdict, True, reason
-        job.ended_at = job.ended_at or self.now()
-        left = self.unfinished(job)
-        self.progress.log(f"job {job.id or '-'} {job.name}: {reason}"
-                          + (f"; {len(left)} point(s) failed" if left else ""))
-        for b in left:
-            self.results.append(failed_row(b, reason))
-            self.progress.point_finished(b.id, "failed", reason[:120])
-        for sid in job.servers:
-            entry = self.state.servers.get(sid, {})
-            if entry.get("status") != "failed" or not entry.get("reason"):
-                self._server(sid, status="failed", reason=reason, job_state=verdict)
-            self.failed_servers.setdefault(sid, reason)
-            self.progress.server_phase(sid, "failed", self.now(), reason[:120])
-        self._save()
-
-    def cancel(self, jobs: list[Job], *, by: str, grace_s: float = CANCEL_GRACE_S) -> list[Job]:
-        """Stop the jobs and wait until squeue shows none of them active; returns any left.
-
-        Running jobs first get SIGTERM in their batch step only, so the node entry tears
-        its servers down and leaves the point in flight without a row; anything still
-        there after the grace, and every pending job, is scancelled outright."""
-        live = [j for j in jobs if j.id and j.state not in TERMINAL]
-        for j in live:
-            j.cancelled_by = j.cancelled_by or by
-        self._save()
-        running = [j.id for j in live if j.state not in ("PENDING", "UNSUBMITTED")]
-        pending = [j.id for j in live if j.state == "PENDING"]
-        try:
-            scancel(pending)
-            scancel(running, batch_signal="TERM")
-        except SlurmError as e:
-            self.progress.log(f"scancel: {e}")
-        deadline = time.monotonic() + grace_s
-        killed = False
-        while True:
-            try:
-                queue = squeue({j.id for j in live})
-            except SlurmError:
-                queue = {}
-            active = [j for j in live if (q := queue.get(j.id)) and q.state not in TERMINAL]
-            if not active:
-                break
-            if time.monotonic() > deadline:
-                if killed:
-                    return active
-                scancel([j.id for j in active])
-                killed, deadline = True, time.monotonic() + 10.0
-            for j in live:
-                self.follow_files(j)
-            time.sleep(TICK_S)
-        for j in live:
-            self.merge(j, force=True)
-            q = queue.get(j.id)
-            j.state = q.state if q else "CANCELLED"
-            j.ended_at = j.ended_at or self.now()
-            if not j.done:   # stopped by us: unfinished points are left for a rerun
-                j.done = True
-                for sid in j.servers:
-                    if self.state.servers.get(sid, {}).get("status") not in ("failed",):
-                        self._server(sid, status="stopped", job_state=j.state, stopped_by=by)
-        self._save()
-        return []
-
     # -- the run --------------------------------------------------------------------------
-    def adopt(self) -> list[Job]:
-        """Jobs of an earlier driver on this run dir: follow the live ones, settle the ended."""
-        earlier = read_jobs(self.run_dir)
-        if earlier.get("comment") != self.comment:
-            return []
-        for job in self.jobs:   # ended with every point finished: kept as the record it is
-            rec = (earlier.get("jobs") or {}).get(job.name) or {}
-            if rec.get("id") and rec.get("done") and not self.unfinished(job):
-                job.id, job.state, job.nodes = rec["id"], rec.get("state") or "?", \
-                    rec.get("nodes") or ""
-                job.submitted_at, job.started_at = rec.get("submitted_at"), rec.get("started_at")
-                job.ended_at, job.cancelled_by = rec.get("ended_at"), rec.get("cancelled_by")
-                job.done, job.exit_code = True, rec.get("exit_code")
-                job.seen["_fed"] = True   # search=tune reads finished servers from results
-        known = {name: rec for name, rec in (earlier.get("jobs") or {}).items()
-                 if rec.get("id") and not rec.get("done")}
-        if not known:
-            self._save()
-            return []
-        queue = squeue({rec["id"] for rec in known.values()})
-        adopted = []
-        for job in self.jobs:
-            rec = known.get(job.name)
-            if not rec:
-                continue
-            job.id, job.submitted_at = rec["id"], rec.get("submitted_at")
-            job.started_at, job.cancelled_by = rec.get("started_at"), rec.get("cancelled_by")
-            job.state, job.nodes = rec.get("state") or "PENDING", rec.get("nodes") or ""
-            q = queue.get(job.id)
-            if q is not None and (q.name != job.name or q.comment != self.comment):
-                q = None   # the id was reused: not our job
-            if q is not None and q.state not in TERMINAL:
-                self.progress.log(f"following job {job.id} {job.name} ({q.state}), "
-                                  "submitted by an earlier driver")
-                adopted.append(job)
-                job.state, job.reason, job.started_at = "?", "", None   # shown afresh
-                self.update(job, q)
-            elif q is not None:
-                self.finish(job, q.state)
-            else:
-                acct = sacct([job.id]).get(job.id)
-                self.finish(job, acct[0] if acct else "UNKNOWN")
-        self._save()
-        return adopted
-
     def run(self, retry_failed: bool = False) -> int:
         for b in self.plan.benchmarks:
             row = self.results.get(b.id)
             if row is not None:
                 self.progress.point_finished(b.id, row["status"], "finished in an earlier run, "
                                              "not rerun")
-        for job in self.jobs:   # rows a job wrote while no driver was merging
-            self.merge(job, force=True)
-        adopted = self.adopt()
+        for job in self.cluster.jobs:   # rows a job wrote while no driver was merging
+            self.tracker.points_finished(self.merge(job.servers))
+        t = self.tracker
+        self.perform(t.adopt(self.now(), read_jobs(self.run_dir)))
+        following = set(t.following())
         if retry_failed:
-            self.drop_failed(keep={s for j in adopted for s in j.servers})
-        todo = [j for j in self.jobs if j not in adopted and self.unfinished(j)]
+            self.drop_failed(keep={s for n in following for s in self.specs[n].servers})
+            t.reopen(set(self.bench) - self._finished())
+        todo = [j for j in t.jobs if j.name not in following and not j.live and t.unfinished(j)]
         # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
         est = self.plan.estimates.get("servers_s", {})
-        queue = sorted(todo, key=lambda j: -max(est.get(s, 0.0) for s in j.servers))
+        order = [j.name for j in sorted(todo, key=lambda j: -max(est.get(s, 0.0)
+                                                                 for s in j.spec.servers))]
         tuner = None
         if self.plan.search is not None:   # search=tune: one job at a time, as it decides
             from specc.run.tune import Tuner
 
-            tuner, queue = Tuner(self.plan, self.run_dir, self.results.get,
+            tuner, order = Tuner(self.plan, self.run_dir, self.results.get,
                                  self.progress.log), []
-        last_poll = 0.0
         try:
-            return self._loop(queue, tuner, last_poll)
+            return self._loop(order, tuner)
         finally:
             if tuner is not None:
                 tuner.write()
 
-    def _next_job(self, tuner, live) -> Job | None:
-        """search=tune: once no job runs, feed what ended and submit the search's next."""
-        for job in [j for j in self.jobs if j.done and j.servers[0] in tuner.chosen
-                    and not j.seen.get("_fed")]:
-            job.seen["_fed"] = True
-            for sid in job.servers:
-                tuner.feed(sid)
-        if live:
-            return None
-        sid = tuner.next_server()
-        return next((j for j in self.jobs if sid in j.servers), None) if sid else None
-
-    def _loop(self, queue: list, tuner, last_poll: float) -> int:
+    def _loop(self, order: list[str], tuner) -> int:
+        t = self.tracker
+        fed = {j.name for j in t.jobs if j.done}   # search=tune: servers it was told of
+        self.perform(t.start(self.now(), order))
+        self.warmup = self.warmup or warm_report()
         while True:
-            if self.stop_signal is not None:
-                raise Interrupted()
-            while queue and self.submit(queue[0]):
-                queue.pop(0)
-            if self.warmup is None:
-                self.warmup = warm_report()
-            live = [j for j in self.jobs if j.id and not j.done]
-            if tuner is not None and not queue and not live:
-                job = self._next_job(tuner, live)
-                if job is not None:
-                    queue.append(job)
-                    continue
-            if not live and not queue:
-                break
-            for j in live:
-                if j.state not in ("PENDING", "UNSUBMITTED"):
-                    self.follow_files(j)
-            # a job whose node entry has ended is asked about every tick until Slurm agrees
-            ending = [j for j in live if self._node_finished(j)]
-            if time.monotonic() - last_poll >= (TICK_S if ending else self.poll_s):
-                last_poll = time.monotonic()
-                try:
-                    self.poll(squeue({j.id for j in live}))
-                except SlurmError as e:
-                    self.progress.log(f"squeue: {e}; trying again")
-            if self.plan.fail_fast and self.failed_servers:
-                self.cancel([j for j in self.jobs if j.id and not j.done], by="fail_fast")
-                queue.clear()
+            if self.stop_signal is not None and t.interrupted is None:
+                self.perform(t.interrupt(self.now(), signal.Signals(self.stop_signal).name))
+            if t.idle:
+                if tuner is None or t.interrupted is not None:
+                    break
+                name = self._next_job(tuner, fed)
+                if name is None:
+                    break
+                self.perform(t.enqueue(self.now(), name))
+                if t.idle:   # not taken (fail_fast stopped the search)
+                    break
+                continue
             time.sleep(TICK_S)
+            self.perform(t.tick(self.now()))   # the files first: they decide the poll
+            self.perform(t.poll(self.now()))
         self.backfill()
+        if t.interrupted is not None:
+            return exits.FAILED if t.left else exits.INTERRUPTED
         return exit_code(self.plan, self.results, write_error=self.write_error,
                          servers=None if tuner is None else tuner.chosen)
 
-    def node_record(self, job: Job) -> dict:
-        """The node entry's record of this job (slurm/state/<job>.json), {} if none yet."""
-        try:
-            ex = load_json(state_path(self.run_dir, job.name), STATE_BYTES).get("executor") or {}
-        except (OSError, ValueError, AttributeError):
-            return {}
-        return ex if ex.get("job_id") == job.id else {}
-
-    def _node_finished(self, job: Job) -> bool:
-        """The node entry wrote its end (Slurm's verdict follows within moments)."""
-        if job.seen.get("_ended"):
-            return True
-        if self.node_record(job).get("finished_at"):
-            job.seen["_ended"] = True
-            return True
-        return False
+    def _next_job(self, tuner, fed: set[str]) -> str | None:
+        """search=tune: feed the search what ended, then the job of the server it asks next."""
+        for job in self.tracker.jobs:
+            if job.done and job.name not in fed and job.spec.servers[0] in tuner.chosen:
+                fed.add(job.name)
+                for sid in job.spec.servers:
+                    tuner.feed(sid)
+        sid = tuner.next_server()
+        return next((j.name for j in self.cluster.jobs if sid in j.servers), None) \
+            if sid else None
 
     def drop_failed(self, keep: set[str]) -> None:
         n = self.results.drop_failed()
@@ -678,7 +429,9 @@ def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> i
 
 
 def _drive(plan: Plan, run_dir: Path, retry_failed: bool) -> int:
-    """The driver under the run dir's lock, Ctrl-C and SIGTERM cancelling every job."""
+    """The driver under the run dir's lock. Ctrl-C and SIGTERM only set a flag: the driver
+    feeds the tracker the interrupt and carries out its cancel (a second Ctrl-C repeats it
+    harmlessly)."""
     from specc.run.progress import SweepProgress
 
     code = exits.OK
@@ -692,21 +445,6 @@ def _drive(plan: Plan, run_dir: Path, retry_failed: bool) -> int:
         try:
             driver.state.set_executor(pid=os.getpid(), started_at=time.time(), kind="slurm")
             code = driver.run(retry_failed=retry_failed)
-        except Interrupted:
-            name = signal.Signals(driver.stop_signal).name
-            live = [j for j in driver.jobs if j.id and not j.done]
-            progress.log(f"{name}: cancelling {len(live)} job(s), keeping finished results")
-            for s in old:   # a second Ctrl-C must not cut the cancel short
-                signal.signal(s, signal.SIG_IGN)
-            left = driver.cancel(live, by="interrupt")
-            driver.backfill()
-            if left:
-                progress.log("still in squeue after scancel: "
-                             + ", ".join(f"job {j.id} ({j.state})" for j in left))
-                code = exits.FAILED
-            else:
-                progress.log(f"cancelled {len(live)} job(s); none left in squeue")
-                code = exits.INTERRUPTED
         except SlurmError as e:
             progress.log(f"error: {e}")
             code = exits.FAILED

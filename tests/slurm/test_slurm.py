@@ -207,10 +207,12 @@ class Output:
 
 
 def kill_job_on_node(job_id: str) -> None:
-    """What a dead node does to the job's processes: gone at once, no teardown."""
+    """What a dead node does to the job's processes: gone at once, no teardown, nothing
+    reported. The job's slurmstepd dies first: killed after its children, it had a moment to
+    tell slurmctld the batch script died (a FAILED verdict instead of NODE_FAIL, under load)."""
     for p in psutil.process_iter(["cmdline"]):
         if f"[{job_id}.batch]" in " ".join(p.info["cmdline"] or []):
-            tree = p.children(recursive=True) + [p]
+            tree = [p] + p.children(recursive=True)
             for q in tree:
                 try:
                     q.kill()
