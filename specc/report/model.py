@@ -105,6 +105,8 @@ class PointRow:
     intervals: dict = field(default_factory=dict)
     speedup_iv: Any = None
     categories: dict = field(default_factory=dict)
+    turns: dict = field(default_factory=dict)           # multi-turn: per turn ("1", "2", ...)
+    input_buckets: dict = field(default_factory=dict)   # per prompt-length bucket ("2k-4k")
     basis: dict = field(default_factory=dict)
     accept_per_position: list | None = None   # vLLM's per-position acceptance rates
 
@@ -360,7 +362,9 @@ def flat_fields(r: PointRow) -> dict:
         out["stopped"] = r.basis["stopped"]
     if r.accept_per_position:
         out["accept_per_position"] = r.accept_per_position
-    if r.categories:
-        out["categories"] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
-                                 for k, v in f.items()} for c, f in r.categories.items()}
+    for key in ("categories", "turns", "input_buckets"):
+        groups = getattr(r, key)
+        if groups:
+            out[key] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
+                            for k, v in f.items()} for c, f in groups.items()}
     return out
