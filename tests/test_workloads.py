@@ -193,3 +193,26 @@ def test_multi_turn_run_on_the_simulator(tmp_path):
     assert re.search(r"^\| 2 +\| +3 \|", table, re.M), table
     row = json.loads((run / "results.jsonl").read_text().splitlines()[-1])
     assert set(row["turns"]) == {"1", "2"}
+
+
+def test_acceptance_by_input_length_in_the_report_of_a_simulator_run(tmp_path):
+    """Prompts of 600-6000 tokens on one point: the report's "By input length" table shows
+    the draft accepting less on the longest prompts than on the shortest."""
+    run = tmp_path / "run"
+    plan = compile_plan(run, ["benchmark.dataset=random", "benchmark.input_len=6000",
+                              "benchmark.range_ratio=0.1", "benchmark.output_len=48",
+                              "benchmark.num_prompts=16", "benchmark.api=generate",
+                              "model_pair.context_length=8192",
+                              "model_pair.draft_context_override=true", "hardware.tp=1"],
+                        port=free_port_block(4))
+    assert execute(plan, run) == 0
+    md = (run / "report.md").read_text()
+    table = md.split("### By input length")[1].split("\n\n")[1]
+    rows = [(ln.split("|")[1].strip(), ln.split("|")[-2]) for ln in table.splitlines()[2:]]
+    assert len(rows) >= 2 and rows[-1][0] == "4k-8k", table
+    # speedup / accept / TTFT: the longest prompts' accept length is below the shortest's
+    accept = [float(cell.split("/")[-2]) for _, cell in rows]
+    assert accept[-1] < accept[0], table
+    spec = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()
+            if json.loads(x)["params"]]
+    assert any("input_buckets" in r for r in spec)

@@ -192,7 +192,10 @@ def _workload_text(workload: tuple) -> str:
         parts.append(f"out {ol if ol is not None else '?'} tokens")
     elif il is not None or ol is not None:
         parts.append(f"in {il if il is not None else '?'} / out {ol if ol is not None else '?'} tokens")
-    for k, default in (("repeats", 1), ("ignore_eos", True)):
+    if not d.get("shared_prefix_len"):
+        d.pop("shared_prefix_groups", None)
+    for k, default in (("repeats", 1), ("ignore_eos", True), ("multi_turn", False),
+                       ("shared_prefix_len", 0)):
         if d.get(k) == default:
             d.pop(k)
     rate = d.pop("request_rate", None)
