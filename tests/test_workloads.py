@@ -176,8 +176,8 @@ def test_multi_turn_run_on_the_simulator(tmp_path):
         ("writing-01", 1), ("writing-01", 2), ("writing-02", 1), ("writing-02", 2),
         ("writing-03", 1), ("writing-03", 2)]
     for first, second in zip(lines[::2], lines[1::2]):
-        # turn 2 = turn 1's prompt + its 16-token answer + the second question
-        assert second["input_tokens"] > first["input_tokens"] + 16
+        # turn 2 = turn 1's prompt + its 16-token answer + the second question (7 words)
+        assert second["input_tokens"] == first["input_tokens"] + 16 + 7
     events = [json.loads(x) for x in truth.read_text().splitlines()]
     seconds = [e for e in events if e["event"] == "request"
                and e["history"].startswith("Write a short letter from a lighthouse keeper")
@@ -216,3 +216,63 @@ def test_acceptance_by_input_length_in_the_report_of_a_simulator_run(tmp_path):
     spec = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()
             if json.loads(x)["params"]]
     assert any("input_buckets" in r for r in spec)
+
+
+def _truth_events(path, kind: str, n: int, timeout: float = 10.0) -> list[dict]:
+    """The truth log once it holds n events of a kind (the simulator flushes every 100 ms)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        events = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        if sum(e["event"] == kind for e in events) >= n or time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)
+
+
+def _conversations(n: int) -> list[Prompt]:
+    return by_turn([Prompt(f"question number {i} about tides", 5, 8, id=f"c{i}",
+                           later=("and the moon?", "and the sun?")) for i in range(n)])
+
+
+def test_each_turn_carries_the_conversation_with_the_servers_answers(tmp_path):
+    from specc.run.loadgen import run_load
+    from tests.sim.conftest import SimProc
+
+    truth = tmp_path / "truth.jsonl"
+    sim = SimProc(["--model-path", "sim/llama"], env={"SPECC_SIM_TRUTH": str(truth)},
+                  tmp=tmp_path)
+    try:
+        sim.wait_ready()
+        prompts = _conversations(3)
+        res = asyncio.run(run_load(sim.url, prompts, api="chat", model="m", concurrency=2,
+                                   warmup=0))
+        events = _truth_events(truth, "request", 9)
+    finally:
+        sim.stop()
+    assert all(r.ok for r in res.records), [r.error for r in res.records]
+    assert [r.input_tokens for r in res.records[:3]] == [5, 5 + 8 + 3, 5 + 8 + 3 + 8 + 3]
+    histories = [e["history"] for e in events if e["event"] == "request"]
+    third = next(h for h in histories if len(h) == 5 and h[0]["content"].startswith(
+        "question number 1 "))
+    assert [m["role"] for m in third] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in third[2::2]] == ["and the moon?", "and the sun?"]
+    # the server's own answers, as it streamed them: 8 tokens each
+    assert all(len(m["content"].split()) == 8 and m["content"].split()[0].startswith("tok")
+               for m in third[1::2])
+
+
+def test_after_a_failed_turn_the_rest_of_its_conversation_is_not_sent(tmp_path):
+    from specc.run.loadgen import run_load
+    from tests.sim.conftest import SimProc
+
+    sim = SimProc(["--model-path", "sim/llama", "--sim-fault", "truncate_stream:4"],
+                  tmp=tmp_path)
+    try:
+        sim.wait_ready()
+        res = asyncio.run(run_load(sim.url, _conversations(2), api="chat", model="m",
+                                   concurrency=2, warmup=0))
+    finally:
+        sim.stop()
+    assert [r.error for r in res.records[1:3]] == ["not sent: turn 1 failed"] * 2
+    assert res.records[0].error and not res.records[0].ok
