@@ -32,7 +32,7 @@ from types import SimpleNamespace as NS
 from specc import requestlog
 
 REQUESTS = 16
-PROMPTS = [NS(id=f"p{i}", category="x") for i in range(REQUESTS)]
+PROMPTS = [NS(id=f"p{i}", category="x", turn=1) for i in range(REQUESTS)]
 
 
 def write_run(d: Path, points: int, seed: int, slower: float = 1.0) -> None:

@@ -447,7 +447,10 @@ class Params(Record):
             try:
                 v = value[name]
             except KeyError:
-                raise PlanError(f"{path}.{name}: missing") from None
+                default = cls.__dataclass_fields__[name].default
+                if default is MISSING:
+                    raise PlanError(f"{path}.{name}: missing") from None
+                v = default   # a field with a default may be left out (BenchParams' workloads)
             if type(v) not in allowed:
                 raise PlanError(f"{path}.{name}: expected {word}, got {_kind(v)}")
             if convert is not None and v is not None:
@@ -547,9 +550,17 @@ class BenchParams(Params):
     model: str
     request_id_field: str | None
     accept_positions: AcceptPositions | None
+    # workloads (docs/workloads.md): absent from plan.json at these neutral values, so a
+    # plan that uses none of them keeps its ids and text (specc.compile.matrix.NEUTRAL_WORKLOAD)
+    multi_turn: bool = False
+    shared_prefix_len: int = 0
+    shared_prefix_groups: int = 1
 
     def to_json(self) -> dict:
         out = Params.to_json(self)
+        for key in ("multi_turn", "shared_prefix_len", "shared_prefix_groups"):
+            if out[key] == BenchParams.__dataclass_fields__[key].default:
+                del out[key]
         if self.categories is not None:
             out["categories"] = list(self.categories)
         if self.accept_positions is not None:

@@ -31,7 +31,7 @@ def lines_for(records, prompts, *, repeat: int, attempt: float) -> list[dict]:
     for r in records:
         p = prompts[r.index]
         out.append({"attempt": attempt, "repeat": repeat, "i": r.index, "id": p.id,
-                    "category": p.category, "ok": r.ok, "error": r.error,
+                    "turn": p.turn, "category": p.category, "ok": r.ok, "error": r.error,
                     "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                     "ttft": round(r.ttft, 6), "e2e_latency": round(r.e2e_latency, 6),
                     "start": round(r.start, 6), "verify_ct": r.verify_ct})

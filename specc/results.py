@@ -25,7 +25,9 @@ _FIELDS = ("benchmark", "server", "status", "reason", "metrics", "params")
 MATCH_PARAMS = ("concurrency", "api", "dataset", "dataset_path", "input_len", "output_len",
                 "range_ratio", "num_prompts", "request_rate", "seed",
                 # the same prompts, sampling and lengths (issue 10)
-                "categories", "hf_dataset", "hf_subset", "hf_split", "temperature", "ignore_eos")
+                "categories", "hf_dataset", "hf_subset", "hf_split", "temperature", "ignore_eos",
+                # the same conversations and shared prefixes (issue 21)
+                "multi_turn", "shared_prefix_len", "shared_prefix_groups")
 
 
 class RowError(ValueError):

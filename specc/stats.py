@@ -362,11 +362,14 @@ class _Columns:
         names: dict[str, int] = {}
         rows = [(r["output_tokens"], r["e2e_latency"], r["ttft"], r.get("verify_ct") or 0,
                  r.get("repeat", 0), r["i"], names.setdefault(r.get("category") or "-",
-                                                              len(names))) for r in ok]
-        a = np.array(rows, dtype=float).reshape(self.n, 7)
+                                                              len(names)),
+                 r.get("turn") or 1, r.get("input_tokens") or 0) for r in ok]
+        a = np.array(rows, dtype=float).reshape(self.n, 9)
         self.tok, self.lat, self.ttft, self.verify = a[:, 0], a[:, 1], a[:, 2], a[:, 3]
         self.rep, self.i, self.cat = a[:, 4], a[:, 5], a[:, 6].astype(np.int64)
-        self.ids = [r.get("id") for r in ok]
+        self.turn, self.inp = a[:, 7].astype(np.int64), a[:, 8]
+        # a request is its prompt and its turn in the conversation (multi-turn)
+        self.ids = [(r.get("id"), r.get("turn") or 1) for r in ok]
         self.categories = list(names)
 
 
@@ -452,25 +455,51 @@ def point_figures(reqs: list[dict], duration: float, *, base: list[dict] | None 
             scale = (c.lat.sum() / duration) / (b.lat.sum() / base_duration)
             out["speedup"] = paired_ratio_interval(c.tok[s_idx], c.lat[s_idx], b.tok[b_idx],
                                                    b.lat[b_idx], scale=scale)
-    out["categories"] = _categories(c, base and b, s_idx, b_idx)
+    b = base and b
+    out["categories"] = _groups(c, c.cat, c.categories, b, s_idx, b_idx)
+    turns = sorted(set(c.turn.tolist()))
+    if len(turns) > 1:
+        out["turns"] = _groups(c, c.turn, {t: str(t) for t in turns}, b, s_idx, b_idx)
+    buckets = _np().searchsorted(INPUT_BUCKETS, c.inp, side="right") - 1
+    present = sorted(set(buckets.tolist()))
+    if len(present) > 1:
+        out["input_buckets"] = _groups(c, buckets, {k: bucket_name(k) for k in present}, b,
+                                       s_idx, b_idx)
     return out
 
 
-def _categories(c: _Columns, b, s_idx, b_idx) -> dict:
-    """Per category: requests, tokens, tokens/s per request (sum of tokens / sum of
-    latencies), accept length and the paired per-request speedup (latency-based:
-    categories share batches, so a category has no throughput of its own)."""
+#: Input-length buckets (prompt tokens, lower edges): acceptance falls as the context grows.
+INPUT_BUCKETS = (0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+def bucket_name(k: int) -> str:
+    """``<1k``, ``2k-4k``, ``128k+`` for bucket k of INPUT_BUCKETS."""
+    lo = INPUT_BUCKETS[k]
+    if k == 0:
+        return f"<{INPUT_BUCKETS[1] // 1024}k"
+    if k == len(INPUT_BUCKETS) - 1:
+        return f"{lo // 1024}k+"
+    return f"{lo // 1024}k-{INPUT_BUCKETS[k + 1] // 1024}k"
+
+
+def _groups(c: _Columns, codes, names, b, s_idx, b_idx) -> dict:
+    """Per group (category, turn, input-length bucket; ``names``: code -> name, or a list):
+    requests, tokens, tokens/s per request (sum of tokens / sum of latencies), mean TTFT,
+    accept length and the paired per-request speedup (latency-based: groups share
+    batches, so a group has no throughput of its own)."""
     out = {}
-    for code, name in enumerate(c.categories):
-        mask = c.cat == code
+    items = names.items() if isinstance(names, dict) else enumerate(names)
+    for code, name in items:
+        mask = codes == code
         tok, lat = c.tok[mask], c.lat[mask]
         fig = {"requests": int(mask.sum()), "output_tokens": int(tok.sum()),
-               "tokens_per_s": ratio_interval(tok, lat)}
+               "tokens_per_s": ratio_interval(tok, lat),
+               "mean_ttft_ms": mean_interval(c.ttft[mask] * 1000.0)}
         acc = _accept(tok, c.verify[mask])
         if acc is not None:
             fig["accept_length"] = acc
         if s_idx is not None and len(s_idx):
-            sel = c.cat[s_idx] == code
+            sel = codes[s_idx] == code
             if sel.any():
                 si, bi = s_idx[sel], b_idx[sel]
                 fig["speedup"] = paired_ratio_interval(c.tok[si], c.lat[si], b.tok[bi], b.lat[bi])

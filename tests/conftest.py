@@ -80,6 +80,11 @@ def bench_params(**kw) -> dict:
     out = yaml.safe_load((CONF_DIR / "benchmark" / "default.yaml").read_text())
     out.update(num_prompts=out["min_requests"], model="m", request_id_field="rid",
                accept_positions=None)
+    from specc.compile.matrix import NEUTRAL_WORKLOAD
+
+    for key, neutral in NEUTRAL_WORKLOAD.items():   # left out at these, as the compiler does
+        if out.get(key) == neutral:
+            del out[key]
     out.update(kw)
     return out
 

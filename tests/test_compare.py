@@ -306,7 +306,8 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
     from specc import requestlog
     from specc.report import columns
 
-    prompts = [NS(id=pid, category="code") for pid in ("p0", 'say "hi"', "a\\b", None, "p4")]
+    prompts = [NS(id=pid, category="code", turn=1)
+               for pid in ("p0", 'say "hi"', "a\\b", None, "p4")]
     for attempt, lat in ((1.5, 9.0), (2.25, 1.0)):
         recs = [NS(index=i, ok=i != 4, error=None if i != 4 else 'HTTP 500: "boom"',
                    input_tokens=10, output_tokens=i + 1, ttft=0.01 * (i + 1),

@@ -132,10 +132,12 @@ def test_every_result_and_request_field_is_documented():
 
     doc = (DOCS / "run-dir.md").read_text()
     # request lines and the row's figures as the real code writes them
-    records = [RequestRecord(ok=True, output_tokens=8, input_tokens=4, ttft=0.05 + i / 100,
-                             e2e_latency=0.4 + i / 50, start=100.0 + i, index=i)
-               for i in range(6)]
-    prompts = [SimpleNamespace(id=f"p{i}", category=("math", "coding")[i % 2]) for i in range(6)]
+    # two turns and two input-length buckets: the row carries its per-turn and per-bucket figures
+    records = [RequestRecord(ok=True, output_tokens=8, input_tokens=(4, 3000)[i % 2],
+                             ttft=0.05 + i / 100, e2e_latency=0.4 + i / 50, start=100.0 + i,
+                             index=i) for i in range(6)]
+    prompts = [SimpleNamespace(id=f"p{i // 2}", category=("math", "coding")[i // 2 % 2],
+                               turn=1 + i % 2) for i in range(6)]
     lines = reqlog.lines_for(records, prompts, repeat=0, attempt=100.0)
     repeats = [{"duration": 3.0, "output_tokens": 48, "requests": 6, "stopped": "fixed"}]
     figures = point.figures_extra(lines, 3.0, repeats, None)

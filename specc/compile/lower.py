@@ -16,7 +16,8 @@ import re
 from dataclasses import fields, replace
 
 from specc.compile import estimate, placement, rules
-from specc.compile.matrix import canonical as _canonical, expand, short_hash as _hash
+from specc.compile.matrix import NEUTRAL_WORKLOAD, canonical as _canonical, expand, \
+    short_hash as _hash
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
@@ -59,7 +60,8 @@ def _bench_params(points: tuple[dict, ...], extra: dict) -> list[BenchParams]:
     """Each client point's params record (the config's values as they are: checked once,
     by the schema and the rules, not again per point; built from each point's values in
     field order, 10^5 of them on one server)."""
-    names = [f.name for f in fields(BenchParams)]
+    # the workload keys come last, and a point leaves them out at their neutral values
+    names = [f.name for f in fields(BenchParams) if f.name not in NEUTRAL_WORKLOAD]
     own = names[:len(names) - len(extra)]
     assert names[len(own):] == list(extra) and "categories" in own, names
     tail = tuple(extra.values())
@@ -70,7 +72,7 @@ def _bench_params(points: tuple[dict, ...], extra: dict) -> list[BenchParams]:
         row = values(b)
         if row[at] is not None:   # a list in the config, a tuple in the frozen record
             row = row[:at] + (tuple(row[at]),) + row[at + 1:]
-        out.append(BenchParams(*row, *tail))
+        out.append(BenchParams(*row, *tail, *(b.get(k, v) for k, v in NEUTRAL_WORKLOAD.items())))
     return out
 
 

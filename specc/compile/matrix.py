@@ -163,6 +163,12 @@ def _num_prompts(bench: dict) -> int:
     return max(bench["min_requests"], by_tokens, bench["concurrency"])
 
 
+#: Workload keys (docs/workloads.md) a point's params leave out at these values, so a plan
+#: that uses none of them keeps the benchmark ids and plan.json it had before they existed
+#: (its run dirs resume); readers take the value here when the key is absent.
+NEUTRAL_WORKLOAD = {"multi_turn": False, "shared_prefix_len": 0, "shared_prefix_groups": 1}
+
+
 def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
     points = []
     for combo in itertools.product(*(v for _, v in client_axes)):
@@ -173,6 +179,9 @@ def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
             else:
                 bench[path.split(".", 1)[1]] = value
         bench["num_prompts"] = _num_prompts(bench)
+        for key, neutral in NEUTRAL_WORKLOAD.items():
+            if bench.get(key) == neutral:
+                del bench[key]
         points.append(bench)
     return tuple(points)
 

@@ -388,11 +388,13 @@ def lengths_fit_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], It
     served = spec.model_pair.get("context_length") or spec.target.context_length
 
     def check(bench: dict) -> Iterator[Diagnostic]:
-        need = bench["input_len"] + bench["output_len"]
+        prefix = bench.get("shared_prefix_len") or 0
+        need = bench["input_len"] + bench["output_len"] + prefix
         if served and need > served:
+            what = "input_len + output_len" + (" + shared_prefix_len" if prefix else "")
             yield error("BENCH_CONTEXT_EXCEEDED", "benchmark.input_len",
-                        f"input_len + output_len = {need} exceeds the served context length "
-                        f"{served}", f"keep input_len + output_len <= {served}")
+                        f"{what} = {need} exceeds the served context length "
+                        f"{served}", f"keep {what} <= {served}")
     return check
 
 
@@ -421,6 +423,12 @@ def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diag
     import os
 
     kind = bench["dataset"]
+    if bench.get("multi_turn") and kind in ("random", "jsonl"):
+        yield error("BENCH_MULTI_TURN", "benchmark.multi_turn",
+                    f"the {kind} dataset has no conversations to send turn by turn",
+                    "use benchmark.dataset=mt_bench|sharegpt|specc|spec_bench|speed_bench, or "
+                    "set benchmark.multi_turn=false")
+        return
     if kind in ("random", "jsonl", "sharegpt"):
         if bench.get("categories"):
             yield error("BENCH_DATASET_CATEGORY", "benchmark.categories",
@@ -452,14 +460,15 @@ def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
     except OSError:
         stamp = 0
     out_len = int(bench.get("output_len") or 0)
-    own = _dataset_problems(kind, path, stamp, out_len, None, None)
+    turns = bool(bench.get("multi_turn"))
+    own = _dataset_problems(kind, path, stamp, out_len, None, None, turns)
     lines = own
     if spec is not None:
         context = spec.model_pair.get("context_length") or spec.target.context_length
         if not context:
             return
         lines = [ln for ln in _dataset_problems(kind, path, stamp, out_len, context,
-                                                getattr(spec.target, "path", None))
+                                                getattr(spec.target, "path", None), turns)
                  if ln not in own]
     for line in lines:
         yield error("BENCH_DATASET_FORMAT", "benchmark.dataset_path", line,
@@ -468,11 +477,12 @@ def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
 
 
 @functools.lru_cache(maxsize=64)
-def _dataset_problems(kind, path, stamp, output_len, context, model_path) -> tuple[str, ...]:
+def _dataset_problems(kind, path, stamp, output_len, context, model_path,
+                      multi_turn=False) -> tuple[str, ...]:
     from specc.prompts.datasets import check_file
 
     return tuple(check_file(kind, path, output_len=output_len, context_length=context,
-                            counter=_counter(model_path)))
+                            counter=_counter(model_path), multi_turn=multi_turn))
 
 
 @functools.lru_cache(maxsize=4)
@@ -510,7 +520,7 @@ def _prompt_set(bench: dict) -> Iterator[Diagnostic]:
         # parse cached (per length, a sweep over lengths re-read it for every point)
         promptsets.load(kind, path=path, output_len=1,
                         categories=bench.get("categories"), hf_subset=bench.get("hf_subset"),
-                        hf_split=bench["hf_split"])
+                        hf_split=bench["hf_split"], multi_turn=bool(bench.get("multi_turn")))
     except promptsets.CategoryError as e:
         yield error("BENCH_DATASET_CATEGORY", "benchmark.categories", str(e),
                     "name categories the set has, or set benchmark.categories=null")
@@ -541,6 +551,11 @@ def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
                     f"max_requests {bench['max_requests']} is below the first batch of "
                     f"{bench['num_prompts']} requests", f"set benchmark.max_requests >= "
                     f"{bench['num_prompts']}")
+    if bench.get("driver") == "bench_serving" and (bench.get("multi_turn") or bench.get(
+            "shared_prefix_len")):
+        yield error("BENCH_DRIVER_DATASET", "benchmark.driver",
+                    "SGLang's bench_serving cannot send conversations turn by turn or specc's "
+                    "shared prefixes", "use benchmark.driver=builtin")
     if bench.get("driver") == "bench_serving" and bench["dataset"] not in (
             "random", "jsonl", "sharegpt"):
         yield error("BENCH_DRIVER_DATASET", "benchmark.driver",
@@ -583,14 +598,16 @@ POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_co
 #: point, not once per server and point (at 10^5 points they were half the compile).
 CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size)
 #: What dataset_file reads of a point: it runs once per distinct dataset, not per point.
-DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split")
+DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split",
+                "multi_turn")
 #: What each client rule reads of a point: it runs once per distinct tuple of those values
 #: (10^5 points that differ in seed or output length are a handful of tuples for each).
 CLIENT_RULE_READS = {
     point_size: ("num_prompts", "input_len", "output_len"),
     dataset_file: DATASET_KEYS,
     cache_flush: ("flush_cache",),
-    sample_size: ("target_ci", "max_requests", "num_prompts", "driver", "dataset"),
+    sample_size: ("target_ci", "max_requests", "num_prompts", "driver", "dataset",
+                  "multi_turn", "shared_prefix_len"),
 }
 
 

@@ -244,6 +244,10 @@ SCHEMA = _obj({
         "min_output_tokens": {"type": "integer", "minimum": 0},
         "target_ci": _nullable(_NUM),
         "max_requests": _POS_INT,
+        # workloads (docs/workloads.md)
+        "multi_turn": _BOOL,
+        "shared_prefix_len": {"type": "integer", "minimum": 0},
+        "shared_prefix_groups": _POS_INT,
     }),
     "cluster": _CLUSTER,
     "search": _obj({

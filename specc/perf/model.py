@@ -408,6 +408,34 @@ def model_vs_measurement(hw: Calibration) -> dict[str, list[dict]]:
 #: and SGLang's published runs report for chat data (2.4-3.2 at 3 steps).
 DEFAULT_ACCEPTANCE = 0.7
 
+#: A draft's acceptance falls as the context grows past the length it was trained on.
+#: Published measurement (vllm-project/speculators PR #684, "Acceptance Length vs Context
+#: Length": an EAGLE-3 draft for Qwen3-8B on LongBench-v2 truncated to each length,
+#: temperature 0, acceptance read from vLLM's Prometheus counters): accept length
+#: 2.295 at 2k, 2.040 at 4k, 1.863 at 6k, 1.687 at 8k, 1.400 at 10k, 1.289 at 12k,
+#: 1.161 at 14k, 1.090 at 16k, 1.084 at 20k tokens. The same collapse past a 2k-trained
+#: draft's window is reported in sgl-project/sglang issue #6783 and in OWL (Lee et al.,
+#: arXiv 2510.07535: EAGLE-3 slower than no speculation on long inputs). As a factor on
+#: the per-position acceptance: the published accepted drafts per step (accept length - 1)
+#: relative to 2k's (exact for one draft step; for more, the same fall in the chain's
+#: first position). (context tokens, factor), linear in between, flat past the ends.
+CONTEXT_ACCEPTANCE = ((2048, 1.0), (4096, 0.803), (6144, 0.666), (8192, 0.530),
+                      (10240, 0.309), (12288, 0.223), (14336, 0.124), (16384, 0.070),
+                      (20480, 0.065))
+
+
+def context_acceptance_factor(context_tokens: float) -> float:
+    """The factor on a draft's per-position acceptance at this many context tokens
+    (prompt + generated so far); 1 up to 2k tokens (CONTEXT_ACCEPTANCE)."""
+    pts = CONTEXT_ACCEPTANCE
+    if context_tokens <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if context_tokens <= x1:
+            return y0 + (y1 - y0) * (context_tokens - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
 def chain_accept_length(a: float, k: int) -> float:
     """Expected tokens per verify step for a chain of k drafts: (1 - a^(k+1)) / (1 - a)."""
     if k <= 0:

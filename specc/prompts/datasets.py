@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from specc.prompts import DatasetError, Prompt, count_tokens
+from specc.prompts import DatasetError, Prompt, by_turn, count_tokens
 
 __all__ = ["Prompt", "DatasetError", "load_prompts", "KINDS"]
 
@@ -53,15 +53,56 @@ _WORDS = (
 def load_prompts(kind: str, *, num: int, input_len: int, output_len: int,
                  range_ratio: float = 1.0, path: str | None = None,
                  seed: int = 0, categories=None, hf_subset: str | None = None,
-                 hf_split: str = "test") -> list[Prompt]:
+                 hf_split: str = "test", multi_turn: bool = False, shared_prefix_len: int = 0,
+                 shared_prefix_groups: int = 1) -> list[Prompt]:
+    """``num`` requests; with ``multi_turn``, ``num`` conversations, each as its turns in
+    order (``Prompt.turn``), every turn a request of its own. ``shared_prefix_len``: each
+    first turn opens with its group's system prompt of that many tokens (shared_prefix)."""
+    prompts = _load(kind, num=num, input_len=input_len, output_len=output_len,
+                    range_ratio=range_ratio, path=path, seed=seed, categories=categories,
+                    hf_subset=hf_subset, hf_split=hf_split, multi_turn=multi_turn)
+    if shared_prefix_len > 0:
+        prompts = shared_prefix(prompts, shared_prefix_len, shared_prefix_groups, seed)
+    return prompts
+
+
+def shared_prefix(prompts: list[Prompt], length: int, groups: int, seed: int) -> list[Prompt]:
+    """Conversation c (each single-turn prompt is one) opens with group c mod ``groups``'s
+    system prompt of ``length`` tokens, as SGLang bench_serving's generated-shared-prefix
+    dataset (--gsp-system-prompt-len, --gsp-num-groups): a prefix cache holds it after the
+    group's first request. Later turns carry it in the history."""
+    from dataclasses import replace
+
+    groups = max(1, groups)
+    systems = []
+    for g in range(groups):
+        rng = random.Random(f"{seed}|shared-prefix|{g}")
+        words = [f"system{g}"] + [rng.choice(_WORDS) for _ in range(length - 1)]
+        systems.append(" ".join(words[:length]))
+    out, c = [], -1
+    for p in prompts:
+        if p.turn == 1:
+            c += 1
+            p = replace(p, text=systems[c % groups] + "\n" + p.text,
+                        input_tokens=p.input_tokens + length)
+        out.append(p)
+    return out
+
+
+def _load(kind: str, *, num: int, input_len: int, output_len: int, range_ratio: float,
+          path: str | None, seed: int, categories, hf_subset: str | None, hf_split: str,
+          multi_turn: bool) -> list[Prompt]:
     if num < 0:
         raise DatasetError(f"num must be >= 0, got {num}")
+    if multi_turn and kind in ("random", "jsonl"):
+        raise DatasetError(f"the {kind} dataset has no conversations to send turn by turn")
     if kind in KINDS[3:]:
         from specc.prompts import promptsets
 
-        return promptsets.sequence(promptsets.load(
+        out = promptsets.sequence(promptsets.load(
             kind, path=path, output_len=output_len, categories=categories,
-            hf_subset=hf_subset, hf_split=hf_split), num)
+            hf_subset=hf_subset, hf_split=hf_split, multi_turn=multi_turn), num)
+        return by_turn(out) if multi_turn else out
     if categories:
         raise DatasetError(f"the {kind} dataset has no categories (categories: {categories})")
     if kind == "random":
@@ -69,9 +110,10 @@ def load_prompts(kind: str, *, num: int, input_len: int, output_len: int,
     if kind == "jsonl":
         return _fill(_jsonl(_need_path(kind, path), output_len), num, path)
     if kind == "sharegpt":
-        items = _sharegpt(_need_path(kind, path), output_len)
+        items = _sharegpt(_need_path(kind, path), output_len, multi_turn)
         random.Random(seed).shuffle(items)
-        return _fill(items, num, path)
+        items = _fill(items, num, path)
+        return by_turn(items) if multi_turn else items
     raise DatasetError(f"unknown dataset kind {kind!r} (expected one of {', '.join(KINDS)})")
 
 
@@ -152,7 +194,7 @@ def _jsonl(path: str, output_len: int) -> list[Prompt]:
     return out
 
 
-def _sharegpt(path: str, output_len: int) -> list[Prompt]:
+def _sharegpt(path: str, output_len: int, multi_turn: bool = False) -> list[Prompt]:
     raw = _read_text(path)
     try:
         data = json.loads(raw)
@@ -163,10 +205,11 @@ def _sharegpt(path: str, output_len: int) -> list[Prompt]:
     if not data:
         raise DatasetError(f"{path}: dataset is empty")
     out = []
-    for entry in data:
+    for n, entry in enumerate(data):
         conv = entry.get("conversations") if isinstance(entry, dict) else None
         if not isinstance(conv, list):
             continue
+        later = _sharegpt_later(conv, f"{path}: entry {n}") if multi_turn else ()
         prompt = reply = None
         for i, turn in enumerate(conv):
             if isinstance(turn, dict) and turn.get("from") == "human" \
@@ -183,7 +226,8 @@ def _sharegpt(path: str, output_len: int) -> list[Prompt]:
         n_out = output_len if output_len > 0 else count_tokens(reply)
         if n_in < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
             continue
-        out.append(Prompt(text=prompt, input_tokens=n_in, output_tokens=n_out))
+        out.append(Prompt(text=prompt, input_tokens=n_in, output_tokens=n_out,
+                          id=str(entry.get("id", n)) if multi_turn else None, later=later))
     if not out:
         raise DatasetError(f"{path}: no usable conversations (need a human turn of >= "
                            f"{MIN_SHAREGPT_TOKENS} words and a gpt reply of >= "
@@ -229,14 +273,17 @@ class TokenCounter:
 
 
 def check_file(kind: str, path: str, *, output_len: int, context_length: int | None,
-               counter: TokenCounter | None = None) -> list[str]:
+               counter: TokenCounter | None = None, multi_turn: bool = False) -> list[str]:
     """What is wrong with a jsonl or ShareGPT dataset file, before anything launches: one
     line each (at most MAX_PROBLEMS, then a count), naming the file and line. Reads the
     file streaming and bounded: a 200 MB prompt is refused without being held."""
     counter = counter or TokenCounter()
     problems: list[str] = []
     try:
-        prompts = (_jsonl_items(path) if kind == "jsonl" else _sharegpt_items(path, output_len))
+        if multi_turn and kind == "jsonl":
+            return [f"{path}: a jsonl dataset has no conversations to send turn by turn"]
+        prompts = (_jsonl_items(path) if kind == "jsonl"
+                   else _sharegpt_items(path, output_len, multi_turn))
         n = 0
         for where, text, n_out in prompts:
             n += 1
@@ -326,7 +373,7 @@ def _jsonl_items(path: str):
             yield where, text, n_out
 
 
-def _sharegpt_items(path: str, output_len: int):
+def _sharegpt_items(path: str, output_len: int, multi_turn: bool = False):
     from specc.files import UnreadableFile, read_bounded
 
     try:
@@ -349,6 +396,8 @@ def _sharegpt_items(path: str, output_len: int):
         conv = entry.get("conversations") if isinstance(entry, dict) else None
         if not isinstance(conv, list):
             raise DatasetError(f"{path}: entry {i}: no \"conversations\" list")
+        if multi_turn:
+            _sharegpt_later(conv, f"{path}: entry {i}")
         human = next((k for k, t in enumerate(conv) if isinstance(t, dict)
                       and t.get("from") == "human" and isinstance(t.get("value"), str)), None)
         if human is None:
@@ -365,6 +414,22 @@ def _sharegpt_items(path: str, output_len: int):
         if count_tokens(prompt) < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
             continue
         yield f"{path}: entry {i}", prompt, n_out
+
+
+def _sharegpt_later(conv: list, where: str) -> tuple[str, ...]:
+    """A ShareGPT conversation's human turns after the first (multi_turn: sent in order,
+    each with the server's own answers; the recorded gpt replies are not sent)."""
+    if not conv:
+        raise DatasetError(f"{where}: a conversation with no turns")
+    human = []
+    for k, t in enumerate(conv):
+        if isinstance(t, dict) and t.get("from") == "human":
+            if not isinstance(t.get("value"), str) or not t["value"].strip():
+                raise DatasetError(f"{where}: turn {k + 1} (\"from\": \"human\") has a "
+                                   f"\"value\" that is not a string "
+                                   f"({type(t.get('value')).__name__})")
+            human.append(t["value"])
+    return tuple(human[1:])
 
 
 def write_sharegpt_source(path) -> None:

@@ -25,8 +25,9 @@ Kinds (``benchmark.dataset``):
   ``datasets`` library (``pip install 'specc[hf]'``), ``hf_subset`` and
   ``hf_split`` choosing the config and split; rows are read as above.
 
-Only a conversation's first turn is sent (later turns need the model's own
-answer to the first). Every request asks for ``output_len`` tokens: with
+Only a conversation's first turn is sent, unless ``benchmark.multi_turn`` is set: then
+every user turn is sent in order, each with the conversation so far (the server's own
+answers included; see docs/workloads.md). Every request asks for ``output_len`` tokens: with
 EOS ignored, matched points do equal work. Requests go round-robin over the
 categories (each category in file order), so any prefix of the sequence covers
 the categories as evenly as it can; past the end of the set it starts again.
@@ -78,19 +79,45 @@ def _text(value) -> str | None:
     return None
 
 
-def _first_turn(obj: dict) -> tuple[str | None, int]:
-    """(first user turn, number of turns) from whichever field the row has."""
+def _user_turns(obj: dict) -> tuple[str, list] | None:
+    """(field, its user turns as given) when the row holds a conversation as a list."""
     for key in ("turns", "prompt", "messages"):
         v = obj.get(key)
-        if isinstance(v, list) and v:
+        if isinstance(v, list):
             if key == "messages":
-                users = [m for m in v if isinstance(m, dict) and m.get("role", "user") == "user"]
-                return (_text(users[0]) if users else None), len(users)
-            return _text(v[0]), len(v)
+                v = [m for m in v if isinstance(m, dict) and m.get("role", "user") == "user"]
+            return key, v
+    return None
+
+
+def _first_turn(obj: dict) -> tuple[str | None, int]:
+    """(first user turn, number of turns) from whichever field the row has."""
+    conv = _user_turns(obj)
+    if conv is not None and conv[1]:
+        return _text(conv[1][0]), len(conv[1])
     for key in ("prompt", "text", "question", "instruction"):
         if isinstance(obj.get(key), str):
             return obj[key], 1
     return None, 0
+
+
+def _later_turns(obj: dict, where: str) -> tuple[str, ...]:
+    """A conversation's user turns after the first (multi_turn); one line for a
+    conversation with no turns or a turn that is not text."""
+    conv = _user_turns(obj)
+    if conv is None:
+        return ()
+    key, turns = conv
+    if not turns:
+        raise DatasetFormatError(f"{where}: a conversation with no turns ({key!r} is empty)")
+    texts = []
+    for k, t in enumerate(turns, 1):
+        text = _text(t)
+        if text is None or not text.strip():
+            got = "empty text" if text is not None else type(t).__name__
+            raise DatasetFormatError(f"{where}: turn {k} of {key!r} is not a string ({got})")
+        texts.append(text)
+    return tuple(texts[1:])
 
 
 def _row_id(obj: dict, category: str, n: int) -> str:
@@ -110,14 +137,20 @@ def _shape_error(kind: str, where: str, obj) -> DatasetFormatError:
     return DatasetFormatError(f"{where}: not a {_NAMES[kind]} row: needs {need}; got {got}")
 
 
-def _rows_to_prompts(kind: str, rows, where, output_len: int) -> tuple[list[Prompt], int]:
-    """(prompts, placeholders skipped); ``where(i)`` names row i in messages."""
+def _rows_to_prompts(kind: str, rows, where, output_len: int,
+                     multi_turn: bool = False) -> tuple[list[Prompt], int]:
+    """(prompts, placeholders skipped); ``where(i)`` names row i in messages. With
+    ``multi_turn`` each prompt carries its conversation's later turns."""
     out: list[Prompt] = []
     per_cat: dict[str, int] = {}
     skipped = 0
     for i, obj in enumerate(rows):
         if not isinstance(obj, dict):
             raise _shape_error(kind if kind != "hf" else "specc", where(i), obj)
+        conv = _user_turns(obj)
+        if conv is not None and not conv[1]:
+            raise DatasetFormatError(f"{where(i)}: a conversation with no turns "
+                                     f"({conv[0]!r} is empty)")
         text, _ = _first_turn(obj)
         category = obj.get("category")
         if kind == "mt_bench" or kind == "spec_bench":
@@ -141,7 +174,8 @@ def _rows_to_prompts(kind: str, rows, where, output_len: int) -> tuple[list[Prom
         category = category.strip()
         per_cat[category] = per_cat.get(category, 0) + 1
         out.append(Prompt(text=text, input_tokens=count_tokens(text), output_tokens=output_len,
-                          category=category, id=_row_id(obj, category, per_cat[category])))
+                          category=category, id=_row_id(obj, category, per_cat[category]),
+                          later=_later_turns(obj, where(i)) if multi_turn else ()))
     return out, skipped
 
 
@@ -231,8 +265,8 @@ def _read_hub(dataset_id: str, subset: str | None, split: str) -> tuple[list, ca
 
 
 @lru_cache(maxsize=32)
-def _load_cached(kind: str, path: str | None, stamp, output_len: int, subset, split
-                 ) -> tuple[Prompt, ...]:
+def _load_cached(kind: str, path: str | None, stamp, output_len: int, subset, split,
+                 multi_turn: bool = False) -> tuple[Prompt, ...]:
     if kind == "hf":
         if not path:
             raise DatasetError("hf dataset: set benchmark.dataset_path to a dataset id "
@@ -246,7 +280,7 @@ def _load_cached(kind: str, path: str | None, stamp, output_len: int, subset, sp
         rows, where = _read_jsonl(kind, path)
     if not rows:
         raise DatasetError(f"{path}: dataset is empty")
-    prompts, skipped = _rows_to_prompts(kind, rows, where, output_len)
+    prompts, skipped = _rows_to_prompts(kind, rows, where, output_len, multi_turn)
     if not prompts:
         if skipped:
             raise DatasetError(f"{path}: all {skipped} rows hold SPEED-Bench's placeholder text; "
@@ -257,8 +291,10 @@ def _load_cached(kind: str, path: str | None, stamp, output_len: int, subset, sp
 
 
 def load(kind: str, *, path: str | None, output_len: int, categories=None,
-         hf_subset: str | None = None, hf_split: str = "test") -> list[Prompt]:
-    """Every prompt of the set, in file order, restricted to ``categories`` when given.
+         hf_subset: str | None = None, hf_split: str = "test",
+         multi_turn: bool = False) -> list[Prompt]:
+    """Every prompt of the set, in file order, restricted to ``categories`` when given
+    (``multi_turn``: each with its conversation's later turns).
 
     Raises DatasetError (or a subclass: the format, the category, the hub) with
     one line naming the file or id.
@@ -276,7 +312,8 @@ def load(kind: str, *, path: str | None, output_len: int, categories=None,
         if not os.path.isfile(path):
             raise DatasetError(f"{path}: no such file ({kind} dataset)")
     stamp = os.stat(path).st_mtime_ns if kind != "hf" else None
-    prompts = list(_load_cached(kind, path, stamp, output_len, hf_subset, hf_split))
+    prompts = list(_load_cached(kind, path, stamp, output_len, hf_subset, hf_split,
+                                bool(multi_turn)))
     if categories:
         have = categories_of(prompts)
         missing = [c for c in categories if c not in have]

@@ -43,7 +43,8 @@ _NUM = r'-?[0-9][0-9.eE+-]*'
 #: ok, output tokens, TTFT, latency. A file whose every line matches is read without
 #: building a dict per line; any other file goes through json (the same result, slower).
 _LINE = re.compile(
-    r'^\{"attempt":(%s),"repeat":(\d+),"i":(\d+),"id":(%s|null),"category":(?:%s|null),'
+    r'^\{"attempt":(%s),"repeat":(\d+),"i":(\d+),"id":(%s|null),(?:"turn":\d+,)?'
+    r'"category":(?:%s|null),'
     r'"ok":(true|false),"error":(?:%s|null),"input_tokens":(?:\d+|null),'
     r'"output_tokens":(\d+),"ttft":(%s),"e2e_latency":(%s),"start":(?:%s|null),'
     r'"verify_ct":(?:\d+|null)\}\n' % (_NUM, _STR, _STR, _STR, _NUM, _NUM, _NUM), re.M)

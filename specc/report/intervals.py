@@ -59,6 +59,8 @@ def attach(rows: list[PointRow], results: dict, run_dir) -> None:
         r.intervals = {k: v for k, v in figs.items() if isinstance(v, stats.Interval)}
         r.speedup_iv = r.intervals.pop("speedup", None)
         r.categories = figs.get("categories") or {}
+        r.turns = figs.get("turns") or {}
+        r.input_buckets = figs.get("input_buckets") or {}
         r.basis.setdefault("requests", figs["requests"])
         r.basis.setdefault("output_tokens", figs["output_tokens"])
         r.basis["pairs"] = figs.get("pairs", 0)
@@ -146,5 +148,30 @@ def category_table(g: Group) -> tuple[list[str], list[list[str]]] | None:
             sp = stats.fmt_speedup(f.get("speedup")) if f.get("speedup") else DASH
             acc = f.get("accept_length")
             cells.append(f"{sp} / {acc.value:.2f}" if acc is not None else sp)
+        rows.append(cells)
+    return head, rows
+
+
+def group_table(g: Group, key: str, label: str) -> tuple[list[str], list[list[str]]] | None:
+    """Per turn or per input-length bucket (rows, ``key`` = "turns" | "input_buckets") and
+    point (columns, baselines too): speedup [interval], accept length and mean TTFT; None
+    when no point of the table has more than one."""
+    ok = [r for r in g.rows if r.status == "ok" and getattr(r, key)]
+    if not ok:
+        return None
+    names: list[str] = []
+    for r in ok:
+        names += [c for c in getattr(r, key) if c not in names]
+    head = [label, "requests"] + [f"{r.label}: speedup / accept / TTFT ms" for r in ok]
+    rows = []
+    for c in names:
+        n = max((getattr(r, key).get(c, {}).get("requests", 0) for r in ok), default=0)
+        cells = [c, str(n)]
+        for r in ok:
+            f = getattr(r, key).get(c) or {}
+            sp = stats.fmt_speedup(f["speedup"]) if f.get("speedup") else DASH
+            acc, ttft = f.get("accept_length"), f.get("mean_ttft_ms")
+            cells.append(" / ".join([sp, DASH if acc is None else f"{acc.value:.2f}",
+                                     DASH if ttft is None else f"{ttft.value:.1f}"]))
         rows.append(cells)
     return head, rows

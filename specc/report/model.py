@@ -105,6 +105,8 @@ class PointRow:
     intervals: dict = field(default_factory=dict)
     speedup_iv: Any = None
     categories: dict = field(default_factory=dict)
+    turns: dict = field(default_factory=dict)           # multi-turn: per turn ("1", "2", ...)
+    input_buckets: dict = field(default_factory=dict)   # per prompt-length bucket ("2k-4k")
     basis: dict = field(default_factory=dict)
     accept_per_position: list | None = None   # vLLM's per-position acceptance rates
 
@@ -190,7 +192,10 @@ def _workload_text(workload: tuple) -> str:
         parts.append(f"out {ol if ol is not None else '?'} tokens")
     elif il is not None or ol is not None:
         parts.append(f"in {il if il is not None else '?'} / out {ol if ol is not None else '?'} tokens")
-    for k, default in (("repeats", 1), ("ignore_eos", True)):
+    if not d.get("shared_prefix_len"):
+        d.pop("shared_prefix_groups", None)
+    for k, default in (("repeats", 1), ("ignore_eos", True), ("multi_turn", False),
+                       ("shared_prefix_len", 0)):
         if d.get(k) == default:
             d.pop(k)
     rate = d.pop("request_rate", None)
@@ -360,7 +365,9 @@ def flat_fields(r: PointRow) -> dict:
         out["stopped"] = r.basis["stopped"]
     if r.accept_per_position:
         out["accept_per_position"] = r.accept_per_position
-    if r.categories:
-        out["categories"] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
-                                 for k, v in f.items()} for c, f in r.categories.items()}
+    for key in ("categories", "turns", "input_buckets"):
+        groups = getattr(r, key)
+        if groups:
+            out[key] = {c: {k: (v.to_json() if isinstance(v, stats.Interval) else v)
+                            for k, v in f.items()} for c, f in groups.items()}
     return out

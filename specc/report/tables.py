@@ -44,6 +44,10 @@ NOTES = [
     "request (categories share batches, so a category has no throughput of its own); "
     "accept length = output tokens / verify passes, where the engine reports them per "
     "request (SGLang's `/generate`).",
+    "**by turn** / **by input length**: the same per-request figures per turn of a "
+    "multi-turn conversation and per prompt-length bucket (a draft accepts less as the "
+    "context grows; a later turn's prefix may be cached): paired speedup, accept length "
+    "and mean TTFT (ms).",
     "**accept length**: mean tokens accepted per target forward pass. "
     "`(run)` = measured over this point only; `(cum.)` = cumulative since server start, "
     "warm-up included (SGLang's `avg_spec_accept_length`), so not strictly per point; "
@@ -176,6 +180,14 @@ def render_markdown(report: Report) -> str:
             out += [f"### By category (concurrency {_conc_text(g.concurrency)})", "",
                     _table(crow, head, ("left", "right") + ("right",) * (len(head) - 2), "pipe"),
                     ""]
+        for key, label, title in (("turns", "turn", "By turn"),
+                                  ("input_buckets", "input tokens", "By input length")):
+            t = iv.group_table(g, key, label)
+            if t is not None:
+                head, trow = t
+                out += [f"### {title} (concurrency {_conc_text(g.concurrency)})", "",
+                        _table(trow, head, ("left", "right") + ("right",) * (len(head) - 2),
+                               "pipe"), ""]
 
     bests = report.best()
     if bests:

@@ -52,7 +52,9 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                            path=p.hf_dataset if p.dataset == "hf"
                            else p.dataset_path, seed=p.seed,
                            categories=p.categories, hf_subset=p.hf_subset,
-                           hf_split=p.hf_split)
+                           hf_split=p.hf_split, multi_turn=p.multi_turn,
+                           shared_prefix_len=p.shared_prefix_len,
+                           shared_prefix_groups=p.shared_prefix_groups)
     rate = p.request_rate or float("inf")
     field = p.request_id_field
     attempt = time.time()
@@ -116,10 +118,16 @@ def figures_extra(lines: list[dict], duration: float, repeats: list[dict],
              "target_ci": target_ci,
              "half_width": None if thr is None or thr.half_width is None
              else round(thr.half_width, 5)}
-    cats = {name: {"requests": c["requests"], "output_tokens": c["output_tokens"],
-                   **{k: v.to_json() for k, v in c.items() if isinstance(v, stats.Interval)}}
-            for name, c in (figs.get("categories") or {}).items()}
-    return {"intervals": intervals, "basis": basis, "categories": cats}
+    def groups(key: str) -> dict:
+        return {name: {"requests": c["requests"], "output_tokens": c["output_tokens"],
+                       **{k: v.to_json() for k, v in c.items() if isinstance(v, stats.Interval)}}
+                for name, c in (figs.get(key) or {}).items()}
+
+    out = {"intervals": intervals, "basis": basis, "categories": groups("categories")}
+    for key in ("turns", "input_buckets"):   # only when the point has more than one
+        if figs.get(key):
+            out[key] = groups(key)
+    return out
 
 
 class DriverError(Exception):

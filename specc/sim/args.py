@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     a("--kv-cache-dtype", type=str, default="auto")
     a("--quantization", type=str, default=None)
     a("--page-size", type=int, default=None)
+    # the radix (prefix) cache: on by default; its hits reported in OpenAI usage only with
+    # --enable-cache-report (srt/entrypoints/openai/usage_processor.py)
+    a("--disable-radix-cache", action="store_true")
+    a("--enable-cache-report", action="store_true")
     a("--random-seed", type=int, default=None)
     a("--nnodes", type=int, default=1)
     a("--node-rank", type=int, default=0)

@@ -207,6 +207,9 @@ class App:
         return JSONResponse(info)
 
     async def flush_cache(self, request: Request) -> Response:
+        """Empties the prefix cache; 400 while requests run or wait (0.5.23 http_server.py)."""
+        if not self.sched.flush_cache():
+            return PlainTextResponse("Flush cache failed.\n", status_code=400)
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
                                  "(When there are running or waiting requests, the operation "
                                  "will not be performed.)\n")
@@ -268,13 +271,14 @@ class App:
         return None
 
     def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool,
-                rid=None) -> Req:
-        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid)
+                rid=None, tokens=None, history=None, arrival=None) -> Req:
+        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid,
+                                 tokens=tokens, history=history, arrival=arrival)
 
     def _meta(self, r: Req, final: bool) -> dict:
         m = {"id": r.rid, "finish_reason": r.finish_reason if final else None,
              "prompt_tokens": r.prompt_tokens, "completion_tokens": len(r.tokens),
-             "cached_tokens": 0, "e2e_latency": time.time() - r.created}
+             "cached_tokens": r.cached, "e2e_latency": time.time() - r.created}
         spec = self.sim.spec
         proposed = r.verify_ct * (spec.num_draft_tokens - 1) if spec is not None else 0
         if r.verify_ct > 0 and proposed > 0:
@@ -296,28 +300,33 @@ class App:
             text = body["text"]
             if isinstance(text, list):
                 return _error(400, "batch requests are not supported by the simulator")
-            key, ptoks = str(text), len(str(text).split())
+            key = str(text)
+            words = key.split()
         elif "input_ids" in body:
             ids = body["input_ids"]
-            if ids and isinstance(ids[0], list):
+            if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
                 return _error(400, "batch requests are not supported by the simulator")
-            key, ptoks = json.dumps(ids), len(ids)
+            key, words = json.dumps(ids), ids
         else:
             return _error(400, "Either text or input_ids should be provided.")
+        ptoks = len(words)
         if (e := self._check_len(ptoks)) is not None:
             return e
         max_new = int(sp.get("max_new_tokens") or 128)
         stream = bool(body.get("stream"))
         ignore_eos = bool(sp.get("ignore_eos", False))
+        extra = {"tokens": words, "history": body.get("text", body.get("input_ids")),
+                 "arrival": request.scope.get("specc.sim.arrival")}
         if not stream:
-            r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"))
+            r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"), **extra)
             await r.done
             return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
 
         def chunk(r: Req, final: bool) -> bytes:
             return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
                                             "meta_info": self._meta(r, final)}).encode() + b"\n\n"
-        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True, body.get("rid")),
+        return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True,
+                                                    body.get("rid"), **extra),
                          lambda r: chunk)
 
     async def completions(self, request: Request) -> Response:
@@ -327,16 +336,18 @@ class App:
         prompt = body.get("prompt")
         if isinstance(prompt, list):
             if prompt and isinstance(prompt[0], int):
-                key, ptoks = json.dumps(prompt), len(prompt)
+                key = json.dumps(prompt)
             elif len(prompt) == 1:
-                key, ptoks = str(prompt[0]), len(str(prompt[0]).split())
+                key = str(prompt[0])
             else:
                 return _error(400, "batch prompts are not supported by the simulator")
         elif isinstance(prompt, str):
-            key, ptoks = prompt, len(prompt.split())
+            key = prompt
         else:
             return _error(400, "prompt is required")
-        return await self._openai(body, key, ptoks, chat=False)
+        tokens = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) \
+            else key.split()
+        return await self._openai(request, body, key, tokens, prompt, chat=False)
 
     async def chat(self, request: Request) -> Response:
         body = await self._json(request)
@@ -352,11 +363,17 @@ class App:
                 c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
             parts.append(str(c or ""))
         key = "\n".join(parts)
-        return await self._openai(body, key, len(key.split()), chat=True)
+        return await self._openai(request, body, key, key.split(), msgs, chat=True)
 
-    async def _openai(self, body: dict, key: str, ptoks: int, chat: bool) -> Response:
+    async def _openai(self, request: Request, body: dict, key: str, tokens: list, history,
+                      chat: bool) -> Response:
+        """``tokens``: the prompt's tokens (the prefix cache's key); ``history``: what the
+        request carried (its messages, or its prompt), for the truth log."""
+        ptoks = len(tokens)
         if (e := self._check_len(ptoks)) is not None:
             return e
+        extra = {"tokens": tokens, "history": history, "arrival": request.scope.get("specc.sim.arrival")}
+        report_cached = self.sim.args.enable_cache_report
         max_new = body.get("max_completion_tokens") or body.get("max_tokens") or (
             128 if chat else 16)
         stream = bool(body.get("stream"))
@@ -366,8 +383,10 @@ class App:
         obj = "chat.completion" if chat else "text_completion"
 
         def usage(r: Req) -> dict:
+            # usage_processor.py: prompt_tokens_details only with --enable-cache-report
             return {"prompt_tokens": r.prompt_tokens, "total_tokens": r.prompt_tokens + len(r.tokens),
-                    "completion_tokens": len(r.tokens), "prompt_tokens_details": None}
+                    "completion_tokens": len(r.tokens), "prompt_tokens_details":
+                    {"cached_tokens": r.cached} if report_cached else None}
 
         def reason(r: Req) -> str | None:
             return None if r.finish_reason is None else r.finish_reason["type"]
@@ -376,7 +395,8 @@ class App:
             return ("chatcmpl-" if chat else "cmpl-") + r.rid
 
         if not stream:
-            r = self._submit(key, ptoks, int(max_new), ignore_eos, False, body.get("rid"))
+            r = self._submit(key, ptoks, int(max_new), ignore_eos, False, body.get("rid"),
+                             **extra)
             await r.done
             text = "".join(r.tokens)
             if chat:
@@ -441,7 +461,8 @@ class App:
                                 "usage": {k: v for k, v in usage(r).items() if v is not None}})
                 return out
             return chunk
-        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True, body.get("rid")),
+        return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True,
+                                                    body.get("rid"), **extra),
                          make_chunk)
 
 

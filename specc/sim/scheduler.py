@@ -40,8 +40,12 @@ from specc.perf import model as perf
 from . import categories, truth, versions
 from .args import Sim
 from .log import log
+from .prefix import PrefixCache, chain
 
 EOS_MEAN_TOKENS = 256.0
+#: A request's acceptance follows its context (perf.context_acceptance_factor) in steps of
+#: this many tokens: recomputed when its context crosses one, not every decode step.
+CONTEXT_STEP = 256
 #: The scheduler sleeps on the event loop until this long before a step's
 #: deadline, then spins: epoll rounds timeouts up to whole milliseconds.
 SPIN_LEAD_S = 0.0015
@@ -51,7 +55,8 @@ class Req:
     __slots__ = ("rid", "prompt_tokens", "max_new", "ignore_eos", "eos_at", "acc_rng", "text_rng",
                  "tokens", "verify_ct", "finished", "finish_reason", "event", "pending", "due",
                  "aborted", "warmup", "health", "stream", "created", "first_sent", "sent", "done",
-                 "correct_drafts", "writer", "build", "prebuilt", "cut", "truncated", "a_eff")
+                 "correct_drafts", "writer", "build", "prebuilt", "cut", "truncated", "a_pos",
+                 "a_eff", "a_ctx", "hashes", "cached")
 
     def __init__(self, rid: str, prompt_key: str, prompt_tokens: int, max_new: int,
                  ignore_eos: bool, seed: int, stream: bool, warmup: bool = False,
@@ -87,7 +92,11 @@ class Req:
         self.prebuilt = b""
         self.cut: int | None = None
         self.truncated = False
-        self.a_eff: float | None = None   # its category's acceptance (categories.py), if any
+        self.a_pos = 0.0         # per-position acceptance: the configured one or its category's
+        self.a_eff = 0.0         # ... at its current context, for its tree (effective_depth_and_accept)
+        self.a_ctx = -1          # the context step a_eff was computed at (-1: not yet)
+        self.hashes: list[int] = []   # its prompt's prefix hashes (prefix cache), if cached
+        self.cached = 0          # prompt tokens the prefix cache held when it was admitted
 
     def limit(self) -> int:
         return self.max_new if self.ignore_eos else min(self.max_new, self.eos_at)
@@ -132,6 +141,8 @@ class Scheduler:
         self.first_gen_mono: float | None = None
         self.real_gen_tokens = 0
         self.late_max = 0.0
+        # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
+        self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
 
     # -- admission --------------------------------------------------------------
     def new_rid(self) -> str:
@@ -140,22 +151,70 @@ class Scheduler:
 
     def submit(self, prompt_key: str, prompt_tokens: int, max_new: int, ignore_eos: bool,
                stream: bool, warmup: bool = False, health: bool = False,
-               rid: str | None = None) -> Req:
+               rid: str | None = None, tokens: list | None = None,
+               history=None, arrival: float | None = None) -> Req:
+        """Queue a request. ``tokens``: its prompt tokens, for the prefix cache (none: not
+        cached); ``history``: what it carried (the chat messages or the prompt) and
+        ``arrival``: when its HTTP request came in (epoch s), for the truth log."""
         r = Req(rid if isinstance(rid, str) and rid else self.new_rid(), prompt_key,
                 prompt_tokens, max_new, ignore_eos, self.sim.args.sim_seed, stream, warmup,
                 health)
         spec = self.sim.spec
-        a = categories.acceptance(spec.acceptance, categories.category_of(rid), prompt_key,
-                                  self.sim.args.sim_seed) if spec else None
-        if a is not None:
-            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,
-                                                      spec.num_draft_tokens)[1]
+        if spec is not None:
+            a = categories.acceptance(spec.acceptance, categories.category_of(rid), prompt_key,
+                                      self.sim.args.sim_seed)
+            r.a_pos = spec.acceptance if a is None else a
+        if tokens is not None and self.cache.capacity:
+            r.hashes = chain(tokens)
         self.waiting.append(r)
         if not warmup and not health:
-            truth.TRUTH.add({"event": "request", "t": time.time(), "rid": r.rid,
-                       "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new})
+            now = time.time()
+            event = {"event": "request", "t": now, "arrival": now if arrival is None else arrival,
+                     "rid": r.rid, "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new}
+            if history is not None:
+                event["history"] = history
+            truth.TRUTH.add(event)
         self.wake.set()
         return r
+
+    def flush_cache(self) -> bool:
+        """/flush_cache: empties the prefix cache only when nothing runs or waits (0.5.23
+        Scheduler.flush_cache: else 'Cache not flushed because there are pending requests')."""
+        busy = [r for r in list(self.waiting) + self.running if not r.health and not r.aborted]
+        if busy:
+            log(versions.render(self.sim.version, "cache_not_flushed", queued=len(self.waiting),
+                                running=len(self.running)))
+            return False
+        self.cache.reset()
+        log(versions.render(self.sim.version, "cache_flushed"))
+        return True
+
+    def _admit_cached(self, admit: list[Req]) -> int:
+        """Match each admitted prompt against the prefix cache (at most all but its last
+        token), then insert it; the prompt tokens left to prefill."""
+        for r in admit:
+            if r.hashes:
+                r.cached = self.cache.match(r.hashes, r.prompt_tokens - 1)
+        for r in admit:
+            if r.hashes:
+                self.cache.insert(r.hashes)
+            if not r.warmup and not r.health:
+                truth.TRUTH.add({"event": "admit", "t": time.time(), "rid": r.rid,
+                                 "cached_tokens": r.cached})
+        return sum(r.prompt_tokens - r.cached for r in admit)
+
+    def _accept(self, r: Req) -> float:
+        """r's effective acceptance at its current context (a draft model's falls past 2k
+        tokens: perf.CONTEXT_ACCEPTANCE; n-gram drafting has no draft context)."""
+        spec = self.sim.spec
+        step = (r.prompt_tokens + len(r.tokens)) // CONTEXT_STEP if self.sim.has_draft else 0
+        if step != r.a_ctx:
+            r.a_ctx = step
+            a = r.a_pos * (perf.context_acceptance_factor(step * CONTEXT_STEP)
+                           if self.sim.has_draft else 1.0)
+            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,
+                                                      spec.num_draft_tokens)[1]
+        return r.a_eff
 
     # -- stats --------------------------------------------------------------------
     def avg_accept(self) -> float | None:
@@ -199,8 +258,8 @@ class Scheduler:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         sim, spec = self.sim, self.sim.spec
-        depth, a_eff = (perf.effective_depth_and_accept(
-            spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens) if spec else (0, 0.0))
+        depth = perf.effective_depth_and_accept(
+            spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)[0] if spec else 0
         prev_due: float | None = None
         while True:
             if not self.running and not self.waiting:
@@ -216,7 +275,7 @@ class Scheduler:
                     if not r.aborted:
                         admit.append(r)
             if admit:
-                ntok = sum(r.prompt_tokens for r in admit)
+                ntok = self._admit_cached(admit)   # a prefix-cache hit is not prefilled
                 dur = sim.cost.prefill_s(ntok)
                 if sim.draft_cost is not None:
                     dur += sim.draft_cost.prefill_s(ntok)
@@ -242,8 +301,7 @@ class Scheduler:
                         continue
                     n = 1
                     if spec is not None:
-                        n = perf.sample_accept(r.acc_rng, a_eff if r.a_eff is None else r.a_eff,
-                                               depth)
+                        n = perf.sample_accept(r.acc_rng, self._accept(r), depth)
                         self.win_accept += n
                         self.win_correct += n - 1
                         self.win_forward += 1
@@ -310,6 +368,8 @@ class Scheduler:
             self.last_output_mono = time.monotonic()
         if r.finished and not r.done.done():
             self._finish(r)
+            if r.hashes:   # cache_finished_req: the prompt and its answer
+                self.cache.insert(r.hashes + chain((t.strip() for t in r.tokens), r.hashes[-1]))
             r.done.set_result(None)
 
     def _mid_run_fault_due(self, name: str) -> bool:
@@ -338,7 +398,8 @@ class Scheduler:
         gap, self._last_prefill_mono = now - self._last_prefill_mono, now
         usage = self._token_count() / max(1, self.sim.max_total_tokens)
         v = self.sim.version
-        log(versions.render(v, "prefill_batch", iter="", seqs=len(admit), tokens=ntok, cached=0,
+        log(versions.render(v, "prefill_batch", iter="", seqs=len(admit), tokens=ntok,
+                            cached=sum(r.cached for r in admit),
                             usage_parts=versions.render(v, "prefill_usage", usage=usage) + ", ",
                             running=len(self.running), queued=len(self.waiting), pending=0,
                             graph_part=self._graph_part(False),

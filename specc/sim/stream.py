@@ -94,10 +94,12 @@ class SimStream(Response):
 
 
 def raw_send_wrapper(app):
-    """ASGI wrapper: expose uvicorn's own ``send`` to SimStream (see its doc)."""
+    """ASGI wrapper: expose uvicorn's own ``send`` to SimStream (see its doc), and stamp
+    when the request arrived (the truth log's ``arrival``)."""
     async def asgi(scope, receive, send):
         if scope["type"] == "http":
             scope["specc.sim.raw_send"] = send
+            scope["specc.sim.arrival"] = time.time()
         await app(scope, receive, send)
     return asgi
 

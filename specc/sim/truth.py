@@ -1,8 +1,10 @@
 """Ground truth (``$SPECC_SIM_TRUTH``): JSON lines of what the simulator really did.
 
-Events: ``ready`` (port, t), ``request`` (rid, prompt and max tokens), one
-``token`` per delivered chunk (t, due, rid, n, first), and ``phase`` (name, t)
-as each startup phase begins, so tests can assert order without clocks.
+Events: ``ready`` (port, t), ``request`` (rid, t queued, arrival of its HTTP request,
+prompt and max tokens, ``history``: the messages or prompt it carried), ``admit`` (rid, t,
+``cached_tokens``: the prefix-cache hit when it was scheduled), one ``token`` per
+delivered chunk (t, due, rid, n, first), and ``phase`` (name, t) as each startup phase
+begins, so tests can assert order without clocks.
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ _COMMON: dict[str, tuple[str, str]] = {
                             "srt/managers/scheduler.py"),
     "sigquit": ("Received sigquit from a child process. It usually means the child failed.",
                 "srt/entrypoints/engine.py"),
+    "cache_flushed": ("Cache flushed successfully!", "srt/managers/scheduler.py"),
+    "cache_not_flushed": ("Cache not flushed because there are pending requests. #queue-req: "
+                          "{queued}, #running-req: {running}", "srt/managers/scheduler.py"),
     "context_too_long": (
         "Warning: {reason} context_length ({context_length}) is greater than the derived "
         "context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. "

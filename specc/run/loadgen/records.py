@@ -32,6 +32,9 @@ class RequestRecord:
     # verify passes the engine reports for this request (SGLang /generate meta_info
     # spec_verify_ct): accept length = output tokens / verify passes
     verify_ct: int | None = None
+    # multi-turn: the answer's text is kept (the next turn carries it), else not held
+    keep_answer: bool = False
+    answer: str | None = None
 
     @property
     def tpot(self) -> float | None:

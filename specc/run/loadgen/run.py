@@ -11,6 +11,7 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
+from specc.prompts import count_tokens
 from specc.prompts.datasets import Prompt
 from specc.run.loadgen.client import FastClient, ServerGone
 from specc.run.loadgen.httpx_client import HttpxClient
@@ -43,6 +44,12 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     (the requests in flight finish and count). ``request_ids[i]`` is the
     (field, value) request ``i`` carries (see ``request_body``). ``headers`` go on every
     request (e.g. the server's ``Authorization``).
+
+    Multi-turn: a prompt with ``turn`` k > 1 continues the conversation of the prompt
+    before it. A conversation is one unit of the schedule (and of the concurrency cap):
+    its turns go one after the other, each sent once the previous answer is in, with the
+    whole conversation so far (that answer included) and its ``input_tokens`` counted
+    over all of it; after a failed turn, the rest of the conversation is not sent.
     """
     if api not in API_PATHS:
         raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
@@ -116,34 +123,64 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             gc.collect()
             gc.disable()
         sem = asyncio.Semaphore(concurrency) if concurrency else None
-        payloads = [request_body(api, model, p.text, p.output_tokens, temperature=temperature,
-                                 ignore_eos=ignore_eos,
-                                 request_id=request_ids[i] if request_ids else None)
-                    for i, p in enumerate(prompts)]
+        def body(i: int, messages=None) -> bytes:
+            p = prompts[i]
+            return request_body(api, model, p.text, p.output_tokens, temperature=temperature,
+                                ignore_eos=ignore_eos,
+                                request_id=request_ids[i] if request_ids else None,
+                                messages=messages)
+
+        # a later turn's body is built when its previous turn has answered
+        payloads = [body(i) if p.turn == 1 else b"" for i, p in enumerate(prompts)]
+        units = _conversations(prompts)
+        multi = len(units) < len(prompts)
         records = [RequestRecord(input_tokens=p.input_tokens,
                                  requested_output_tokens=p.output_tokens, index=i,
-                                 ignore_eos=ignore_eos)
+                                 ignore_eos=ignore_eos, keep_answer=multi)
                    for i, p in enumerate(prompts)]
 
-        async def gated(rec: RequestRecord, payload: bytes) -> RequestRecord:
+        async def conversation(unit: list[int]) -> None:
+            history: list[dict] = []
+            for n, i in enumerate(unit):
+                rec = records[i]
+                if n:
+                    prev = records[unit[n - 1]]
+                    if prev.index in unsent:
+                        unsent.update(unit[n:])
+                        return
+                    if not prev.ok:
+                        for j in unit[n:]:
+                            records[j].error = f"not sent: turn {prompts[unit[n - 1]].turn} failed"
+                        return
+                    history += [{"role": "user", "content": prompts[unit[n - 1]].text},
+                                {"role": "assistant", "content": prev.answer or ""}]
+                    prev.answer = None     # held once, in the history
+                    messages = history + [{"role": "user", "content": prompts[i].text}]
+                    rec.input_tokens = count_tokens("\n".join(m["content"] for m in messages))
+                    payloads[i] = body(i, messages)
+                await one(rec, payloads[i])
+
+        async def gated(unit: list[int]) -> None:
             if sem is None:
-                return await one(rec, payload)
+                return await conversation(unit)
             async with sem:
-                return await one(rec, payload)
+                return await conversation(unit)
 
         rng = random.Random(seed)
         tasks = []
         t0 = time.time()
         next_t = t0
         loop = asyncio.get_running_loop()
-        for rec, payload in zip(records, payloads):
+        for unit in units:
+            rec = records[unit[0]]
             if state["gone"]:
-                rec.error = f"not sent: {state['gone']}"
+                for i in unit:
+                    records[i].error = f"not sent: {state['gone']}"
                 continue
             if keep_sending is not None and math.isfinite(request_rate) and not keep_sending():
                 unsent.update(r.index for r in records[rec.index:])
                 break
-            tasks.append(loop.create_task(gated(rec, payload)))
+            tasks.append(loop.create_task(gated(unit)))
             if math.isfinite(request_rate):
                 next_t += rng.expovariate(request_rate)
                 delay = next_t - time.time()
@@ -164,3 +201,15 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                                         max_in_flight=state["max"]),
                       warmup_records=warm, max_in_flight=state["max"],
                       server_gone=bool(state["gone"]))
+
+
+def _conversations(prompts: list[Prompt]) -> list[list[int]]:
+    """Indices of each conversation's turns, in order: a prompt with turn > 1 continues the
+    one before it (a single-turn prompt is a conversation of one)."""
+    units: list[list[int]] = []
+    for i, p in enumerate(prompts):
+        if p.turn > 1 and units and prompts[units[-1][-1]].turn == p.turn - 1:
+            units[-1].append(i)
+        else:
+            units.append([i])
+    return units

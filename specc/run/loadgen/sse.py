@@ -60,6 +60,8 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
             rec.itls = per_token_itls(s.tok_times, s.tok_counts)
             rec.chunk_tokens = [b - a for a, b in zip([0] + chunk_counts, chunk_counts)]
     rec.verify_ct = _verify_ct(s.verify_ct, rec.output_tokens)
+    if rec.keep_answer:
+        rec.answer = "".join(s.text)
     rec.e2e_latency = rec.end - rec.start
     if fail:
         rec.error = fail
@@ -138,6 +140,7 @@ class _Stream:
         self.done = False
         self.err: str | None = None
         self._last = 0                       # counts only grow
+        self.text: list[str] = []            # the answer's text (content), in pieces
 
     def streamed(self) -> int:
         """Tokens streamed: the running count on the chunks, else one per content chunk."""
@@ -194,6 +197,7 @@ class _Stream:
                     self.tok_times.append(ts[k])
                     self.tok_counts.append(ct)
                 if len(text) > prev_len:
+                    self.text = [text]       # /generate's text is cumulative
                     prev_len = len(text)
                     self.running = ct
                     self.chunk_times.append(ts[k])
@@ -220,6 +224,7 @@ class _Stream:
             else:
                 content = _text(c0.get("text"), "text")
             if content:
+                self.text.append(content)
                 self.running = ct
                 self.chunk_times.append(ts[k])
                 self.chunk_counts.append(ct)
@@ -229,9 +234,14 @@ class _Stream:
 
 def request_body(api: str, model: str, text: str, max_tokens: int, *,
                  temperature: float = 0.0, ignore_eos: bool = True,
-                 request_id: tuple[str, str] | None = None) -> bytes:
+                 request_id: tuple[str, str] | None = None,
+                 messages: list[dict] | None = None) -> bytes:
     """One request; ``request_id`` = (the engine's request-id field, value): SGLang's
-    ``rid``, vLLM's ``request_id``; an engine uses it only as the request's id."""
+    ``rid``, vLLM's ``request_id``; an engine uses it only as the request's id.
+    ``messages``: a conversation so far (multi-turn): the chat API sends it as is, the
+    text APIs its contents one per line."""
+    if messages is not None and api != "chat":
+        text = "\n".join(m["content"] for m in messages)
     if api == "generate":
         body = {"text": text, "sampling_params": {"max_new_tokens": max_tokens,
                                                   "ignore_eos": ignore_eos,
@@ -244,7 +254,7 @@ def request_body(api: str, model: str, text: str, max_tokens: int, *,
                 "ignore_eos": ignore_eos,
                 "temperature": temperature}
         if api == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
+            body["messages"] = messages or [{"role": "user", "content": text}]
         else:
             body["prompt"] = text
     if request_id is not None:
