@@ -150,10 +150,15 @@ def server_key(sections: dict) -> str:
 
 
 def _num_prompts(bench: dict) -> int:
-    """Explicit, else enough for the stated precision: at least ``min_requests`` requests
-    and ``min_output_tokens`` tokens, and one full wave at the point's concurrency."""
+    """Explicit, else a trace's requests, else enough for the stated precision: at least
+    ``min_requests`` requests and ``min_output_tokens`` tokens, and one full wave at the
+    point's concurrency."""
     if bench.get("num_prompts"):
         return bench["num_prompts"]
+    if bench.get("dataset") == "trace" and bench.get("dataset_path"):
+        from specc.prompts import trace   # a trace is replayed whole
+
+        return trace.count(bench["dataset_path"]) or bench["min_requests"]
     by_tokens = -(-bench["min_output_tokens"] // bench["output_len"])
     return max(bench["min_requests"], by_tokens, bench["concurrency"])
 

@@ -170,14 +170,15 @@ def _se(iv) -> float | None:
 _STR = r'"(?:[^"\\]|\\.)*"'
 _NUM = r'-?[0-9][0-9.eE+-]*'
 #: One request line exactly as requestlog.lines_for writes it (its keys, in its order,
-#: compact separators), capturing what compare reads: attempt, repeat, place, prompt id,
-#: ok, output tokens, TTFT, latency. A file whose every line matches is read without
+#: compact separators; the send times optional: older lines lack them), capturing what
+#: compare reads: attempt, repeat, place, prompt id, ok, output tokens, TTFT, latency. A file whose every line matches is read without
 #: building a dict per line; any other file goes through json (the same result, slower).
 _LINE = re.compile(
     r'^\{"attempt":(%s),"repeat":(\d+),"i":(\d+),"id":(%s|null),"category":(?:%s|null),'
     r'"ok":(true|false),"error":(?:%s|null),"input_tokens":(?:\d+|null),'
     r'"output_tokens":(\d+),"ttft":(%s),"e2e_latency":(%s),"start":(?:%s|null),'
-    r'"verify_ct":(?:\d+|null)\}\n' % (_NUM, _STR, _STR, _STR, _NUM, _NUM, _NUM), re.M)
+    r'"verify_ct":(?:\d+|null)(?:,"sent_at_s":(?:%s|null),"lateness_s":(?:%s|null))?\}\n'
+    % (_NUM, _STR, _STR, _STR, _NUM, _NUM, _NUM, _NUM, _NUM), re.M)
 
 
 def _read_fast(text: str) -> dict | None:

@@ -47,12 +47,19 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     target = p.get("target_ci")
     first = p["num_prompts"]
     most = max(p["max_requests"], first) if target else first
-    prompts = load_prompts(p["dataset"], num=most, input_len=p["input_len"],
-                           output_len=p["output_len"], range_ratio=p["range_ratio"],
-                           path=p.get("hf_dataset") if p["dataset"] == "hf"
-                           else p.get("dataset_path"), seed=p["seed"],
-                           categories=p.get("categories"), hf_subset=p.get("hf_subset"),
-                           hf_split=p["hf_split"])
+    send_at = None
+    if p["dataset"] == "trace":
+        from specc.prompts import trace
+
+        prompts, send_at = trace.load(p["dataset_path"], num=most)
+        first = most = len(prompts)
+    else:
+        prompts = load_prompts(p["dataset"], num=most, input_len=p["input_len"],
+                               output_len=p["output_len"], range_ratio=p["range_ratio"],
+                               path=p.get("hf_dataset") if p["dataset"] == "hf"
+                               else p.get("dataset_path"), seed=p["seed"],
+                               categories=p.get("categories"), hf_subset=p.get("hf_subset"),
+                               hf_split=p["hf_split"])
     rate = p.get("request_rate") or float("inf")
     field = p.get("request_id_field")
     attempt = time.time()
@@ -70,7 +77,9 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                              seed=p["seed"], timeout_s=p["timeout_s"],
                              temperature=p["temperature"],
                              ignore_eos=p["ignore_eos"], request_ids=ids,
-                             keep_sending=stop.keep_sending, on_request_done=stop.on_done)
+                             keep_sending=stop.keep_sending, on_request_done=stop.on_done,
+                             burstiness=p.get("burstiness") or 1.0,
+                             ramp_s=p.get("ramp_s") or 0.0, send_at=send_at)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
         if run_dir is not None:
