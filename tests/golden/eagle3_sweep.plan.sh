@@ -75,10 +75,10 @@ launch kimi-k2.5-baseline-tp8-3b3ef5 servers/kimi-k2.5-baseline-tp8-3b3ef5.log e
   --enable-metrics
 wait_ready kimi-k2.5-baseline-tp8-3b3ef5 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3b3ef5.log || { stop_server kimi-k2.5-baseline-tp8-3b3ef5; }
 if [ -n "${PGID[kimi-k2.5-baseline-tp8-3b3ef5]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3b3ef5
-  point kimi-k2.5-baseline-tp8-3b3ef5-c1-1a968f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c1-1a968f  # concurrency 1
-  point kimi-k2.5-baseline-tp8-3b3ef5-c4-1912b7 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c4-1912b7  # concurrency 4
-  point kimi-k2.5-baseline-tp8-3b3ef5-c16-e76875 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c16-e76875  # concurrency 16
-  point kimi-k2.5-baseline-tp8-3b3ef5-c64-d0a890 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c64-d0a890  # concurrency 64
+  point kimi-k2.5-baseline-tp8-3b3ef5-c1-050514 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c1-050514  # concurrency 1
+  point kimi-k2.5-baseline-tp8-3b3ef5-c4-ee14c9 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c4-ee14c9  # concurrency 4
+  point kimi-k2.5-baseline-tp8-3b3ef5-c16-01b797 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c16-01b797  # concurrency 16
+  point kimi-k2.5-baseline-tp8-3b3ef5-c64-949cb8 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c64-949cb8  # concurrency 64
 fi
 stop_server kimi-k2.5-baseline-tp8-3b3ef5
 
@@ -100,10 +100,10 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-588f68 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-588f68  # concurrency 1
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-34e590 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-34e590  # concurrency 4
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-9ce3d4 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-9ce3d4  # concurrency 16
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-bf4a72 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-bf4a72  # concurrency 64
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-4c9369 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-4c9369  # concurrency 1
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-5cd523 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-5cd523  # concurrency 4
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-564df2 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-564df2  # concurrency 16
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-25b2a3 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-25b2a3  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771
 
@@ -125,10 +125,10 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-eb986f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-eb986f  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-b54b4c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-b54b4c  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-e39e19 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-e39e19  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-f74338 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-f74338  # concurrency 64
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-724f2a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-724f2a  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-58da46 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-58da46  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-447f9d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-447f9d  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-bb7b3e python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-bb7b3e  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2
 
@@ -150,10 +150,10 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-draft-tokens 4
 wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b5b441 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b5b441  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-3f439c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-3f439c  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-7a0a8b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-7a0a8b  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-4578bb python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-4578bb  # concurrency 64
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b17c30 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b17c30  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-5ad605 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-5ad605  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-1b5134 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-1b5134  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-ba5c5e python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-ba5c5e  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2
 
@@ -175,10 +175,10 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-draft-tokens 8
 wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b; }
 if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-b24a5d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-b24a5d  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-3afc43 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-3afc43  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-38c152 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-38c152  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-11a929 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-11a929  # concurrency 64
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-359d4b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-359d4b  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-39ee71 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-39ee71  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-d5d5a2 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-d5d5a2  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-719851 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-719851  # concurrency 64
 fi
 stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b
 
