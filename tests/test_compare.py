@@ -333,3 +333,14 @@ def test_the_percentile_interval_is_numpys(resamples):
     assert rows.sum() >= 19
     assert np.allclose(lo[rows], want[0][rows], rtol=1e-6, atol=1e-6)
     assert np.allclose(hi[rows], want[1][rows], rtol=1e-6, atol=1e-6)
+
+
+def test_a_plan_from_before_a_new_client_key_still_matches():
+    """A key a later specc added with a null default (benchmark.burstiness) is what the
+    older plan did: the points match."""
+    from specc.report import compare
+
+    old = {"concurrency": 4, "request_rate": None, "seed": 0}
+    assert compare._key({"tp": 8}, old) == compare._key({"tp": 8}, {**old, "burstiness": None,
+                                                                     "ramp_s": None})
+    assert compare._key({"tp": 8}, old) != compare._key({"tp": 8}, {**old, "burstiness": 0.25})
