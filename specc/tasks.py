@@ -287,11 +287,12 @@ def compare(c, runs, threshold=0.05, figures="", json=False):
         raise Exit(code=1)
 
 
-@task(help={"only": "compile, sim, loadgen, executor, stats, slurm (default: all)"})
+@task(help={"only": "compile, sim, loadgen, lateness, executor, stats, slurm (default: all)"})
 def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures docs/performance.md quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
+               "lateness": "benchmarks/send_lateness.py",
                "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py",
                "slurm": "benchmarks/slurm_speed.py"}
     if not any(Path(script).exists() for script in scripts.values()):

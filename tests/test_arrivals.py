@@ -167,7 +167,7 @@ def test_a_csv_trace_with_prompts(tmp_path):
 
 
 @pytest.mark.parametrize("lines, says", [
-    ([MOONCAKE[1], MOONCAKE[0]], "t.jsonl:2: timestamp 0 ms is before the one on 1 (250 ms)"),
+    ([MOONCAKE[1], MOONCAKE[0]], "t.jsonl:2: timestamp 0 ms is before line 1's (250 ms)"),
     ([{"timestamp": -5, "input_length": 3, "output_length": 2}], "t.jsonl:1: timestamp -5 is "
      "negative"),
     ([{"timestamp": 0, "output_length": 2}], "t.jsonl:1: 'input_length' must be a positive"),

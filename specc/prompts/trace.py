@@ -123,8 +123,8 @@ def rows(path: str):
 
 def _in_order(row: Row, last: Row | None) -> None:
     if last is not None and row.timestamp_ms < last.timestamp_ms:
-        raise DatasetError(f"{row.where}: timestamp {row.timestamp_ms:g} ms is before the one "
-                           f"on {last.where.rsplit(':', 1)[-1]} ({last.timestamp_ms:g} ms): a "
+        raise DatasetError(f"{row.where}: timestamp {row.timestamp_ms:g} ms is before line "
+                           f"{last.where.rsplit(':', 1)[-1]}'s ({last.timestamp_ms:g} ms): a "
                            "trace is replayed in order (sort it by timestamp)")
 
 

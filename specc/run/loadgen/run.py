@@ -22,19 +22,6 @@ from specc.run.loadgen.sse import API_PATHS, request_body
 log = logging.getLogger(__name__)
 
 WARMUP_MAX_TOKENS = 8
-#: The event loop's timers fire up to 1 ms late (epoll waits whole milliseconds, rounded
-#: up): a scheduled send sleeps until this long before it is due, then yields to the loop
-#: (whose I/O goes on) until it is. Measured: benchmarks/send_lateness.py.
-EARLY_WAKE_S = 0.001
-
-
-async def _until(t: float) -> None:
-    """Return at epoch ``t``, never before; at most EARLY_WAKE_S of it spent yielding."""
-    delay = t - time.time() - EARLY_WAKE_S
-    if delay > 0:
-        await asyncio.sleep(delay)
-    while time.time() < t:
-        await asyncio.sleep(0)
 
 
 async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
@@ -162,7 +149,9 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
         loop = asyncio.get_running_loop()
         for rec, payload in zip(records, payloads):
             if paced:   # wait until it is due (then the concurrency cap, in gated)
-                await _until(t0 + due[rec.index])
+                delay = t0 + due[rec.index] - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
             if state["gone"]:
                 rec.error = f"not sent: {state['gone']}"
                 continue
