@@ -455,6 +455,126 @@ def measure_kernel_floor(torch, device, timer, quick):
             "what": "one tiny GEMM (1x256x256) / elementwise kernel, back to back in one CUDA graph"}
 
 
+def _fast_topk(torch, p, k):
+    """SGLang 0.5.23's ``fast_topk`` (srt/utils/common.py): max for k = 1, else top-k."""
+    return torch.max(p, dim=-1, keepdim=True) if k == 1 else torch.topk(p, k, dim=-1)
+
+
+def measure_spec_step(torch, device, timer, quick):
+    """The speculative step's own GPU work beyond its GEMMs, at Llama-3.1-8B + EAGLE-3
+    shapes: what the performance model carries as per-pass, per-verify and per-tree-token
+    overheads (specc.perf.model SPEC_*), measured so that its GPU share is known."""
+    F = torch.nn.functional
+    c = dict(DRAFTS["llama3.1-8b_tp1"])
+    t_heads, t_kv, hd, t_vocab = LLAMA8B["heads"], LLAMA8B["kv_heads"], LLAMA8B["head_dim"], LLAMA8B["vocab"]
+    if quick:
+        c.update(hidden=256, intermediate=512, heads=2, kv_heads=1, vocab=1000)
+        t_heads, t_kv, hd, t_vocab = 4, 1, 32, 2000
+    h = c["hidden"]
+    shapes = [((c["heads"] + 2 * c["kv_heads"]) * c["head_dim"], h), (h, c["heads"] * c["head_dim"]),
+              (2 * c["intermediate"], h), (h, c["intermediate"]), (c["vocab"], h)]
+    W = [_w(torch, device, o, i) for o, i in shapes]
+    out: dict = {}
+    batches = (1, 8)
+    draft_ctx = 256 if quick else 1024
+
+    # (a) a chain of draft passes in one CUDA graph: GEMMs + draft attention, with and
+    # without what a pass adds (softmax over the draft vocabulary, top-k, for a tree the
+    # top-k over topk^2 candidates and the gather of the chosen parents' hidden states).
+    rows = []
+    for b in batches:
+        for topk in (1, 4, 8):
+            n = b * topk
+            X = _w(torch, device, n, h)
+            K = _w(torch, device, n, c["kv_heads"], draft_ctx, c["head_dim"])
+            V = _w(torch, device, n, c["kv_heads"], draft_ctx, c["head_dim"])
+            q = _w(torch, device, n, c["heads"], 1, c["head_dim"])
+            scores = torch.zeros(b, topk, device=device)
+
+            def forward():
+                y = F.linear(X, W[0])
+                F.scaled_dot_product_attention(q, K, V, enable_gqa=True)
+                y = F.linear(y[:, : W[1].shape[1]], W[1])
+                g = F.linear(y, W[2])
+                y = F.linear(g[:, : W[3].shape[1]], W[3])
+                return F.linear(y, W[4])
+
+            def with_select():
+                logits = forward()
+                p = torch.softmax(logits.float(), dim=-1)
+                v, i = _fast_topk(torch, p, topk)
+                if topk > 1:  # expand: parent score x child prob, keep the best topk per request
+                    cand = (scores.unsqueeze(-1) + v.view(b, topk, topk).log()).view(b, -1)
+                    best_v, best_i = torch.topk(cand, topk, dim=-1)
+                    scores.copy_(best_v)
+                    parents = (best_i // topk).view(-1) + torch.arange(b, device=device).repeat_interleave(topk) * topk
+                    X.copy_(X.index_select(0, parents))
+                    i.view(b, -1).gather(1, best_i)
+                else:
+                    X[:, :1].copy_(i.to(X.dtype))   # the chosen token feeds the next pass
+
+            for steps in ((1, 3) if quick else (1, 3, 5, 8)):
+                plain = timer(lambda: [forward() for _ in range(steps)])
+                full = timer(lambda: [with_select() for _ in range(steps)])
+                extra = (full["median_s"] - plain["median_s"]) / steps
+                rows.append({"batch": b, "topk": topk, "steps": steps,
+                             "gemm_attn_s": plain["median_s"], "pass_s": full["median_s"],
+                             "select_per_pass_s": extra})
+                log(f"draft chain b={b} topk={topk} steps={steps}: {full['median_s'] * 1e6:8.1f} us "
+                    f"(select {extra * 1e6:6.1f} us/pass)")
+            del X, K, V, q
+            _free(torch, device)
+    out["draft_chain"] = {"what": "N draft passes (EAGLE-3 Llama-3.1-8B draft: 1 layer + lm_head over "
+                                  f"{c['vocab']} tokens, attention over {draft_ctx} draft KV) in one "
+                                  "CUDA graph; select = softmax + top-k (+ tree expansion and gather)",
+                          "rows": rows}
+
+    # (b) top-k over the draft vocabulary; greedy sampling over the target's vocabulary.
+    rows = []
+    for nrows in (1, 8, 32, 64, 256):
+        lg = torch.empty(nrows, c["vocab"], device=device).normal_()
+        for k in (1, 4, 8):
+            r = timer(lambda: _fast_topk(torch, torch.softmax(lg, dim=-1), k))
+            rows.append({"rows": nrows, "k": k, "vocab": c["vocab"], "median_s": r["median_s"]})
+        tl = torch.empty(nrows, t_vocab, dtype=torch.bfloat16, device=device).normal_()
+        r = timer(lambda: torch.argmax(tl, dim=-1))
+        rows.append({"rows": nrows, "k": 0, "vocab": t_vocab, "median_s": r["median_s"]})
+        log(f"topk rows={nrows}: draft k=8 {rows[-2]['median_s'] * 1e6:6.1f} us, "
+            f"target argmax {r['median_s'] * 1e6:6.1f} us")
+        del lg, tl
+    out["topk"] = {"what": "softmax + top-k over the draft vocabulary (k>0); argmax over the target's "
+                           "vocabulary (k=0, greedy verify)", "rows": rows}
+
+    # (c) verify attention: n draft tokens per request over ctx + n KV, with a tree mask
+    # (a boolean mask: SDPA's masked kernel) against the same queries with no mask.
+    rows = []
+    for b in batches:
+        for ctx in ((256,) if quick else (1024, 8192)):
+            K = _w(torch, device, b, t_kv, ctx + 64, hd)
+            V = _w(torch, device, b, t_kv, ctx + 64, hd)
+            for n in (4, 8, 16, 64):
+                qn = _w(torch, device, b, t_heads, n, hd)
+                Kn, Vn = K[:, :, : ctx + n], V[:, :, : ctx + n]
+                mask = torch.ones(b, 1, n, ctx + n, dtype=torch.bool, device=device)
+                tri = torch.tril(torch.ones(n, n, dtype=torch.bool, device=device))
+                mask[:, :, :, ctx:] = tri   # a chain's mask; a tree's has the same shape and cost
+                free = timer(lambda: F.scaled_dot_product_attention(qn, Kn, Vn, enable_gqa=True))
+                masked = timer(lambda: F.scaled_dot_product_attention(qn, Kn, Vn, attn_mask=mask,
+                                                                      enable_gqa=True))
+                rows.append({"batch": b, "context": ctx, "draft_tokens": n,
+                             "unmasked_s": free["median_s"], "masked_s": masked["median_s"]})
+                log(f"verify attn b={b} ctx={ctx} n={n}: {free['median_s'] * 1e6:6.1f} -> "
+                    f"{masked['median_s'] * 1e6:6.1f} us/layer with the tree mask")
+            del K, V
+            _free(torch, device)
+    out["verify_attention"] = {"what": "one target layer's attention (Llama-3.1-8B GQA) for n draft "
+                                       "tokens per request: no mask vs a boolean tree mask (SDPA)",
+                               "rows": rows}
+    del W
+    _free(torch, device)
+    return out
+
+
 # --------------------------------------------------------------------------- all-reduce
 def _ar_worker(rank, world, port, sizes, repeats, backend, q):
     import torch
@@ -745,6 +865,36 @@ def derive(cal: dict) -> dict:
         put("attn_mla_emulated_Bps", max(r["bytes_per_s"] for r in mla), "B/s", src,
             "MLA latent read through a two-matmul emulation (not FlashMLA): a lower bound, "
             "not used by the model")
+    spec = m.get("spec_step") or {}
+    src = f"measured on {kind or '?'} {cal.get('section_dates', {}).get('spec_step', cal.get('date', '?'))}"
+    chain = (spec.get("draft_chain") or {}).get("rows") or []
+    if chain:
+        def sel(topk):
+            xs = [r["select_per_pass_s"] for r in chain if r["batch"] == 1 and r["topk"] == topk]
+            return statistics.median(xs) if xs else None
+        for topk in (1, 8):
+            if sel(topk) is not None:
+                put(f"spec_select_per_pass_topk{topk}_s", max(sel(topk), 0.0), "s", src,
+                    "GPU time a draft pass adds to its GEMMs and attention at batch 1: softmax + "
+                    "top-k over the draft vocabulary" + (", tree expansion and gather" if topk > 1 else "")
+                    + "; compare with SPEC_DRAFT_PASS_S, whose rest is CPU time between passes")
+    topk_rows = (spec.get("topk") or {}).get("rows") or []
+    am = [r for r in topk_rows if r["k"] == 0 and r["rows"] <= 8]
+    if am:
+        put("spec_verify_argmax_s", max(r["median_s"] for r in am), "s", src,
+            "greedy sampling of the target's logits for <= 8 verified tokens; part of "
+            "SPEC_VERIFY_FIXED_S")
+    va = sorted((r for r in (spec.get("verify_attention") or {}).get("rows") or []
+                 if r["batch"] == 1 and r["context"] == 1024), key=lambda r: r["draft_tokens"])
+    if len(va) >= 2:
+        lo, hi = va[0], va[-1]
+        put("spec_tree_mask_attn_layer_s", max(lo["masked_s"] - lo["unmasked_s"], 0.0), "s", src,
+            f"per target layer at batch 1, context 1024, {lo['draft_tokens']} draft tokens: what a "
+            "boolean tree mask costs over unmasked attention (mostly fixed: the masked kernel)")
+        put("spec_tree_mask_attn_per_token_s",
+            max(((hi["masked_s"] - hi["unmasked_s"]) - (lo["masked_s"] - lo["unmasked_s"]))
+                / (hi["draft_tokens"] - lo["draft_tokens"]), 0.0), "s", src,
+            "per target layer and extra draft token, same setting: the mask's cost growth with the tree")
     ar = (m.get("allreduce") or {}).get("rows") or []
     if ar:
         world = m["allreduce"].get("world", 2)
@@ -768,9 +918,11 @@ def scale_to(cal: dict, kind: str) -> dict:
            "derived_from": {"gpu_kind": src_kind, "date": cal["date"], "file": f"{src_kind.lower()}.json"},
            "note": why + "; latencies (kernels, all-reduce, the calibrated TP-8 term) unchanged",
            "measurements": {}, "constants": {}}
-    meas = f"{src_kind} measurement of {cal['date']}"
     for key, c in cal["constants"].items():
         c = dict(c)
+        src_date = str(c.get("source", "")).rsplit(" ", 1)[-1] if str(
+            c.get("source", "")).startswith("measured on ") else cal["date"]
+        meas = f"{src_kind} measurement of {src_date}"
         calibrated = str(c.get("source", "")).startswith("calibrated")
         if key in ("hbm_peak_Bps", "bf16_peak_flops"):
             c["value"] = b["hbm_Bps"] if key == "hbm_peak_Bps" else b["bf16_flops"]
@@ -867,6 +1019,7 @@ def main(argv=None) -> int:
         "moe": lambda: measure_moe(torch, device, timer, args.quick),
         "draft": lambda: measure_draft(torch, device, timer, args.quick),
         "attention": lambda: measure_attention(torch, device, timer, args.quick),
+        "spec_step": lambda: measure_spec_step(torch, device, timer, args.quick),
         "allreduce": lambda: measure_allreduce(torch, device, repeats, args.quick),
     }
     only = [s for s in args.only.split(",") if s]
@@ -877,6 +1030,7 @@ def main(argv=None) -> int:
         t0 = time.time()
         try:
             cal["measurements"][sec] = fn()
+            cal.setdefault("section_dates", {})[sec] = cal["date"]
         except Exception as e:  # noqa: BLE001 - record, go on with the next section
             cal["errors"][sec] = f"{type(e).__name__}: {e}"
             log(f"{sec} FAILED: {traceback.format_exc()}")

@@ -471,3 +471,24 @@ def test_a_silent_hang_in_vllms_compile_is_named_compile_and_its_budget_is_confi
     result = replay.run(hung, until=began + 2000)
     assert isinstance(result, Failed) and result.phase == "compile"
     assert result.reason.startswith("stalled in compile: no log output for 1800 s")
+
+
+def test_the_adapters_0_5_23_phases_read_a_real_startup_with_no_guess(compose):
+    """The SGLang adapter's own markers on a real-shaped 0.5.23 log: the scheduler's last
+    init line and uvicorn's start lines, after the last capture, begin the warmup, not an
+    unknown phase (`capture_draft_extend_cuda_graph (?)` in the live progress)."""
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose(["+experiment=eagle3_sweep"]))
+    assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+    # the log's server: 3 steps, topk 1, 4 draft tokens
+    readiness = next(s for s in result.plan.servers if s.params.get("num_steps") == 3
+                     and s.params.get("topk") == 1).readiness
+    rows = _fixture("sglang-0.5.23-kimi-eagle3-tp8.log")
+    replay = Replay(readiness, server=_sglang_server(rows))
+    assert isinstance(replay.run(rows, until=2000), Ready), replay.result
+    labels = replay.labels()
+    assert not [x for x in labels if x.endswith("(?)")], labels
+    assert labels[-2:] == ["capture_draft_extend_cuda_graph", "warmup"]
+    began = {p: t for p, t in replay.machine.timeline}
+    assert began["warmup"] == pytest.approx(_time_of(rows, "max_total_num_tokens="), abs=TICK_S)

@@ -102,10 +102,16 @@ PHASES_0_5_14: tuple[PhaseMarker, ...] = (
                  (_S + "model_executor/cuda_graph_config.py",
                   "return Backend.BREAKABLE if is_cuda() else Backend.DISABLED"),
                  (_S + "speculative/eagle_worker_v2.py", '"Capture draft extend CUDA graph end. "'))),
-    PhaseMarker("warmup", (r"Uvicorn running on",), (READY_LINE,), ALWAYS,
-                ("INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
+    # from the scheduler's last init line (rank 0, after every capture) or uvicorn's first
+    # line, not its "running on": the lines between must not read as an unknown phase
+    PhaseMarker("warmup", (r"max_total_num_tokens=\d+, chunked_prefill_size=",
+                           r"Started server process \[", r"Uvicorn running on"), (READY_LINE,), ALWAYS,
+                ("INFO:     Started server process [4242]",
                  READY_LINE),
-                (("uvicorn/server.py", "Uvicorn running on"),
+                ((_S + "managers/scheduler.py", 'f"max_total_num_tokens={self.max_total_num_tokens}, "'),
+                 (_S + "managers/scheduler.py", 'f"chunked_prefill_size={get_schedule().chunked_prefill_size}, "'),
+                 ("uvicorn/server.py", 'message = "Started server process [%d]"'),
+                 ("uvicorn/server.py", "Uvicorn running on"),
                  (_S + "entrypoints/http_server.py", READY_LINE))),
 )
 
@@ -138,7 +144,7 @@ PHASES_EARLY_2026: tuple[PhaseMarker, ...] = (
                  "avail mem=2.48 GB",
                  "Capture draft extend cuda graph end. Time elapsed: 1.18 s. mem usage=0.49 GB. "
                  "avail mem=7.43 GB.")),
-    PhaseMarker("warmup", (r"Uvicorn running on",), (READY_LINE,), ALWAYS,
+    PhaseMarker("warmup", PHASES_0_5_14[-1].begin, (READY_LINE,), ALWAYS,
                 PHASES_0_5_14[-1].samples),
 )
 PHASES_BY_VERSION = [("0.5.14", PHASES_0_5_14), (OLDEST_VERSION, PHASES_EARLY_2026)]

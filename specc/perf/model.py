@@ -459,9 +459,10 @@ class SpecConfig:
 
 # --- the speculative step's own overheads ----------------------------------------
 # What a speculative step costs beyond the forward passes above, solved from published
-# SGLang measurements (a step measured as accept length / throughput), since the H200
-# kernels (a chain of draft passes in CUDA graphs, top-k over the draft vocabulary,
-# tree-mask attention) were not measured here. docs/fidelity.md lists the figures.
+# SGLang measurements (a step measured as accept length / throughput): most of it is CPU
+# work between passes that no kernel timing sees. Its GPU share (select per draft pass,
+# greedy sampling, the tree mask) was measured on an H200 (calibration section
+# spec_step) and must fit inside these; docs/fidelity.md lists both.
 #: Each draft pass (num_steps decode passes + the draft-extend pass): graph replay
 #: launch, top-k over the draft vocabulary, CPU between passes. *Calibrated*: SGLang PR
 #: 4247 (Llama-3.1-8B + EAGLE-3, H100, MT-Bench, batch 1, CUDA graphs): 361.70 tok/s at

@@ -236,6 +236,8 @@ class Startup:
         matches = [j for j, rx in enumerate(self._begin) if _hit(rx, text)]
         later = [j for j in matches if j > self.cur]
         if not later:
+            if self.cur in matches and not _hit(self._end[self.cur], text):
+                self.ended[self.cur] = False   # began again: another graph of the same phase
             return []
         if any(j <= self.cur for j in matches):
             # a marker an earlier or the current phase shares: only the very next phase,
