@@ -110,6 +110,15 @@ def test_concurrency_0_in_a_sweep_says_the_same(compose):
     assert d.path == "sweep.benchmark.concurrency[0]" and "send nothing" in d.message
 
 
+def test_a_rate_the_concurrency_cap_would_hold_back_is_a_warning(compose):
+    result = compile_config(compose([*ONE_SERVER, "benchmark.request_rate=20"]))  # concurrency 1
+    assert result.ok
+    (d,) = [d for d in result.diagnostics if d.code == "BENCH_RATE_CAPPED"]
+    assert (d.severity, d.path) == ("warning", "benchmark.concurrency")
+    assert "1 in flight are reached as soon as requests take 0.05 s" in d.message
+    assert "e.g. 200" in d.hint
+
+
 def test_a_rate_with_its_shape_compiles(compose):
     assert _errors(compose, "benchmark.request_rate=20", "benchmark.burstiness=0.25",
                    "benchmark.ramp_s=5", "benchmark.concurrency=64") == []

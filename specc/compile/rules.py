@@ -8,6 +8,7 @@ attributes, never from here.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable, Iterator
 
@@ -588,6 +589,15 @@ def arrivals(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnost
                         f"{key} shapes the arrivals at benchmark.request_rate, which is null "
                         "(requests go as fast as the concurrency cap allows)",
                         f"set benchmark.request_rate (requests/s), or benchmark.{key}=null")
+    conc = bench["concurrency"]
+    if rate is not None and conc < rate:
+        yield warning("BENCH_RATE_CAPPED", "benchmark.concurrency",
+                      f"at {rate:g} requests/s, {conc} in flight are reached as soon as requests "
+                      f"take {conc / rate:.2g} s: later arrivals wait for the cap (their lateness_s "
+                      "says how long) and fewer requests/s are sent than asked",
+                      "for arrivals that nothing holds back, set benchmark.concurrency above "
+                      f"request_rate x a request's latency (e.g. {max(64, math.ceil(rate * 10))} "
+                      "for 10 s requests)")
     if bench.get("driver") == "bench_serving" and (shape not in (None, 1) or ramp):
         yield error("BENCH_DRIVER_ARRIVALS", "benchmark.driver",
                     "SGLang's bench_serving has no burstiness or ramp (0.5.23: Poisson only)",
