@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 import types
 import typing
@@ -87,9 +88,14 @@ class PlanError(ValueError):
     """plan.json does not fit the schema; the message names the path and the problem."""
 
 
+#: Per record type, its float fields (an int given for one is stored as a float).
+_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 class Record:
     """Base of every plan type: one `to_json` / `from_json`, driven by the annotations."""
 
+    __slots__ = ()
     OMITTED_AT_DEFAULT: tuple = ()
 
     def to_json(self) -> dict:
@@ -105,10 +111,14 @@ class Record:
         return []
 
     def __post_init__(self):
-        for f in fields(self):   # 120 and 120.0 are one value: always written as a float
-            value = getattr(self, f.name)
-            if type(value) is int and f.type in ("float", "float | None"):
-                object.__setattr__(self, f.name, float(value))
+        floats = _FLOAT_FIELDS.get(type(self))
+        if floats is None:
+            floats = _FLOAT_FIELDS[type(self)] = tuple(
+                f.name for f in fields(self) if f.type in ("float", "float | None"))
+        for name in floats:   # 120 and 120.0 are one value: always written as a float
+            value = getattr(self, name)
+            if type(value) is int:
+                object.__setattr__(self, name, float(value))
         problems = self._check()
         if problems:
             raise ValueError("; ".join(problems))
@@ -134,6 +144,8 @@ _HINTS: dict[type, dict] = {}
 def _load(tp, value, path: str):
     """Read `value` as type `tp`; raise PlanError naming `path` on the first misfit."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(tp, type) and issubclass(tp, Params):
+        return tp.read(value, path)
     if isinstance(tp, type) and issubclass(tp, Record):
         if not isinstance(value, dict):
             raise PlanError(f"{path}: expected an object, got {_kind(value)}")
@@ -156,9 +168,12 @@ def _load(tp, value, path: str):
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        if len(inner) != 1:   # pragma: no cover - the schema uses only Optional unions
-            raise TypeError(f"unsupported union {tp}")
-        return _load(inner[0], value, path)
+        for kind in inner[:-1]:   # str | tuple[str, ...]: the first that fits
+            try:
+                return _load(kind, value, path)
+            except PlanError:
+                pass
+        return _load(inner[-1], value, path)
     if origin is tuple or tp is tuple:
         if not isinstance(value, list):
             raise PlanError(f"{path}: expected a list, got {_kind(value)}")
@@ -362,13 +377,202 @@ class EngineInfo(Record):
         return out
 
 
+# -- parameters: what a server and a client point are, as the config said them -------------
+#: What each annotation of a Params record lets a JSON value be (the config's own types: a
+#: JSON number stays as written, 600 is not rewritten 600.0).
+_PARAM_TYPES = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float),
+                "tuple[str, ...]": (list, tuple)}
+_PARAM_WORDS = {"str": "a string", "int": "an integer", "bool": "true or false",
+                "float": "a number", "tuple[str, ...]": "a list of strings"}
+
+
+class Params(Record):
+    """A flat, frozen record of parameters: every key is required, none unknown, each of
+    its type (`read`, one pass per point, no per-field recursion: a plan has 10^5 of them).
+    Built by the compiler from a schema-checked config, so construction checks nothing."""
+
+    __slots__ = ()
+
+    def __post_init__(self):   # the config's values as written (no int -> float)
+        pass
+
+    @classmethod
+    def _layout(cls):
+        """(field names, their allowed types, the word for each, a getter of all of them)."""
+        got = cls.__dict__.get("_LAYOUT")
+        if got is None:
+            names = tuple(f.name for f in fields(cls) if f.name != "axes")
+            specs = []
+            for f in fields(cls):
+                if f.name == "axes":
+                    continue
+                ann = str(f.type).replace(" ", "").replace(",", ", ")
+                optional = ann.endswith("|None")
+                base = ann[:-5] if optional else ann
+                record = globals().get(base)   # a nested record: read by its own reader
+                if isinstance(record, type) and issubclass(record, Record):
+                    allowed, word = (dict,), "an object"
+                    convert = functools.partial(_load, record)
+                else:
+                    allowed, word = _PARAM_TYPES[base], _PARAM_WORDS[base]
+                    convert = _strings if base == "tuple[str, ...]" else None
+                if optional:
+                    allowed, word = allowed + (type(None),), word + " or null"
+                specs.append((f.name, allowed, word, convert))
+            got = (names, frozenset(names), tuple(specs), operator.attrgetter(*names))
+            setattr(cls, "_LAYOUT", got)
+        return got
+
+    def to_json(self) -> dict:
+        names, _, _, get = self._layout()
+        return dict(zip(names, get(self)))
+
+    @classmethod
+    def _extra(cls, value: dict, path: str) -> dict:
+        """Keys beyond the fields (none, but for ServerParams' swept config paths)."""
+        unknown = sorted(set(value) - cls._layout()[1])
+        if unknown:
+            raise PlanError(f"{path}.{unknown[0]}: unknown key (not a parameter specc writes)")
+        return {}
+
+    @classmethod
+    def read(cls, value, path: str):
+        """The strict reader: PlanError naming the first missing, unknown or mistyped key."""
+        if type(value) is not dict:
+            raise PlanError(f"{path}: expected an object, got {_kind(value)}")
+        _, names, specs, _ = cls._layout()
+        kwargs = cls._extra(value, path) if len(value) != len(names) or value.keys() != names \
+            else {}
+        for name, allowed, word, convert in specs:
+            try:
+                v = value[name]
+            except KeyError:
+                raise PlanError(f"{path}.{name}: missing") from None
+            if type(v) not in allowed:
+                raise PlanError(f"{path}.{name}: expected {word}, got {_kind(v)}")
+            if convert is not None and v is not None:
+                v = convert(v, f"{path}.{name}")
+            kwargs[name] = v
+        obj = cls(**kwargs)
+        problems = obj._check()
+        if problems:
+            raise PlanError(f"{path}: {'; '.join(problems)}")
+        return obj
+
+
+def _strings(value, path: str) -> tuple[str, ...]:
+    if not all(type(x) is str for x in value):
+        raise PlanError(f"{path}: expected a list of strings")
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptPositions(Record):
+    """Where the engine counts acceptance per draft position (vLLM): two Prometheus
+    counters at `path`, the accepted tokens labelled by position (specc/run/positions.py)."""
+    path: str
+    label: str
+    accepted: str
+    drafts: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerParams(Params):
+    """What a server is: its model pair, parallelism and speculative setting, and the swept
+    config values that name it beyond those (`axes`, by config path)."""
+    target: str
+    draft: str | None
+    tp: int
+    dp: int
+    pp: int
+    algorithm: str | None
+    num_steps: int | None
+    topk: int | None
+    num_draft_tokens: int | None
+    context_length: int | None
+    #: Swept values outside speculation, e.g. (("server.max_running_requests", 512),): written
+    #: after the fields, one key each (a config path: always dotted); JSON values as swept.
+    axes: tuple[tuple[str, typing.Any], ...] = ()
+
+    def to_json(self) -> dict:
+        out = Params.to_json(self)
+        out.update(self.axes)
+        return out
+
+    @classmethod
+    def _extra(cls, value: dict, path: str) -> dict:
+        names = cls._layout()[1]
+        axes = tuple((k, v) for k, v in value.items() if k not in names)
+        bad = [k for k, _ in axes if "." not in k]
+        if bad:
+            raise PlanError(f"{path}.{bad[0]}: unknown key (a server parameter, or a swept "
+                            "config path such as server.max_running_requests)")
+        return {"axes": axes}
+
+    def _check(self):
+        return [f"{k} must be >= 1" for k in ("tp", "dp", "pp") if getattr(self, k) < 1]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchParams(Params):
+    """A client point as run: the config's `benchmark` section resolved for the point
+    (conf/benchmark/default.yaml says each default, docs/plan-json.md each field), and
+    what the server's engine adds (the served model, its request-id field, where its
+    per-position acceptance is read)."""
+    driver: str
+    api: str
+    dataset: str
+    dataset_path: str | None
+    input_len: int
+    output_len: int
+    range_ratio: float
+    num_prompts: int
+    concurrency: int
+    request_rate: float | None
+    burstiness: float | None      # arrivals: docs/workloads.md
+    ramp_s: float | None
+    warmup_requests: int
+    flush_cache: bool
+    seed: int
+    timeout_s: float
+    categories: tuple[str, ...] | None
+    hf_dataset: str | None
+    hf_subset: str | None
+    hf_split: str
+    temperature: float
+    ignore_eos: bool
+    min_requests: int
+    min_output_tokens: int
+    repeats: int
+    target_ci: float | None
+    max_requests: int
+    model: str
+    request_id_field: str | None
+    accept_positions: AcceptPositions | None
+
+    def to_json(self) -> dict:
+        out = Params.to_json(self)
+        if self.categories is not None:
+            out["categories"] = list(self.categories)
+        if self.accept_positions is not None:
+            out["accept_positions"] = self.accept_positions.to_json()
+        return out
+
+    def _check(self):
+        out = [f"{k} must be >= 1" for k in ("num_prompts", "concurrency", "repeats")
+               if getattr(self, k) < 1]
+        if self.driver not in ("builtin", "bench_serving"):
+            out.append(f"driver {self.driver!r} is neither 'builtin' nor 'bench_serving'")
+        return out
+
+
 # -- the plan ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Server(Record):
     id: str
     label: str
     baseline: bool
-    params: dict
+    params: ServerParams
     host: str
     port: int
     gpus: tuple[int, ...]
@@ -403,7 +607,7 @@ class Benchmark(Record):
     id: str
     server: str
     baseline: str | None
-    params: dict
+    params: BenchParams
     argv: tuple[str, ...] | None = None
 
 

@@ -32,9 +32,12 @@ class RowError(ValueError):
     """A results.jsonl line that is not a result row; the message says why."""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class ResultRow:
-    """One finished benchmark point: what the executor writes and everyone reads."""
+    """One finished benchmark point: what the executor writes and everyone reads (report,
+    compare, the run's outcome), read only through ``from_json``: frozen, so a reader
+    never changes what another one sees. ``metrics`` are bench_serving's names (open by
+    design: docs/run-dir.md lists specc's own); ``extra`` the row's other fields as written."""
 
     benchmark: str
     server: str | None
@@ -67,19 +70,22 @@ class ResultRow:
             raise RowError(f"not a JSON object but {type(obj).__name__}")
         bid = obj.get("benchmark")
         if not isinstance(bid, str) or not bid:
-            raise RowError("no benchmark id")
+            raise RowError("benchmark: no benchmark id")
         status = obj.get("status")
         if status not in STATUSES:
-            raise RowError(f"status {status!r} is neither 'ok' nor 'failed'")
+            raise RowError(f"status: {status!r} is neither 'ok' nor 'failed'")
         parts = {}
         for name in ("metrics", "params"):
             value = obj.get(name)
             if value is not None and not isinstance(value, dict):
-                raise RowError(f"{name} is not an object")
+                raise RowError(f"{name}: expected an object, got {type(value).__name__}")
             parts[name] = dict(value or {})
-        server, reason = obj.get("server"), obj.get("reason")
-        return cls(benchmark=bid, server=None if server is None else str(server), status=status,
-                   reason=None if reason is None else str(reason), **parts,
+        for name in ("server", "reason"):
+            value = obj.get(name)
+            if value is not None and not isinstance(value, str):
+                raise RowError(f"{name}: expected a string or null, got {type(value).__name__}")
+        return cls(benchmark=bid, server=obj.get("server"), status=status,
+                   reason=obj.get("reason"), **parts,
                    extra={k: v for k, v in obj.items() if k not in _FIELDS})
 
 

@@ -102,7 +102,11 @@ def looks_secret(value) -> bool:
 _SCHEME = re.compile(r"(?i)(?:\bbearer\s+|authori[sz]ation[\"']?\s*[:=]\s*[\"']?"
                      r"(?:basic|token|digest)\s+)([^\s\"'\\,;<>]{4,})")
 _USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://([^/\s@:]+:[^/\s@]+|[^/\s@:]{8,})@")
-_KEY_VALUE = re.compile(r"([A-Za-z_][\w.\-]*)(=|:[ \t]+)([^\s&;,\"'\\<>]{4,})")
+#: The key is tried only from the start of its run of [\w.-] characters (a later start in
+#: the run is the same key's tail: it matches exactly when the first does), so a long
+#: line is scanned once, not once per character of every word.
+_KEY_VALUE = re.compile(r"(?<![\w.\-])[\d.\-]*([A-Za-z_][\w.\-]*)(=|:[ \t]+)"
+                        r"([^\s&;,\"'\\<>]{4,})")
 
 
 def _secret_key(key: str, sep: str, value: str = "") -> bool:
@@ -391,7 +395,9 @@ def scrub(text: str) -> str:
         text = _SCHEME.sub(_blank_group, text)
     if "@" in text:
         text = _USERINFO.sub(_blank_group, text)
-    if "=" in text or ":" in text:   # keys first checked by the regex, names by is_secret
+    # keys first checked by the regex, names by is_secret; compact JSON (plan.json: 10^5
+    # lines) has neither separator, and skips the regex
+    if "=" in text or ": " in text or ":\t" in text:
         text = _KEY_VALUE.sub(_blank_key_value, text)
     return text
 

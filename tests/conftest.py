@@ -65,3 +65,22 @@ def guard(tmp_path):
     yield g
     left = g.check()
     assert not left, f"simulator processes survived the test: {left}"
+
+
+def bench_params(**kw) -> dict:
+    """A client point's params as plan.json holds them: conf/benchmark/default.yaml's
+    values (the defaults are said there only), what the engine adds, then `kw`."""
+    import yaml
+
+    out = yaml.safe_load((CONF_DIR / "benchmark" / "default.yaml").read_text())
+    out.update(num_prompts=out["min_requests"], model="m", request_id_field="rid",
+               accept_positions=None)
+    out.update(kw)
+    return out
+
+
+def server_params(**kw) -> dict:
+    """A server's params as plan.json holds them (a baseline unless `kw` says otherwise)."""
+    return {"target": "t", "draft": None, "tp": 1, "dp": 1, "pp": 1, "algorithm": None,
+            "num_steps": None, "topk": None, "num_draft_tokens": None, "context_length": None,
+            **kw}

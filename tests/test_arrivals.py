@@ -231,7 +231,7 @@ def test_a_trace_sets_the_points_size(compose, tmp_path):
                    f"benchmark.dataset_path={path}", "benchmark.num_prompts=null"])
     result = compile_config(cfg)
     assert result.ok, [d.line() for d in result.diagnostics]
-    assert {b.params["num_prompts"] for b in result.plan.benchmarks} == {4}
+    assert {b.params.num_prompts for b in result.plan.benchmarks} == {4}
 
 
 # =========================================================================== on the simulator

@@ -15,7 +15,9 @@ import socket
 import invoke
 
 from specc.run.point import run_point
-from specc.plan import Benchmark, CacheFlush, Server
+from specc.plan import BenchParams, Benchmark, CacheFlush, Server, ServerParams
+
+from conftest import bench_params, server_params
 
 LINE = {"backend": "sglang", "request_rate": float("inf"), "completed": 8, "duration": 1.5,
         "total_input_tokens": 512, "total_output_tokens": 256, "request_throughput": 5.3,
@@ -31,13 +33,15 @@ def _free_port() -> int:
 
 
 def _point(tmp_path, script: str, num_prompts: int = 8, extra=()):
-    server = Server(id="s", label="x", baseline=False, params={}, host="127.0.0.1",
+    server = Server(id="s", label="x", baseline=False,
+                    params=ServerParams.read(server_params(), "params"), host="127.0.0.1",
                     port=_free_port(), gpus=(0,), wave=0, argv=(), env={}, log="servers/s.log",
                     readiness=None, cache_flush=CacheFlush(unavailable="not needed here"),
                     acceptance=None)
     out = "bench_serving/b.jsonl"   # relative: the driver must run from the run dir
     bench = Benchmark(id="b", server="s", baseline=None,
-                      params={"num_prompts": num_prompts, "concurrency": 4, "flush_cache": False},
+                      params=BenchParams.read(bench_params(num_prompts=num_prompts, concurrency=4,
+                                                           flush_cache=False), "params"),
                       argv=("python", "-c", script, out, *extra))
     return asyncio.run(run_point(server, bench, run_dir=tmp_path, ctx=invoke.Context()))
 

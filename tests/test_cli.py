@@ -198,9 +198,9 @@ def test_a_home_relative_dataset_is_read_by_the_loader_as_checked(runs):
     assert code == 0, err
     plan = Plan.load(run_dir / "plan.json")
     p = plan.benchmarks[0].params
-    assert p["dataset_path"] == str(run_dir.parent / "home" / "prompts.jsonl")
-    prompts = load_prompts(p["dataset"], num=2, input_len=p["input_len"],
-                           output_len=p["output_len"], path=p["dataset_path"])
+    assert p.dataset_path == str(run_dir.parent / "home" / "prompts.jsonl")
+    prompts = load_prompts(p.dataset, num=2, input_len=p.input_len,
+                           output_len=p.output_len, path=p.dataset_path)
     assert [x.text for x in prompts] == ["hello there", "hello there"]
 
 

@@ -212,7 +212,7 @@ def test_a_hydra_multirun_gives_each_run_dir_its_own_jobs(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     plans = [Plan.load(sweep / str(i) / "plan.json") for i in (0, 1)]
-    assert [p.benchmarks[0].params["output_len"] for p in plans] == [64, 512]
+    assert [p.benchmarks[0].params.output_len for p in plans] == [64, 512]
     for i, plan in enumerate(plans):
         assert [j.servers for j in plan.cluster.jobs] == [(s.id,) for s in plan.servers]
         for job in plan.cluster.jobs:

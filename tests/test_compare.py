@@ -119,10 +119,22 @@ def test_without_request_records_the_runs_own_intervals_are_compared(tmp_path):
     assert not pts["baseline @ c=1"]["regressed"]
 
 
+def _full_manifest(engine: dict, gpu: dict, datasets: list) -> dict:
+    """A manifest.json as the run writes it (its reader takes nothing less)."""
+    return {"version": 1, "experiment": "t",
+            "specc": {"version": "0.1", "commit": None, "dirty": None},
+            "engine": {"name": None, "pinned_release": None, "plan_release": None,
+                       "reported_release": None, "reported_by_server": {}, **engine},
+            "host": "h", "python": "3.11", "python_executable": "python", "platform": "linux",
+            "gpu": {"driver": None, "cuda": None, **gpu},
+            "datasets": [{"dataset": "specc", "path": None, "sha256": None, **d} for d in datasets],
+            "config_sha256": None, "plan_sha256": None, "plan_digest": None, "launch": []}
+
+
 def test_provenance_differences_come_first(tmp_path):
-    m = {"engine": {"name": "sglang", "reported_release": "0.5.23"},
-         "gpu": {"name": "NVIDIA H200", "count": 8}, "datasets": [
-             {"path": "specc/data/prompts.jsonl", "sha256": "ab" * 32}]}
+    m = _full_manifest({"name": "sglang", "reported_release": "0.5.23"},
+                       {"name": "NVIDIA H200", "count": 8},
+                       [{"path": "specc/data/prompts.jsonl", "sha256": "ab" * 32}])
     m2 = json.loads(json.dumps(m))
     m2["engine"]["reported_release"] = "0.5.24"
     m2["datasets"][0]["sha256"] = "cd" * 32

@@ -113,7 +113,7 @@ def test_result_lines_that_are_not_rows_are_skipped_and_kept(guard, tmp_path):
     plan = compile_plan(run_dir, ["hardware.tp=1"], port=guard.port(2))
     # a speculative point finished before its baseline: its speedup comes by a rewrite
     spec = next(b for b in plan.benchmarks if b.baseline is not None)
-    done = {**ROW, "benchmark": spec.id, "server": spec.server, "params": spec.params,
+    done = {**ROW, "benchmark": spec.id, "server": spec.server, "params": spec.params.to_json(),
             "finished_at": 1.0, "metrics": {"output_throughput": 100.0}}
     foreign = ['[1, 2]', '"a string"', '{"benchmark": 5, "status": "ok"}',
                '{"benchmark": "x", "status": "skipped"}']

@@ -24,14 +24,14 @@ def test_default_is_the_shipped_prompt_set_and_compiles(compose):
     plan = compile_config(cfg).plan
     assert plan is not None
     b = plan.benchmarks[0].params
-    assert b["dataset"] == "specc" and b["num_prompts"] == 80
-    assert (b["temperature"], b["ignore_eos"], b["repeats"]) == (0.0, True, 1)
+    assert b.dataset == "specc" and b.num_prompts == 80
+    assert (b.temperature, b.ignore_eos, b.repeats) == (0.0, True, 1)
 
 
 def test_num_prompts_from_min_requests_tokens_and_concurrency(compose):
     def n(*ov):
         plan = compile_config(compose(LLAMA + list(ov))).plan
-        return plan.benchmarks[0].params["num_prompts"]
+        return plan.benchmarks[0].params.num_prompts
     assert n("benchmark.min_requests=16") == 16
     assert n("benchmark.min_requests=16", "benchmark.concurrency=32") == 32
     assert n("benchmark.min_requests=16", "benchmark.min_output_tokens=10000") == 40  # /256

@@ -138,8 +138,11 @@ def test_every_result_and_request_field_is_documented():
     prompts = [SimpleNamespace(id=f"p{i}", category=("math", "coding")[i % 2]) for i in range(6)]
     lines = reqlog.lines_for(records, prompts, repeat=0, attempt=100.0)
     repeats = [{"duration": 3.0, "output_tokens": 48, "requests": 6, "stopped": "fixed"}]
-    figures = point.figures_extra(lines, 3.0, repeats, {"target_ci": None})
-    bench = plan_mod.Benchmark(id="b", server="s", baseline=None, params={})
+    figures = point.figures_extra(lines, 3.0, repeats, None)
+    from conftest import bench_params
+
+    bench = plan_mod.Benchmark(id="b", server="s", baseline=None,
+                               params=plan_mod.BenchParams.read(bench_params(), "params"))
     row = point._row(bench, "ok", None, {}, started_at=99.0, cache_flush="flushed",
                      accept_per_position=[0.8], **figures)
     fields = {f.name for f in dataclasses.fields(ResultRow)} - {"extra"}

@@ -82,7 +82,7 @@ def test_baselines_are_matched(compose, overrides):
         assert base.params == b.params          # same client params, same served model
         sp, bp = s.params, servers[base.server].params
         for k in ("target", "tp", "dp", "pp", "context_length"):
-            assert sp[k] == bp[k]
+            assert getattr(sp, k) == getattr(bp, k)
     # baselines first in the plan
     flags = [s.baseline for s in plan.servers]
     assert flags == sorted(flags, reverse=True)
@@ -169,7 +169,7 @@ def test_servers_of_different_sizes_are_placed_by_their_own_size(compose, axes, 
     plan = _compile(compose, ["model_pair.context_length=2048"], _sweep(axes)).plan
     for s in plan.servers:
         hw = s.params
-        assert len(s.gpus) == hw["tp"] * hw["dp"] * hw["pp"], s.id
+        assert len(s.gpus) == hw.tp * hw.dp * hw.pp, s.id
         assert s.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, s.gpus))
         assert s.argv[s.argv.index("--port") + 1] == str(s.port)
     for wave in plan.waves:
@@ -262,7 +262,7 @@ def test_benchmark_ids_hash_the_server_and_the_client_point(compose):
     plan = _compile(compose, PACK).plan
     for b in plan.benchmarks:
         # the client point: what the engine adds (model, request ids, counters) is not part of it
-        point = {k: v for k, v in b.params.items()
+        point = {k: v for k, v in b.params.to_json().items()
                  if k not in ("model", "request_id_field", "accept_positions")}
         assert b.id == f"{b.server}-c{point['concurrency']}-{_hash([b.server, _canonical(point)])}"
 

@@ -27,7 +27,7 @@ def row(bench, status="ok", out=100.0):
     return {"benchmark": bench.id, "server": bench.server, "status": status,
             "reason": None if status == "ok" else "server failed: boom",
             "metrics": {"output_throughput": out} if status == "ok" else {},
-            "params": dict(bench.params)}
+            "params": bench.params.to_json()}
 
 
 def test_speculative_points_that_finished_before_their_baseline_get_their_speedup(plan, tmp_path):

@@ -71,6 +71,24 @@ def test_the_runtime_contract_is_typed(plan_dict):
      "plan.servers[0].port: expected an integer, got str"),
     (lambda d: d["benchmarks"][0].update(server="nope"), "plan: benchmark kimi-k2.5-baseline"),
     (lambda d: d.update(servers={}), "plan.servers: expected a list, got dict"),
+    # the params records: every key required, none unknown, each of its type
+    (lambda d: d["benchmarks"][2]["params"].update(concurrency="16"),
+     "plan.benchmarks[2].params.concurrency: expected an integer, got str"),
+    (lambda d: d["benchmarks"][2]["params"].update(flush_cache=1),
+     "plan.benchmarks[2].params.flush_cache: expected true or false, got int"),
+    (lambda d: d["benchmarks"][0]["params"].update(categories=["math", 3]),
+     "plan.benchmarks[0].params.categories: expected a list of strings"),
+    (lambda d: d["benchmarks"][0]["params"].pop("seed"), "plan.benchmarks[0].params.seed: missing"),
+    (lambda d: d["benchmarks"][0]["params"].update(concurency=4),
+     "plan.benchmarks[0].params.concurency: unknown key"),
+    (lambda d: d["benchmarks"][0]["params"].update(accept_positions={"path": "/metrics"}),
+     "plan.benchmarks[0].params.accept_positions.label: missing"),
+    (lambda d: d["benchmarks"][0]["params"].update(concurrency=0),
+     "plan.benchmarks[0].params: concurrency must be >= 1"),
+    (lambda d: d["servers"][1]["params"].update(num_steps=1.5),
+     "plan.servers[1].params.num_steps: expected an integer or null, got float"),
+    (lambda d: d["servers"][1]["params"].update(tpp=8), "plan.servers[1].params.tpp: unknown key"),
+    (lambda d: d["servers"][1]["params"].pop("target"), "plan.servers[1].params.target: missing"),
 ])
 def test_a_wrong_plan_is_one_clear_error_naming_its_path(plan_dict, edit, message):
     d = copy.deepcopy(plan_dict)
@@ -120,6 +138,24 @@ def test_a_wrong_cluster_record_is_one_clear_error_naming_its_path(slurm_plan_di
     d = copy.deepcopy(slurm_plan_dict)
     edit(d["cluster"])
     assert _error(d) == message
+
+
+def test_params_are_typed_records_and_a_swept_value_keeps_its_config_path():
+    """A number stays as written (600 is not 600.0: plan.json's bytes do not change), a
+    list is a tuple, and a swept value outside speculation is a (config path, value) pair
+    written back as its own key, after the fields."""
+    from conftest import bench_params, server_params
+    from specc.plan import BenchParams, ServerParams
+
+    raw = bench_params(timeout_s=600, categories=["math", "coding"])
+    b = BenchParams.read(raw, "p")
+    assert b.timeout_s == 600 and type(b.timeout_s) is int and b.categories == ("math", "coding")
+    assert b.to_json() == raw and list(b.to_json()) == list(raw)
+    raw = server_params(**{"server.max_running_requests": 512})
+    s = ServerParams.read(raw, "p")
+    assert s.axes == (("server.max_running_requests", 512),) and s.to_json() == raw
+    with pytest.raises(AttributeError):   # frozen
+        b.concurrency = 2
 
 
 def test_a_plan_of_another_version_says_to_compile_again(plan_dict):

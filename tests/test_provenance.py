@@ -9,14 +9,18 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from specc.manifest import read_manifest
 from specc.run import provenance
 
 FIX = Path(__file__).parent / "fixtures" / "report"
+REPO = Path(__file__).resolve().parent.parent
 
 #: `nvidia-smi --query-gpu=name,driver_version --format=csv,noheader` on an 8x H200 node
 QUERY = "NVIDIA H200, 570.124.06\n" * 8
@@ -121,14 +125,37 @@ def test_report_html_is_one_page_that_needs_no_network(tmp_path):
     assert rep["manifest"]["gpu"]["name"] == "none"
 
 
-@pytest.mark.parametrize("broken", ["", "{not json"])
-def test_report_html_without_a_manifest(tmp_path, broken):
+def test_report_html_without_a_manifest(tmp_path):
     from specc.report import write_report
 
     d = Path(shutil.copytree(FIX / "run_a", tmp_path / "run"))
-    if broken:
-        (d / "manifest.json").write_text(broken)
     write_report(d, plots=False)
     text = (d / "report.html").read_text()
     assert "Provenance (manifest.json)" not in text
     assert "<table>" in text
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: "{not json", "manifest.json: not JSON"),
+    (lambda m: {**m, "gpu": {**m["gpu"], "count": "8"}},
+     "manifest.json: manifest.gpu.count: expected an integer, got str"),
+    (lambda m: {**m, "hostname": "x"}, "manifest.json: manifest: unknown key 'hostname'"),
+    (lambda m: {k: v for k, v in m.items() if k != "launch"}, "manifest.json: manifest.launch: missing"),
+    (lambda m: {**m, "engine": {**m["engine"], "reported_release": 5}},
+     "manifest.json: manifest.engine.reported_release: expected a list, got int"),
+])
+def test_a_bad_manifest_is_one_line_naming_file_and_field_and_exit_2(tmp_path, edit, message):
+    """The report and `specc compare` read manifest.json through its one reader."""
+    d = Path(shutil.copytree(FIX / "run_a", tmp_path / "run"))
+    path = provenance.write_manifest(d, gpus={"name": "none", "count": 0})
+    good = json.loads(path.read_text())
+    assert read_manifest(d).to_json() == good   # what is written reads back
+    bad = edit(good)
+    path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
+    for args in (["report", str(d)], ["compare", str(FIX / "run_a"), str(d)]):
+        res = subprocess.run([sys.executable, "-m", "specc", *args], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and str(d) in lines[0], res.stderr
+        assert "Traceback" not in res.stderr

@@ -429,7 +429,7 @@ def _vllm_readiness(compose, extra=()):
 
     result = compile_config(compose([*VLLM_LLAMA, *extra]))
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
-    return next(s for s in result.plan.servers if s.params.get("algorithm")).readiness
+    return next(s for s in result.plan.servers if s.params.algorithm).readiness
 
 
 def _vllm_server(rows):
@@ -482,8 +482,8 @@ def test_the_adapters_0_5_23_phases_read_a_real_startup_with_no_guess(compose):
     result = compile_config(compose(["+experiment=eagle3_sweep"]))
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
     # the log's server: 3 steps, topk 1, 4 draft tokens
-    readiness = next(s for s in result.plan.servers if s.params.get("num_steps") == 3
-                     and s.params.get("topk") == 1).readiness
+    readiness = next(s for s in result.plan.servers if s.params.num_steps == 3
+                     and s.params.topk == 1).readiness
     rows = _fixture("sglang-0.5.23-kimi-eagle3-tp8.log")
     replay = Replay(readiness, server=_sglang_server(rows))
     assert isinstance(replay.run(rows, until=2000), Ready), replay.result

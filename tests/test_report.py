@@ -58,7 +58,7 @@ def test_write_report_files(run_a):
     md = (run_a / "report.md").read_text()
     # title and golden table lines
     assert md.startswith("# Report: eagle3_sweep (engine: sim)\n")
-    assert "## Concurrency 1 \u2014 random, in 1024 / out 256 tokens, 4 prompts" in md
+    assert "## Concurrency 1 \u2014 random, in 1024 / out 256 tokens, api=chat, temperature=0.0, 4 prompts" in md
     table_lines = [
         "| config          |   output tok/s |   per-stream tok/s |   TTFT p50 / p99 (ms) |   ITL p50 / p99 (ms) |   chunk gap p50 / p99 (ms) |   accept length |   speedup | status   |",
         "| baseline        |           82.5 |               82.5 |          45.0 / 112.5 |          12.1 / 36.3 |                12.1 / 36.3 |               \u2014 |     1.00x | ok       |",

@@ -114,9 +114,11 @@ def test_rows_without_request_records_keep_their_line_intervals(tmp_path):
 def test_acceptance_per_position_from_vllm_counters(tmp_path):
     from specc.run import positions
 
-    recipe = {"path": "/metrics", "label": "position",
-              "accepted": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-              "drafts": "vllm:spec_decode_num_drafts_total"}
+    from specc.plan import AcceptPositions
+
+    recipe = AcceptPositions(path="/metrics", label="position",
+                             accepted="vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                             drafts="vllm:spec_decode_num_drafts_total")
     text = ('# HELP x\nvllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 100.0\n'
             'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 80.0\n'
             'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 50.0\n'

@@ -35,11 +35,19 @@ def test_row_round_trip_keeps_unknown_fields():
     ([1, 2], "not a JSON object"),
     ({"status": "ok"}, "no benchmark id"),
     ({"benchmark": "b", "status": "done"}, "neither 'ok' nor 'failed'"),
-    ({"benchmark": "b", "status": "ok", "metrics": [1]}, "metrics is not an object"),
+    ({"benchmark": "b", "status": "ok", "metrics": [1]}, "metrics: expected an object, got list"),
+    ({"benchmark": "b", "status": "ok", "server": 3}, "server: expected a string or null, got int"),
+    ({"benchmark": "b", "status": "failed", "reason": ["x"]}, "reason: expected a string or null"),
 ])
 def test_not_a_row(obj, why):
     with pytest.raises(RowError, match=why):
         ResultRow.from_json(obj)
+
+
+def test_a_row_is_frozen():
+    r = ResultRow.from_json(row("a", 1.0))
+    with pytest.raises(AttributeError):
+        r.status = "failed"
 
 
 def test_reader_skips_and_names_lines_that_are_not_rows():
@@ -51,7 +59,7 @@ def test_reader_skips_and_names_lines_that_are_not_rows():
     assert warnings == [
         "results.jsonl: ignored line 2: not a result row (not a JSON object but list)",
         "results.jsonl: ignored unparseable line 3",
-        "results.jsonl: ignored line 5: not a result row (status 'odd' is neither 'ok' nor 'failed')",
+        "results.jsonl: ignored line 5: not a result row (status: 'odd' is neither 'ok' nor 'failed')",
         "results.jsonl: ignored an unparseable last line (line 7; truncated by an interrupted write?)",
     ]
     assert read_rows(Path("/nonexistent/results.jsonl")) == ({}, [])
@@ -65,7 +73,7 @@ def test_result_log_survives_lines_that_are_not_rows(tmp_path, capsys):
     log = ResultLog(p)
     assert list(log.rows) == ["a"] and log.finished("a") and not log.finished("b")
     err = capsys.readouterr().err
-    assert "warning: results.jsonl: ignored line 2: not a result row (no benchmark id)" in err
+    assert "warning: results.jsonl: ignored line 2: not a result row (benchmark: no benchmark id)" in err
     assert "ignored line 3" in err and "dropped a truncated last line" in err
     assert p.read_text().endswith("[]\n")        # the cut line is gone, so appends stay lines
     log.append(row("b", 2.0))

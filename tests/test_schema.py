@@ -233,10 +233,10 @@ def test_keys_a_config_leaves_out_take_the_shipped_defaults(compose):
     plan = compile_config(cfg).plan
     (bench,) = plan.benchmarks
     shipped = schema.shipped_defaults("benchmark/default.yaml")
-    assert shipped["min_requests"] == 80 and bench.params["num_prompts"] == 80
+    assert shipped["min_requests"] == 80 and bench.params.num_prompts == 80
     for key in ("seed", "warmup_requests", "range_ratio", "hf_split", "temperature",
                 "ignore_eos", "repeats", "timeout_s"):
-        assert bench.params[key] == shipped[key], key
+        assert getattr(bench.params, key) == shipped[key], key
     assert plan.servers[0].readiness.probe.timeout_s == \
         schema.shipped_defaults("readiness/default.yaml")["probe_timeout_s"]
 
@@ -259,7 +259,7 @@ def test_changing_a_shipped_default_changes_every_reader(compose, tmp_path, monk
                    "benchmark.driver=bench_serving", "benchmark.dataset=random"])
     del cfg["benchmark"]["warmup_requests"], cfg["benchmark"]["range_ratio"]
     (bench,) = compile_config(cfg).plan.benchmarks
-    assert (bench.params["warmup_requests"], bench.params["range_ratio"]) == (3, 0.5)
+    assert (bench.params.warmup_requests, bench.params.range_ratio) == (3, 0.5)
     argv = list(bench.argv)
     assert argv[argv.index("--warmup-requests") + 1] == "3"
     assert argv[argv.index("--random-range-ratio") + 1] == "0.5"

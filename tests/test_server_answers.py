@@ -162,7 +162,7 @@ def _point(plan, port, run_dir, **params):
 
     bench = next(b for b in plan.benchmarks if plan.server(b.server).acceptance)
     server = dataclasses.replace(plan.server(bench.server), host="127.0.0.1", port=port)
-    bench = dataclasses.replace(bench, params={**bench.params, **params})
+    bench = dataclasses.replace(bench, params=dataclasses.replace(bench.params, **params))
     run_dir.mkdir(parents=True, exist_ok=True)
     row = asyncio.run(run_point(server, bench, run_dir=run_dir))
     log = ResultLog(run_dir / "results.jsonl")

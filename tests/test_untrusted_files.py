@@ -167,7 +167,7 @@ def test_the_soft_limit_is_raised_to_the_hard_one_when_that_is_enough():
     code = ("import resource, types\n"
             "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096))\n"
             "from specc.run.executor import open_files_problem\n"
-            "b = types.SimpleNamespace(params={'concurrency': 3080})\n"
+            "b = types.SimpleNamespace(params=types.SimpleNamespace(concurrency=3080))\n"
             "assert open_files_problem(types.SimpleNamespace(benchmarks=[b])) is None\n"
             "print(resource.getrlimit(resource.RLIMIT_NOFILE))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

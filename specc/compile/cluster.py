@@ -73,7 +73,7 @@ def _gpus(server) -> int:
     if server.nodes == 1:
         return len(server.gpus)
     p = server.params
-    return p.get("tp", 1) * p.get("dp", 1) * p.get("pp", 1)
+    return p.tp * p.dp * p.pp
 
 
 def jobs(cluster: dict, plan: Plan) -> list[dict]:

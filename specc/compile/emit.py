@@ -16,7 +16,7 @@ from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, referenced
-from specc.plan import Plan
+from specc.plan import BenchParams, Params, Plan, Record
 
 
 def _q(value, secrets=()) -> str:
@@ -121,6 +121,8 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 
 def _fields(obj) -> dict:
     """A plan dataclass as the dict of its fields, one level deep (the encoder recurses)."""
+    if isinstance(obj, Params):   # flat, nested records as their JSON
+        return obj.to_json()
     if is_dataclass(obj):
         omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
         return {f.name: getattr(obj, f.name) for f in fields(obj)
@@ -280,7 +282,7 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
                 bid = _q(b.id)
                 command = command_line(b.argv) if b.argv else \
                     f"python -m specc.run.point --plan plan.json --benchmark {bid}"
-                yield f"  point {bid} {command}  # concurrency {b.params['concurrency']}"
+                yield f"  point {bid} {command}  # concurrency {b.params.concurrency}"
             yield "fi"
         for s in wave:
             yield f"stop_server {_q(s.id)}"
@@ -324,38 +326,23 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
 def _param_values(plan: Plan) -> dict[str, dict]:
     """Client parameter -> its distinct values over the matrix (in first-seen order).
 
-    Points share their params dict across servers, so each distinct one is read once; a
+    Points share their params record across servers, so each distinct one is read once; a
     parameter's values are told apart a column at a time (10^5 points on one server: each
-    point's own dict)."""
+    point's own record)."""
     distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
-    keys: dict = {}
-    for params in distinct:
-        keys.update(params)
-    keys.pop("model", None)
     seen: dict[str, dict] = {}
-    missing = object()
-    for k in keys:
-        try:
-            column = list(map(operator.itemgetter(k), distinct))
-        except KeyError:   # a key some points lack
-            column = [v for v in (p.get(k, missing) for p in distinct) if v is not missing]
-        try:   # (type, value): True and 1 kept apart; first-seen order kept by the dict
-            firsts = dict.fromkeys(zip(map(type, column), column))
-            seen[k] = {(t, hash(v), v): v for t, v in firsts}
-        except TypeError:   # unhashable values (lists): one at a time
-            values: dict = {}
-            for v in column:
-                values.setdefault(_distinct(v), v)
-            seen[k] = values
+    for k in (f.name for f in fields(BenchParams) if f.name != "model"):
+        column = list(map(operator.attrgetter(k), distinct))   # records: all hashable
+        firsts = dict.fromkeys(zip(map(type, column), column))   # True and 1 kept apart
+        # shown as plan.json writes them (a list, an object), in first-seen order
+        seen[k] = {(t, hash(v), v): _as_json(v) for t, v in firsts}
     return {k: seen[k] for k in sorted(seen)}
 
 
-def _distinct(value):
-    """A key telling values apart: the value itself where hashable (True and 1 kept apart)."""
-    try:
-        return type(value), hash(value), value
-    except TypeError:
-        return json.dumps(value, sort_keys=True, default=str)
+def _as_json(value):
+    if isinstance(value, tuple):
+        return list(value)
+    return value.to_json() if isinstance(value, Record) else value
 
 
 def _values_text(values: dict) -> str:

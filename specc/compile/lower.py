@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from specc.compile import estimate, placement, rules
 from specc.compile.matrix import canonical as _canonical, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import Benchmark, Plan, Readiness, Server
+from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams
 
 
 def _slug(text: str) -> str:
@@ -42,18 +43,35 @@ def _label(spec: ServerSpec, engine, axis_values: dict) -> str:
     return " ".join([base] + extra)
 
 
-def _params(spec: ServerSpec, axis_values: dict) -> dict:
+def _params(spec: ServerSpec, axis_values: dict) -> ServerParams:
     mp, hw = spec.model_pair, spec.hardware
     steps, topk, ndt = spec.spec_triple
-    p = {"target": mp["target"]["path"],
-         "draft": mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None,
-         "tp": hw["tp"], "dp": hw.get("dp", 1), "pp": hw.get("pp", 1),
-         "algorithm": spec.algorithm, "num_steps": steps, "topk": topk, "num_draft_tokens": ndt,
-         "context_length": mp.get("context_length")}
-    for k, v in axis_values.items():
-        if not k.startswith("speculation."):
-            p[k] = v
-    return p
+    return ServerParams(
+        target=mp["target"]["path"],
+        draft=mp["draft"]["path"] if spec.uses_draft_model and mp.get("draft") else None,
+        tp=hw["tp"], dp=hw.get("dp", 1), pp=hw.get("pp", 1),
+        algorithm=spec.algorithm, num_steps=steps, topk=topk, num_draft_tokens=ndt,
+        context_length=mp.get("context_length"),
+        axes=tuple((k, v) for k, v in axis_values.items() if not k.startswith("speculation.")))
+
+
+def _bench_params(points: tuple[dict, ...], extra: dict) -> list[BenchParams]:
+    """Each client point's params record (the config's values as they are: checked once,
+    by the schema and the rules, not again per point; built from each point's values in
+    field order, 10^5 of them on one server)."""
+    names = [f.name for f in fields(BenchParams)]
+    own = names[:len(names) - len(extra)]
+    assert names[len(own):] == list(extra) and "categories" in own, names
+    tail = tuple(extra.values())
+    values = operator.itemgetter(*own)
+    at = own.index("categories")
+    out = []
+    for b in points:
+        row = values(b)
+        if row[at] is not None:   # a list in the config, a tuple in the frozen record
+            row = row[:at] + (tuple(row[at]),) + row[at + 1:]
+        out.append(BenchParams(*row, *tail))
+    return out
 
 
 def _server_id(spec: ServerSpec, engine, key: str) -> str:
@@ -94,9 +112,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
         conc = bench["concurrency"]
         for sid, prefix, ids in zip(sids, sid_prefixes, bench_ids):
             ids.append(f"{sid}-c{conc}-{hashlib.sha256(prefix + tail).hexdigest()[:6]}")
-    # served model -> the params of every client point: one dict per point and model,
-    # shared by the servers that serve that model (read-only, like the whole Plan)
-    point_params: dict[str, list[dict]] = {}
+    # served model -> the params of every client point: one record per point and model,
+    # shared by the servers that serve that model
+    point_params: dict[str, list[BenchParams]] = {}
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
@@ -127,14 +145,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:
-            extra = {"model": model, "request_id_field": engine.request_id_field,
-                     "accept_positions": engine.accept_positions}
-            if not point_params:   # the first model takes the matrix's own dicts: their ids
-                for b in matrix.client_points:   # are hashed, and the rules read no extra key
-                    b.update(extra)
-                point_params[model] = list(matrix.client_points)
-            else:
-                point_params[model] = [{**b, **extra} for b in matrix.client_points]
+            point_params[model] = _bench_params(matrix.client_points, {
+                "model": model, "request_id_field": engine.request_id_field,
+                "accept_positions": engine.accept_positions})
         speculative = spec.speculative
         for i, (bench, bid, params) in enumerate(zip(matrix.client_points, ids,
                                                      point_params[model])):

@@ -647,6 +647,16 @@ POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_co
 CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size, arrivals)
 #: What dataset_file reads of a point: it runs once per distinct dataset, not per point.
 DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split")
+#: What each client rule reads of a point: it runs once per distinct tuple of those values
+#: (10^5 points that differ in seed or output length are a handful of tuples for each).
+CLIENT_RULE_READS = {
+    point_size: ("num_prompts", "input_len", "output_len"),
+    dataset_file: DATASET_KEYS,
+    cache_flush: ("flush_cache",),
+    sample_size: ("target_ci", "max_requests", "num_prompts", "driver", "dataset"),
+    arrivals: ("request_rate", "burstiness", "ramp_s", "dataset", "target_ci", "concurrency",
+               "driver"),
+}
 
 
 def check_server(spec: ServerSpec, engine: Engine) -> list[Diagnostic]:
@@ -667,15 +677,14 @@ def check_clients(engine: Engine, benches) -> list[Diagnostic]:
     """The rules of the client points alone, whatever their server; the dataset is read
     once per distinct dataset (a sweep over lengths or seeds names one set 10^5 times)."""
     out: list[Diagnostic] = []
-    datasets: set[str] = set()
-    for bench in benches:
-        for rule in CLIENT_RULES:
-            if rule is dataset_file:
-                key = repr([bench.get(k) for k in DATASET_KEYS])
-                if key in datasets:
-                    continue
-                datasets.add(key)
-            out.extend(rule(None, engine, bench))
+    for rule in CLIENT_RULES:
+        reads = CLIENT_RULE_READS[rule]
+        seen: set[str] = set()
+        for bench in benches:
+            key = repr([bench.get(k) for k in reads])   # a list value (categories) too
+            if key not in seen:
+                seen.add(key)
+                out.extend(rule(None, engine, bench))
     return out
 
 

@@ -13,7 +13,7 @@ import re
 
 from specc import facts
 from specc.diagnostics import Diagnostic, error
-from specc.plan import Candidate, Plan, Search
+from specc.plan import Candidate, Plan, Search, ServerParams
 
 #: A latency SLO key: a statistic of TTFT, ITL, TPOT or end-to-end latency, in ms.
 SLO_KEY = re.compile(r"^(mean|median|p90|p95|p99)_(ttft|itl|tpot|e2e_latency)_ms$")
@@ -54,14 +54,14 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                          "give all three in every swept setting"))
     if out:
         return None, out
-    ladder = sorted({int(b.params["concurrency"]) for b in plan.benchmarks})
+    ladder = sorted({b.params.concurrency for b in plan.benchmarks})
     cands = tuple(Candidate(s.id, *shape) for s, shape in zip(candidates, shapes))
     from specc.tune import predict
 
     prior, margin = predict.PRIOR_ACCEPTANCE, float(search.get("margin", 0.03))
     gpu = (config.get("hardware") or {}).get("gpu")
     first = plan.benchmarks[0].params
-    context = float(first["input_len"]) + float(first["output_len"]) / 2
+    context = float(first.input_len) + float(first.output_len) / 2
     grid_starts = len(cands) + 1
     max_starts = search.get("max_starts") or max(2, grid_starts // 3)
     mp = config["model_pair"]
@@ -72,14 +72,14 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                     prior_acceptance=prior, gpu=gpu, context=context,
                     draft_facts=draft, slo=dict(search.get("slo") or {}))
     model = predict.plan_steps(dataclasses.replace(plan, search=record),
-                               tp=int(candidates[0].params.get("tp") or 1))
+                               tp=candidates[0].params.tp)
     probe = predict.choose_probe(cands, prior, margin, model, ladder)
     record = dataclasses.replace(record, probe=probe.server)
     return dataclasses.replace(plan, search=record), []
 
 
-def _shape(params: dict) -> tuple[int, int, int] | None:
-    triple = (params.get("num_steps"), params.get("topk"), params.get("num_draft_tokens"))
+def _shape(params: ServerParams) -> tuple[int, int, int] | None:
+    triple = (params.num_steps, params.topk, params.num_draft_tokens)
     return triple if all(isinstance(x, int) for x in triple) else None
 
 

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, Acceptance, CacheFlush, EngineInfo, Phase,
-                        Probe, Readiness, literal)
+from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, AcceptPositions, Acceptance, CacheFlush,
+                        EngineInfo, Phase, Probe, Readiness, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -175,8 +175,8 @@ class Engine(ABC):
     #: specc's ids carry the prompt's category (the simulator reads it; engines only echo it).
     request_id_field: str | None = None
     #: Where the engine counts accepted draft tokens per position (specc/run/positions.py):
-    #: {"path", "accepted" (a counter labelled by position), "label", "drafts"}; None: nowhere.
-    accept_positions: dict | None = None
+    #: None: nowhere.
+    accept_positions: AcceptPositions | None = None
     #: Endpoint that drops the prefix cache between points (POST; None: not supported).
     flush_cache_path: str | None = None
     #: Server environment that endpoint needs (set when a point flushes the cache).

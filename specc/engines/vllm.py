@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from specc.plan import Acceptance, CacheFlush, CounterRatio
+from specc.plan import AcceptPositions, Acceptance, CacheFlush, CounterRatio
 
 from .base import (ALWAYS, HEAD, NODE_RANK, Engine, FatalMessage, PhaseMarker, flag_args,
                    for_version)
@@ -304,9 +304,10 @@ class VLLM(Engine):
     launch_budget_s = 300.0
     # The HTTP app starts after the engine: refused while loading, then 200; 503 = dead.
     answers = {"refused": "starting", "503": "dead", "200": "ready"}
-    accept_positions = {"path": "/metrics", "label": "position",
-                        "accepted": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-                        "drafts": "vllm:spec_decode_num_drafts_total"}
+    accept_positions = AcceptPositions(
+        path="/metrics", label="position",
+        accepted="vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        drafts="vllm:spec_decode_num_drafts_total")
     flush_cache_path = FLUSH_CACHE_PATH
     flush_cache_env = {DEV_MODE_ENV: "1"}
     target_unsupported_fix = "use vllm >= 0.17.0 (engine.version), or engine=sglang for this pair"

@@ -27,6 +27,7 @@ from pathlib import Path
 from specc.files import atomic_write
 from specc.report.combine import combine_reports
 from specc.report.html import render_html
+from specc.manifest import ManifestError, read_manifest
 from specc.report.model import PointRow, Report, ReportError, _plain
 from specc.report.plots import make_plots
 from specc.report.read import build_report
@@ -64,12 +65,14 @@ def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
 
 
 def _manifest(run_dir: Path) -> dict | None:
-    """The run manifest the run side wrote (manifest.json), or None."""
+    """The run manifest the run side wrote (manifest.json, through its one reader), or None
+    when there is none; ReportError (exit 2) naming the file and field when it is not one."""
     try:
-        data = json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        manifest = read_manifest(run_dir)
+    except ManifestError as e:
+        raise ReportError(f"{e} (rerun `specc run --plan` to write it again, or delete it)") \
+            from None
+    return None if manifest is None else manifest.to_json()
 
 
 def main(argv: list[str] | None = None) -> int:

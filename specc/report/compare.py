@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specc import stats
+from specc.manifest import ManifestError, parse_manifest, read_manifest
 from specc.results import read_rows
 from specc import requestlog as reqlog
 
@@ -100,7 +101,7 @@ def load_run(path: Path | str) -> Run:
         raise CompareError(f"{res_path}: corrupt (no line is a result row: "
                            f"{warnings[0] if warnings else 'empty'}); rerun the sweep")
     report = _json_file(d / "report.json")
-    manifest = _json_file(d / "manifest.json") or report.get("manifest") or {}
+    manifest = _manifest(d, report)
     # the intervals report.json holds (the speedup's, from requests/) beside the row's own
     report_rows = {r.get("benchmark"): r for r in report.get("rows") or [] if isinstance(r, dict)}
     points: dict[str, Point] = {}
@@ -128,7 +129,20 @@ def load_run(path: Path | str) -> Run:
                             baseline=b.get("baseline"),
                             basis=row.extra.get("basis") if isinstance(row.extra.get("basis"),
                                                                         dict) else {})
-    return Run(d, manifest if isinstance(manifest, dict) else {}, points, planned, warnings)
+    return Run(d, manifest, points, planned, warnings)
+
+
+def _manifest(d: Path, report: dict) -> dict:
+    """The run's manifest through its one reader (manifest.json, else report.json's copy),
+    as JSON; {} when it has none. CompareError naming the file and field when it is bad."""
+    try:
+        found = read_manifest(d)
+        if found is None and "manifest" in report:
+            found = parse_manifest(report["manifest"], str(d / "report.json"), "manifest")
+    except ManifestError as e:
+        raise CompareError(f"{e}; rerun the report (specc report RUN_DIR), or delete it") \
+            from None
+    return {} if found is None else found.to_json()
 
 
 def _json_file(path: Path) -> dict:

@@ -61,8 +61,8 @@ def build_report(run_dir: Path | str) -> Report:
         rows.append(PointRow(
             benchmark=bid, server=b.server, label=srv.label or b.server,
             is_baseline=srv.baseline,
-            server_params=dict(srv.params),
-            params=dict(b.params),
+            server_params=srv.params.to_json(),
+            params=b.params.to_json(),
             status=status, reason=reason, metrics=dict(metrics),
             baseline_benchmark=b.baseline,
         ))

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specc.plan import ServerParams
 
 #: A response body may hold this much per token asked for, plus BODY_BASE_BYTES: a
 #: streamed chunk is a few hundred bytes of JSON around a token's text, so this is
@@ -75,13 +79,13 @@ def token_count(value, what: str = "completion_tokens") -> int:
     return value
 
 
-def accept_bound(server_params: dict | None) -> float:
+def accept_bound(server_params: ServerParams | None) -> float:
     """The most tokens one verify pass can yield for a server's speculation setting:
     steps + 1 (a chain of num_steps drafts, or a tree num_steps deep, plus the bonus
     token); an n-gram proposer's num_draft_tokens + 1; UNKNOWN_DEPTH_BOUND when the
     engine picks."""
-    p = server_params or {}
-    steps, ndt = p.get("num_steps"), p.get("num_draft_tokens")
+    steps, ndt = ((server_params.num_steps, server_params.num_draft_tokens)
+                  if server_params is not None else (None, None))
     if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
         return float(steps + 1)
     if isinstance(ndt, int) and not isinstance(ndt, bool) and ndt > 0:

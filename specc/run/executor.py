@@ -211,7 +211,7 @@ class Executor:
                     await self._stop_async(server, "failed", reason=taken)
                     break
                 self.state.update(server.id, status="benchmarking", point=bench.id)
-                self.progress.point_started(bench.id, f"{server.label} @ c={bench.params['concurrency']}")
+                self.progress.point_started(bench.id, f"{server.label} @ c={bench.params.concurrency}")
                 row = await self._watched_point(running, bench)
                 if row is None:   # its records could not be written: the sweep stops
                     break
@@ -381,7 +381,7 @@ def open_files_problem(plan: Plan) -> str | None:
     point at concurrency 3080 under `ulimit -n 1024` printed 3080 tracebacks."""
     import resource
 
-    most = max((int(b.params.get("concurrency") or 1) for b in plan.benchmarks), default=0)
+    most = max((b.params.concurrency for b in plan.benchmarks), default=0)
     need = most + FD_HEADROOM
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:

@@ -7,23 +7,25 @@ from __future__ import annotations
 
 from specc import exits
 from specc.plan import Plan
-from specc.results import ResultLog, with_speedup
+from specc.results import ResultLog, ResultRow, with_speedup
 
 
-def point_summary(row: dict) -> str:
+def point_summary(row: dict | ResultRow) -> str:
     """A finished point in one line: its reason when it failed, its figures when ok."""
-    m = row.get("metrics") or {}
-    if row["status"] != "ok":
-        return (row.get("reason") or "")[:120]
-    parts = [f"{m.get('output_throughput', 0):.1f} tok/s"]
-    if m.get("per_stream_output_throughput"):
-        parts.append(f"{m['per_stream_output_throughput']:.1f} tok/s/stream")
-    if m.get("accept_length"):
-        parts.append(f"accept {m['accept_length']:.2f}")
-    elif row.get("accept_length_unknown"):
-        parts.append(f"accept length unknown: {row['accept_length_unknown'][:100]}")
-    if m.get("speedup"):
-        parts.append(f"{m['speedup']:.2f}x")
+    r = row if isinstance(row, ResultRow) else ResultRow.from_json(row)
+    if not r.ok:
+        return (r.reason or "")[:120]
+    parts = [f"{r.metric('output_throughput') or 0:.1f} tok/s"]
+    for name, text in (("per_stream_output_throughput", "{:.1f} tok/s/stream"),
+                       ("accept_length", "accept {:.2f}")):
+        if r.metric(name):
+            parts.append(text.format(r.metric(name)))
+            continue
+        unknown = r.extra.get("accept_length_unknown")
+        if name == "accept_length" and isinstance(unknown, str) and unknown:
+            parts.append(f"accept length unknown: {unknown[:100]}")
+    if r.metric("speedup"):
+        parts.append(f"{r.metric('speedup'):.2f}x")
     return ", ".join(parts)
 
 
@@ -33,8 +35,8 @@ def backfill_speedups(plan: Plan, results: ResultLog) -> str | None:
     old file stays whole; the speedups come with the next run), else None."""
     changed = False
     for b in plan.benchmarks:
-        row = results.get(b.id)
-        if row and b.baseline and row["status"] == "ok" \
+        row = results.get(b.id)   # as written (rewritten below): read as a ResultRow
+        if row and b.baseline and ResultRow.from_json(row).ok \
                 and "speedup" not in (row.get("metrics") or {}):
             with_speedup(row, results.get(b.baseline))
             changed = changed or "speedup" in (row.get("metrics") or {})
@@ -55,6 +57,6 @@ def exit_code(plan: Plan, results: ResultLog, *, write_error: str | None = None,
         if servers is not None and b.server not in servers:
             continue
         row = results.get(b.id)
-        if row is None or not results.finished(b.id) or row["status"] != "ok":
+        if row is None or not results.finished(b.id) or not ResultRow.from_json(row).ok:
             return exits.FAILED
     return exits.FAILED if write_error else exits.OK

@@ -29,7 +29,7 @@ from specc.run.lifecycle import auth_headers
 
 def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **extra) -> dict:
     return {"benchmark": bench.id, "server": bench.server, "status": status, "reason": reason,
-            "metrics": metrics, "params": bench.params, "finished_at": time.time(), **extra}
+            "metrics": metrics, "params": bench.params.to_json(), "finished_at": time.time(), **extra}
 
 
 def failed_row(bench: Benchmark, reason: str) -> dict:
@@ -44,42 +44,42 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     from specc.run.loadgen.metrics import summarize
 
     p = bench.params
-    target = p.get("target_ci")
-    first = p["num_prompts"]
-    most = max(p["max_requests"], first) if target else first
+    target = p.target_ci
+    first = p.num_prompts
+    most = max(p.max_requests, first) if target else first
     send_at = None
-    if p["dataset"] == "trace":
+    if p.dataset == "trace":
         from specc.prompts import trace
 
-        prompts, send_at = trace.load(p["dataset_path"], num=most)
+        prompts, send_at = trace.load(p.dataset_path, num=most)
         first = most = len(prompts)
     else:
-        prompts = load_prompts(p["dataset"], num=most, input_len=p["input_len"],
-                               output_len=p["output_len"], range_ratio=p["range_ratio"],
-                               path=p.get("hf_dataset") if p["dataset"] == "hf"
-                               else p.get("dataset_path"), seed=p["seed"],
-                               categories=p.get("categories"), hf_subset=p.get("hf_subset"),
-                               hf_split=p["hf_split"])
-    rate = p.get("request_rate") or float("inf")
-    field = p.get("request_id_field")
+        prompts = load_prompts(p.dataset, num=most, input_len=p.input_len,
+                               output_len=p.output_len, range_ratio=p.range_ratio,
+                               path=p.hf_dataset if p.dataset == "hf"
+                               else p.dataset_path, seed=p.seed,
+                               categories=p.categories, hf_subset=p.hf_subset,
+                               hf_split=p.hf_split)
+    rate = p.request_rate or float("inf")
+    field = p.request_id_field
     attempt = time.time()
     records, lines, repeats, gone, max_in_flight = [], [], [], False, 0
-    for k in range(p["repeats"]):
+    for k in range(p.repeats):
         stop = reqlog.Stopper(target_ci=target, min_requests=first, max_requests=most,
-                              batch=p["concurrency"])
+                              batch=p.concurrency)
         # the category rides in the request id (the simulator reads it; engines only echo it)
         ids = [(field, f"{bench.id[-6:]}{k}{i:05d}/{q.category or '-'}/{q.id or i}")
                for i, q in enumerate(prompts)] if field else None
-        res = await run_load(url, prompts, api=p["api"], model=p["model"],
+        res = await run_load(url, prompts, api=p.api, model=p.model,
                              headers=auth_headers(server),
-                             concurrency=p["concurrency"], request_rate=rate,
-                             warmup=p["warmup_requests"] if k == 0 else 0,
-                             seed=p["seed"], timeout_s=p["timeout_s"],
-                             temperature=p["temperature"],
-                             ignore_eos=p["ignore_eos"], request_ids=ids,
+                             concurrency=p.concurrency, request_rate=rate,
+                             warmup=p.warmup_requests if k == 0 else 0,
+                             seed=p.seed, timeout_s=p.timeout_s,
+                             temperature=p.temperature,
+                             ignore_eos=p.ignore_eos, request_ids=ids,
                              keep_sending=stop.keep_sending, on_request_done=stop.on_done,
-                             burstiness=p.get("burstiness") or 1.0,
-                             ramp_s=p.get("ramp_s") or 0.0, send_at=send_at)
+                             burstiness=p.burstiness or 1.0, ramp_s=p.ramp_s or 0.0,
+                             send_at=send_at)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
         if run_dir is not None:
@@ -94,10 +94,10 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
             gone = True
             break
     duration = sum(x["duration"] for x in repeats)
-    metrics = summarize(records, duration, concurrency=p["concurrency"],
+    metrics = summarize(records, duration, concurrency=p.concurrency,
                         max_in_flight=max_in_flight)
     errors = [r.error for r in records if not r.ok]
-    return metrics, errors, gone, figures_extra(lines, duration, repeats, p)
+    return metrics, errors, gone, figures_extra(lines, duration, repeats, p.target_ci)
 
 
 def _drop_impossible_verify_counts(records, bound: float) -> None:
@@ -108,7 +108,8 @@ def _drop_impossible_verify_counts(records, bound: float) -> None:
             r.verify_ct = None
 
 
-def figures_extra(lines: list[dict], duration: float, repeats: list[dict], params: dict) -> dict:
+def figures_extra(lines: list[dict], duration: float, repeats: list[dict],
+                  target_ci: float | None) -> dict:
     """The row's intervals, what they rest on, and the per-category figures (pure)."""
     from specc import stats
 
@@ -121,7 +122,7 @@ def figures_extra(lines: list[dict], duration: float, repeats: list[dict], param
     basis = {"requests": figs["requests"], "output_tokens": figs["output_tokens"],
              "unit": unit, "repeats": repeats,
              "stopped": repeats[-1]["stopped"] if repeats else "fixed",
-             "target_ci": params.get("target_ci"),
+             "target_ci": target_ci,
              "half_width": None if thr is None or thr.half_width is None
              else round(thr.half_width, 5)}
     cats = {name: {"requests": c["requests"], "output_tokens": c["output_tokens"],
@@ -178,7 +179,7 @@ async def _bench_serving(server: Server, bench: Benchmark, run_dir: Path, ctx):
     acc = data.get("accept_length")
     if _finite(acc) and 1.0 <= acc <= accept_bound(server.params):
         metrics["bench_serving_accept_length"] = acc
-    missing = bench.params["num_prompts"] - int(metrics.get("completed", 0))
+    missing = bench.params.num_prompts - int(metrics.get("completed", 0))
     return metrics, ["bench_serving: request failed"] * max(missing, 0), None, {}
 
 
@@ -204,10 +205,10 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
     url = base_url(server.host, server.port)
     accept = AcceptanceReading(server.acceptance, accept_bound(server.params))
     async with httpx.AsyncClient(trust_env=False, headers=auth_headers(server)) as client:
-        flushed = await flush_cache(client, url, server) if bench.params.get("flush_cache") \
+        flushed = await flush_cache(client, url, server) if bench.params.flush_cache \
             else None
         await accept.start(client, url)
-        pos_before = await positions.read(client, url, bench.params.get("accept_positions"))
+        pos_before = await positions.read(client, url, bench.params.accept_positions)
         t0 = time.time()
         try:
             if bench.argv:
@@ -219,7 +220,7 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
         except DriverError as e:
             return failed_row(bench, str(e))
         per_pos = positions.rates(pos_before, await positions.read(
-            client, url, bench.params.get("accept_positions")))
+            client, url, bench.params.accept_positions))
         if per_pos is not None:
             figures["accept_per_position"] = per_pos
         metrics["accept_length"], metrics["accept_length_scope"] = await accept.finish(client, url)
@@ -227,7 +228,7 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
         figures["accept_length_unknown" if metrics["accept_length"] is None
                 else "accept_length_note"] = accept.note
     # requests sent (adaptive stopping and repeats change it), else the plan's count
-    n = int(metrics.get("completed", 0)) + len(errors) or bench.params["num_prompts"]
+    n = int(metrics.get("completed", 0)) + len(errors) or bench.params.num_prompts
     extra = {"started_at": t0, "cache_flush": flushed, **figures}
     if gone:
         why = f" (first error: {errors[0]})" if errors else ""

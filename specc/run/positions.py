@@ -1,6 +1,6 @@
 """Acceptance per draft position, where the engine counts it (vLLM's per-position counters).
 
-The plan says where (``params["accept_positions"]``, from the engine adapter):
+The plan says where (``params.accept_positions``, from the engine adapter):
 the Prometheus counter of accepted tokens per position (label ``position``)
 and the counter of drafts. Read before and after a point, the rate at
 position ``i`` is accepted(i) / drafts over the point: the probability that
@@ -13,13 +13,15 @@ from __future__ import annotations
 import math
 import re
 
+from specc.plan import AcceptPositions
+
 _LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)\s*$')
 
 
-def parse(text: str, recipe: dict) -> dict:
+def parse(text: str, recipe: AcceptPositions) -> dict:
     """{"drafts": n, "accepted": {position: n}} from a /metrics text (absent counters: 0)."""
     drafts, accepted = 0.0, {}
-    label = recipe.get("label", "position")
+    label = recipe.label
     for line in text.splitlines():
         m = _LINE.match(line)
         if not m:
@@ -29,9 +31,9 @@ def parse(text: str, recipe: dict) -> dict:
             v = float(value)
         except ValueError:
             continue
-        if name == recipe["drafts"]:
+        if name == recipe.drafts:
             drafts += v
-        elif name == recipe["accepted"]:
+        elif name == recipe.accepted:
             pos = re.search(rf'{label}="(\d+)"', labels)
             if pos:
                 k = int(pos.group(1))
@@ -39,14 +41,14 @@ def parse(text: str, recipe: dict) -> dict:
     return {"drafts": drafts, "accepted": accepted}
 
 
-async def read(client, url: str, recipe: dict | None) -> dict | None:
+async def read(client, url: str, recipe: AcceptPositions | None) -> dict | None:
     """The counters now; None without a recipe or an answer."""
     if not recipe:
         return None
     from specc.run.answers import get_capped
 
     try:
-        status, body = await get_capped(client, url + recipe.get("path", "/metrics"))
+        status, body = await get_capped(client, url + recipe.path)
     except Exception:
         return None
     return parse(body.decode("utf-8", "replace"), recipe) if status == 200 else None

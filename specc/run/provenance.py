@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 
 from specc.files import atomic_write
-
-MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+from specc.manifest import (MANIFEST, MANIFEST_VERSION, DatasetHash, EngineRelease, GpuInfo,
+                            Launch, Manifest, SpeccInfo)
 #: The prompt set specc ships (dataset=specc): the file a `specc` point's prompts come from.
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts.jsonl"
 
@@ -162,7 +161,7 @@ def engine_info(plan: dict, state: dict) -> dict:
             "reported_by_server": reported}
 
 
-def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> dict:
+def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> Manifest:
     """The manifest of ``run_dir`` (plan.json required; state.json optional)."""
     run_dir = Path(run_dir)
     plan = json.loads((run_dir / "plan.json").read_text())
@@ -171,31 +170,35 @@ def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> dict:
     except (OSError, ValueError):
         state = {}
     config = run_dir / ".hydra" / "config.yaml"
-    return {
-        "version": MANIFEST_VERSION,
-        "experiment": plan.get("experiment"),
-        "specc": specc_info(),
-        "engine": engine_info(plan, state if isinstance(state, dict) else {}),
-        "host": socket.gethostname(),
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "gpu": gpus if gpus is not None else gpu_info(),
-        "datasets": dataset_hashes(plan.get("benchmarks") or []),
-        "config_sha256": sha256_file(config) if config.exists() else None,
-        "plan_sha256": sha256_file(run_dir / "plan.json"),
-        "plan_digest": plan.get("digest"),
-        "launch": launch_commands(plan.get("servers") or []),
-    }
+    engine = engine_info(plan, state if isinstance(state, dict) else {})
+    reported = engine["reported_release"]
+    gpu = gpus if gpus is not None else gpu_info()
+    return Manifest(
+        version=MANIFEST_VERSION,
+        experiment=plan.get("experiment"),
+        specc=SpeccInfo(**specc_info()),
+        engine=EngineRelease(**{**engine, "reported_release": tuple(reported) if isinstance(
+            reported, list) else reported}),
+        host=socket.gethostname(),
+        python=platform.python_version(),
+        python_executable=sys.executable,
+        platform=platform.platform(),
+        gpu=GpuInfo(**gpu),
+        datasets=tuple(DatasetHash(**d) for d in dataset_hashes(plan.get("benchmarks") or [])),
+        config_sha256=sha256_file(config) if config.exists() else None,
+        plan_sha256=sha256_file(run_dir / "plan.json"),
+        plan_digest=plan.get("digest"),
+        launch=tuple(Launch(server=x["server"], label=x["label"], argv=tuple(x["argv"]),
+                            env=x["env"], secrets=tuple(x["secrets"]))
+                     for x in launch_commands(plan.get("servers") or [])))
 
 
 def write_manifest(run_dir: Path | str, **kw) -> Path | None:
     """Write manifest.json; a warning (never an exception) when it cannot be written."""
     run_dir = Path(run_dir)
     try:
-        data = build_manifest(run_dir, **kw)
-        atomic_write(run_dir / MANIFEST, json.dumps(data, indent=2, default=str) + "\n")
-    except (OSError, ValueError) as e:
+        atomic_write(run_dir / MANIFEST, build_manifest(run_dir, **kw).dumps())
+    except (OSError, ValueError, TypeError) as e:
         print(f"warning: {MANIFEST} not written ({e})", file=sys.stderr)
         return None
     return run_dir / MANIFEST

@@ -286,7 +286,7 @@ class Driver:
                     bench = self.bench.get(point)
                     if bench is not None:
                         self.progress.point_started(
-                            point, f"{self.plan.server(sid).label} @ c={bench.params['concurrency']}")
+                            point, f"{self.plan.server(sid).label} @ c={bench.params.concurrency}")
                 if status == "failed" and sid not in self.failed_servers:
                     self.failed_servers[sid] = node.get("reason") or "failed"
                 keep = {k: node.get(k) for k in ("status", "phase", "phase_started_at", "pid",

@@ -25,7 +25,7 @@ def model_for(plan):
     from specc.tune import predict
 
     first = plan.server(plan.search.candidates[0].server)
-    return predict.plan_steps(plan, tp=int(first.params.get("tp") or 1))
+    return predict.plan_steps(plan, tp=first.params.tp)
 
 
 class Tuner:
@@ -106,7 +106,7 @@ def feed(search, plan, row_of, run_dir: Path, server_id: str) -> None:
                 latency[key] = (float(metrics[key]), None, None)
         pp = row.get("accept_per_position")
         search.observe(Point(
-            server=server_id, concurrency=int(b.params["concurrency"]),
+            server=server_id, concurrency=b.params.concurrency,
             speedup=None if iv is None else iv.value, lo=None if iv is None else iv.lo,
             hi=None if iv is None else iv.hi, requests=figs.get("_requests", ()),
             positions=tuple(float(x) for x in pp) if isinstance(pp, list) and pp else None,
