@@ -552,13 +552,16 @@ class BenchParams(Params):
     accept_positions: AcceptPositions | None
     # workloads (docs/workloads.md): absent from plan.json at these neutral values, so a
     # plan that uses none of them keeps its ids and text (specc.compile.matrix.NEUTRAL_WORKLOAD)
+    burstiness: float | None = None   # arrivals: null = Poisson
+    ramp_s: float | None = None
     multi_turn: bool = False
     shared_prefix_len: int = 0
     shared_prefix_groups: int = 1
 
     def to_json(self) -> dict:
         out = Params.to_json(self)
-        for key in ("multi_turn", "shared_prefix_len", "shared_prefix_groups"):
+        for key in ("burstiness", "ramp_s", "multi_turn", "shared_prefix_len",
+                    "shared_prefix_groups"):
             if out[key] == BenchParams.__dataclass_fields__[key].default:
                 del out[key]
         if self.categories is not None:

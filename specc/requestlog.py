@@ -34,8 +34,13 @@ def lines_for(records, prompts, *, repeat: int, attempt: float) -> list[dict]:
                     "turn": p.turn, "category": p.category, "ok": r.ok, "error": r.error,
                     "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                     "ttft": round(r.ttft, 6), "e2e_latency": round(r.e2e_latency, 6),
-                    "start": round(r.start, 6), "verify_ct": r.verify_ct})
+                    "start": round(r.start, 6), "verify_ct": r.verify_ct,
+                    "sent_at_s": _round(r.sent_at_s), "lateness_s": _round(r.lateness_s)})
     return out
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
 
 
 def append(run_dir: Path, benchmark_id: str, lines: list[dict]) -> None:

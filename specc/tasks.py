@@ -341,11 +341,12 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     print(_json.dumps(out, indent=2) if json else render_history(out))
 
 
-@task(help={"only": "compile, sim, loadgen, executor, stats, slurm (default: all)"})
+@task(help={"only": "compile, sim, loadgen, lateness, executor, stats, slurm (default: all)"})
 def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures docs/performance.md quotes."""
     scripts = {"compile": "benchmarks/compile_speed.py", "sim": "benchmarks/sim_capacity.py",
                "loadgen": "benchmarks/loadgen_accuracy.py",
+               "lateness": "benchmarks/send_lateness.py",
                "executor": "benchmarks/executor_timing.py", "stats": "benchmarks/stats_speed.py",
                "slurm": "benchmarks/slurm_speed.py"}
     if not any(Path(script).exists() for script in scripts.values()):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 from pathlib import Path
 
@@ -311,7 +312,8 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
     for attempt, lat in ((1.5, 9.0), (2.25, 1.0)):
         recs = [NS(index=i, ok=i != 4, error=None if i != 4 else 'HTTP 500: "boom"',
                    input_tokens=10, output_tokens=i + 1, ttft=0.01 * (i + 1),
-                   e2e_latency=lat + i / 3, start=0.1 * i, verify_ct=i or None)
+                   e2e_latency=lat + i / 3, start=0.1 * i, verify_ct=i or None,
+                   sent_at_s=0.1 * i if i != 4 else None, lateness_s=1e-3 if i else None)
                 for i in range(5)]
         requestlog.append(tmp_path, "b1", requestlog.lines_for(recs, prompts, repeat=0,
                                                                attempt=attempt))
@@ -320,6 +322,9 @@ def test_the_fast_reader_reads_what_json_reads(tmp_path):
     assert fast is not None and fast == columns._read_json(text, tmp_path, "b1")
     assert fast[(0, 1, 'say "hi"')] == (2, 1.333333, 0.02) and (0, 4, "p4") not in fast
     assert columns.read_requests(tmp_path, "b1") == (fast, sum(v[1] for v in fast.values()))
+    # a run dir from before the send times: read as fast
+    older = re.sub(r',"sent_at_s":[^,]*,"lateness_s":[^}]*\}', "}", text)
+    assert '"sent_at_s"' not in older and columns._read_fast(older) == fast
     odd = text.replace('"verify_ct":null', '"verify_ct":null,"extra":1', 1)
     assert columns._read_fast(odd) is None and columns._read_json(odd, tmp_path, "b1") == fast
 
@@ -407,3 +412,14 @@ def test_the_columnar_copy_gives_the_same_answer_and_is_never_used_stale(tmp_pat
     assert got() == want
     shutil.copy(runs[0] / columns.FILE, runs[1] / columns.FILE)
     assert got() == want
+
+
+def test_a_plan_from_before_a_new_client_key_still_matches():
+    """A key a later specc added with a null default (benchmark.burstiness) is what the
+    older plan did: the points match."""
+    from specc.report import compare
+
+    old = {"concurrency": 4, "request_rate": None, "seed": 0}
+    assert compare._key({"tp": 8}, old) == compare._key({"tp": 8}, {**old, "burstiness": None,
+                                                                     "ramp_s": None})
+    assert compare._key({"tp": 8}, old) != compare._key({"tp": 8}, {**old, "burstiness": 0.25})

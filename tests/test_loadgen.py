@@ -447,8 +447,8 @@ def test_unlimited_concurrency(sim):
 
 @pytest.mark.timeout(60)
 def test_poisson_schedule_on_a_fake_clock(sim, monkeypatch):
-    """Requests leave in order, each after the seed's exponential gap (a fake clock: the
-    waits are asserted, not measured)."""
+    """Requests leave in order, each after the seed's exponential gap, and record when they
+    were due and sent (a fake clock: the waits are asserted, not measured)."""
     import random
     import types
 
@@ -469,9 +469,13 @@ def test_poisson_schedule_on_a_fake_clock(sim, monkeypatch):
                                request_rate=rate, warmup=0, seed=5))
     assert res.metrics["completed"] == n
     rng = random.Random(5)
-    assert waits == pytest.approx([rng.expovariate(rate) for _ in range(n)])
+    gaps = [rng.expovariate(rate) for _ in range(n - 1)]   # none after the last request
+    assert waits == pytest.approx(gaps)
     starts = [r.start for r in res.records]
     assert starts == sorted(starts)      # sent in the schedule's order
+    due = [sum(gaps[:i]) for i in range(n)]
+    assert [r.scheduled_s for r in res.records] == pytest.approx(due)
+    # (when each was sent is the client's real clock: tests/test_arrivals.py, on the simulator)
 
 
 @pytest.mark.timeout(60)

@@ -155,10 +155,15 @@ def server_key(sections: dict) -> str:
 
 
 def _num_prompts(bench: dict) -> int:
-    """Explicit, else enough for the stated precision: at least ``min_requests`` requests
-    and ``min_output_tokens`` tokens, and one full wave at the point's concurrency."""
+    """Explicit, else a trace's requests, else enough for the stated precision: at least
+    ``min_requests`` requests and ``min_output_tokens`` tokens, and one full wave at the
+    point's concurrency."""
     if bench.get("num_prompts"):
         return bench["num_prompts"]
+    if bench.get("dataset") == "trace" and bench.get("dataset_path"):
+        from specc.prompts import trace   # a trace is replayed whole
+
+        return trace.count(bench["dataset_path"]) or bench["min_requests"]
     by_tokens = -(-bench["min_output_tokens"] // bench["output_len"])
     return max(bench["min_requests"], by_tokens, bench["concurrency"])
 
@@ -166,7 +171,8 @@ def _num_prompts(bench: dict) -> int:
 #: Workload keys (docs/workloads.md) a point's params leave out at these values, so a plan
 #: that uses none of them keeps the benchmark ids and plan.json it had before they existed
 #: (its run dirs resume); readers take the value here when the key is absent.
-NEUTRAL_WORKLOAD = {"multi_turn": False, "shared_prefix_len": 0, "shared_prefix_groups": 1}
+NEUTRAL_WORKLOAD = {"burstiness": None, "ramp_s": None, "multi_turn": False, "shared_prefix_len": 0,
+                    "shared_prefix_groups": 1}
 
 
 def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:

@@ -8,6 +8,7 @@ attributes, never from here.
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable, Iterator
 
@@ -423,13 +424,13 @@ def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diag
     import os
 
     kind = bench["dataset"]
-    if bench.get("multi_turn") and kind in ("random", "jsonl"):
+    if bench.get("multi_turn") and kind in ("random", "jsonl", "trace"):
         yield error("BENCH_MULTI_TURN", "benchmark.multi_turn",
                     f"the {kind} dataset has no conversations to send turn by turn",
                     "use benchmark.dataset=mt_bench|sharegpt|specc|spec_bench|speed_bench, or "
                     "set benchmark.multi_turn=false")
         return
-    if kind in ("random", "jsonl", "sharegpt"):
+    if kind in ("random", "jsonl", "sharegpt", "trace"):
         if bench.get("categories"):
             yield error("BENCH_DATASET_CATEGORY", "benchmark.categories",
                         f"the {kind} dataset has no categories",
@@ -444,10 +445,23 @@ def dataset_file(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diag
         elif not os.path.isfile(os.path.expanduser(path)):
             yield error("BENCH_DATASET_MISSING", "benchmark.dataset_path",
                         f"no readable file at {path!r}", "fix the path")
+        elif kind == "trace":
+            yield from _trace_problems(os.path.expanduser(path), None)
         else:
             yield from _dataset_contents(spec, bench, kind, os.path.expanduser(path))
         return
     yield from _prompt_set(bench)
+
+
+def _trace_problems(path: str, context: int | None) -> Iterator[Diagnostic]:
+    try:
+        stamp = os.stat(path).st_mtime_ns   # an edited file is read again
+    except OSError:
+        stamp = 0
+    for line in _trace_check(path, stamp, context):
+        yield error("BENCH_TRACE", "benchmark.dataset_path", line,
+                    "fix the trace: one request a line, in time order, with a timestamp "
+                    "(ms, >= 0), input_length (or prompt) and output_length (docs/workloads.md)")
 
 
 def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
@@ -483,6 +497,13 @@ def _dataset_problems(kind, path, stamp, output_len, context, model_path,
 
     return tuple(check_file(kind, path, output_len=output_len, context_length=context,
                             counter=_counter(model_path), multi_turn=multi_turn))
+
+
+@functools.lru_cache(maxsize=64)
+def _trace_check(path, stamp, context) -> tuple[str, ...]:
+    from specc.prompts import trace
+
+    return tuple(trace.check(path, context_length=context))
 
 
 @functools.lru_cache(maxsize=4)
@@ -564,6 +585,53 @@ def sample_size(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
                     "use benchmark.driver=builtin, or benchmark.dataset=random|jsonl|sharegpt")
 
 
+def arrivals(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """The arrival schedule is one thing: a rate shaped by burstiness and a ramp, or a trace's
+    own times; each setting has what it shapes, and the driver can send it."""
+    rate, shape, ramp = bench.get("request_rate"), bench.get("burstiness"), bench.get("ramp_s")
+    if shape is not None and not shape > 0:
+        yield error("BENCH_BURSTINESS", "benchmark.burstiness",
+                    f"burstiness {shape} is not a gamma shape (it must be > 0: 1 is Poisson, "
+                    "below 1 burstier, above 1 more even)",
+                    "set benchmark.burstiness=1 (Poisson), e.g. 0.25 for bursts, or null")
+    if ramp is not None and not ramp >= 0:
+        yield error("BENCH_RAMP", "benchmark.ramp_s", f"ramp_s {ramp} is negative",
+                    "set benchmark.ramp_s to the seconds the rate takes to rise, or null")
+    if bench["dataset"] == "trace":
+        given = [k for k in ("request_rate", "burstiness", "ramp_s") if bench.get(k)]
+        if given:
+            yield error("BENCH_ARRIVALS", f"benchmark.{given[0]}",
+                        f"a trace is replayed on its own timestamps; {', '.join(given)} would "
+                        "be a second schedule",
+                        f"set benchmark.{'=null benchmark.'.join(given)}=null, or use another "
+                        "dataset")
+        if bench.get("target_ci") is not None:
+            yield error("BENCH_ARRIVALS", "benchmark.target_ci",
+                        "a trace is replayed as recorded, not until an interval is tight",
+                        "set benchmark.target_ci=null (benchmark.num_prompts caps the rows)")
+        return
+    for key, value in (("burstiness", shape), ("ramp_s", ramp)):
+        if value is not None and rate is None and (key != "ramp_s" or value):
+            yield error("BENCH_ARRIVALS", f"benchmark.{key}",
+                        f"{key} shapes the arrivals at benchmark.request_rate, which is null "
+                        "(requests go as fast as the concurrency cap allows)",
+                        f"set benchmark.request_rate (requests/s), or benchmark.{key}=null")
+    conc = bench["concurrency"]
+    if rate is not None and conc < rate:
+        yield warning("BENCH_RATE_CAPPED", "benchmark.concurrency",
+                      f"at {rate:g} requests/s, {conc} in flight are reached as soon as requests "
+                      f"take {conc / rate:.2g} s: later arrivals wait for the cap (their lateness_s "
+                      "says how long) and fewer requests/s are sent than asked",
+                      "for arrivals that nothing holds back, set benchmark.concurrency above "
+                      f"request_rate x a request's latency (e.g. {max(64, math.ceil(rate * 10))} "
+                      "for 10 s requests)")
+    if bench.get("driver") == "bench_serving" and (shape not in (None, 1) or ramp):
+        yield error("BENCH_DRIVER_ARRIVALS", "benchmark.driver",
+                    "SGLang's bench_serving has no burstiness or ramp (0.5.23: Poisson only)",
+                    "use benchmark.driver=builtin, or benchmark.burstiness=null "
+                    "benchmark.ramp_s=null")
+
+
 def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
     """Flushing the prefix cache between points may need the server started differently."""
     if bench.get("flush_cache") and engine.flush_cache_env:
@@ -581,13 +649,20 @@ SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_budgets, readiness_deadline, memory_weights)
 def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
-    """A jsonl/ShareGPT file's prompts (plus their output lengths) fit the server's context."""
+    """A jsonl/ShareGPT file's prompts (plus their output lengths) fit the server's context,
+    and so do a trace's requests."""
+    context = spec.model_pair.get("context_length") or spec.target.context_length
 
     def check(bench: dict) -> Iterator[Diagnostic]:
         path = bench.get("dataset_path")
-        if bench["dataset"] in ("jsonl", "sharegpt") and path and os.path.isfile(
-                os.path.expanduser(path)):
+        if not (path and os.path.isfile(os.path.expanduser(path))):
+            return
+        if bench["dataset"] in ("jsonl", "sharegpt"):
             yield from _dataset_contents(spec, bench, bench["dataset"], os.path.expanduser(path))
+        elif bench["dataset"] == "trace" and context:
+            own = set(_trace_problems(os.path.expanduser(path), None))
+            yield from (d for d in _trace_problems(os.path.expanduser(path), context)
+                        if d not in own)
     return check
 
 
@@ -596,7 +671,7 @@ def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], I
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).
-CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size)
+CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size, arrivals)
 #: What dataset_file reads of a point: it runs once per distinct dataset, not per point.
 DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split",
                 "multi_turn")
@@ -608,6 +683,8 @@ CLIENT_RULE_READS = {
     cache_flush: ("flush_cache",),
     sample_size: ("target_ci", "max_requests", "num_prompts", "driver", "dataset",
                   "multi_turn", "shared_prefix_len"),
+    arrivals: ("request_rate", "burstiness", "ramp_s", "dataset", "target_ci", "concurrency",
+               "driver"),
 }
 
 

@@ -219,7 +219,7 @@ SCHEMA = _obj({
         "driver": {"enum": ["builtin", "bench_serving"]},
         "api": {"enum": ["chat", "completions", "generate"]},
         "dataset": {"enum": ["specc", "mt_bench", "spec_bench", "speed_bench", "hf", "random",
-                             "jsonl", "sharegpt"]},
+                             "jsonl", "sharegpt", "trace"]},
         "dataset_path": _nullable(_ARG_PATH),
         "input_len": _POS_INT,
         "output_len": _POS_INT,
@@ -227,6 +227,9 @@ SCHEMA = _obj({
         "num_prompts": _nullable(_POS_INT),
         "concurrency": _POS_INT,
         "request_rate": _nullable({"type": "number", "exclusiveMinimum": 0}),
+        # arrivals (docs/workloads.md): ranges checked by rules.arrivals, with their fixes
+        "burstiness": _nullable(_NUM),
+        "ramp_s": _nullable(_NUM),
         "warmup_requests": {"type": "integer", "minimum": 0},
         "flush_cache": _BOOL,
         "seed": _INT,
@@ -338,6 +341,17 @@ def _hint(err) -> str:
     return ""
 
 
+#: A value out of range whose generic message would mislead: (what it means, the fix).
+_OWN_WORDS = {
+    "benchmark.concurrency": (
+        "concurrency caps the requests in flight, so 0 would send nothing, whatever "
+        "benchmark.request_rate says (0 is not 'unlimited' here, as vLLM's and SGLang's "
+        "--max-concurrency 0 is)",
+        "give at least 1; for arrivals at benchmark.request_rate that no cap holds back, a cap "
+        "above what can be in flight (e.g. 1024)"),
+}
+
+
 def _value(value) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -376,6 +390,9 @@ def _diagnostics(err) -> list[Diagnostic]:
             out.append(found or error(code, where, "unknown key", _hint(err)))
         return out
     message, hint = err.message, _hint(err)
+    if path in _OWN_WORDS and err.validator in ("minimum", "exclusiveMinimum"):
+        message, hint = _OWN_WORDS[path]
+        message = f"{err.instance!r}: {message}"
     if err.validator == "anyOf":
         sub = [e for e in err.context
                if e.validator != "type" or "null" not in str(e.validator_value)]
@@ -482,6 +499,8 @@ def validate_value(path: str, value) -> str | None:
     if schema is None:
         return "not a config key that can be swept"
     errs = list(Draft202012Validator(schema, format_checker=_format_checker()).iter_errors(value))
+    if errs and path in _OWN_WORDS and errs[0].validator in ("minimum", "exclusiveMinimum"):
+        return _OWN_WORDS[path][0]
     return errs[0].message if errs else None
 
 

@@ -329,15 +329,15 @@ def _decode(raw: bytes, where: str) -> str:
         raise DatasetError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def _jsonl_items(path: str):
-    """(where, prompt, output tokens or None) per line, each line read to at most
-    MAX_PROMPT_BYTES."""
+def bounded_lines(path: str, kind: str = "jsonl"):
+    """(where, line) per non-blank line of a text file, each line read to at most
+    MAX_PROMPT_BYTES; a FIFO, a device or a directory refused before it is opened."""
     from specc.files import UnreadableFile, read_bounded
 
     try:   # a FIFO, a device, a directory: refused before it is opened for lines
         read_bounded(path, 0, tail=True)
     except FileNotFoundError:
-        raise DatasetError(f"{path}: no such file (jsonl dataset)") from None
+        raise DatasetError(f"{path}: no such file ({kind} dataset)") from None
     except UnreadableFile as e:
         raise DatasetError(str(e)) from None
     with open(path, "rb") as f:
@@ -352,25 +352,31 @@ def _jsonl_items(path: str):
                 raise DatasetError(f"{where}: a line over {MAX_PROMPT_BYTES >> 20} MiB (a prompt "
                                    "no model's context holds); not read further")
             line = _decode(raw, where)
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError) as e:
-                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) \
-                    else "nested too deeply"
-                raise DatasetError(f"{where}: bad JSON ({why})") from None
-            if not isinstance(obj, dict):
-                raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            text = obj.get("prompt", obj.get("text"))
-            if not isinstance(text, str) or not text.strip():
-                raise DatasetError(f"{where}: needs a non-empty string \"prompt\" (or \"text\")")
-            n_out = None
-            for key in ("output_len", "max_tokens"):
-                if obj.get(key) is not None:
-                    n_out = _positive_int(obj[key], where, key)
-                    break
-            yield where, text, n_out
+            if line.strip():
+                yield where, line
+
+
+def _jsonl_items(path: str):
+    """(where, prompt, output tokens or None) per line, each line read to at most
+    MAX_PROMPT_BYTES."""
+    for where, line in bounded_lines(path):
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) \
+                else "nested too deeply"
+            raise DatasetError(f"{where}: bad JSON ({why})") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        text = obj.get("prompt", obj.get("text"))
+        if not isinstance(text, str) or not text.strip():
+            raise DatasetError(f"{where}: needs a non-empty string \"prompt\" (or \"text\")")
+        n_out = None
+        for key in ("output_len", "max_tokens"):
+            if obj.get(key) is not None:
+                n_out = _positive_int(obj[key], where, key)
+                break
+        yield where, text, n_out
 
 
 def _sharegpt_items(path: str, output_len: int, multi_turn: bool = False):

@@ -47,7 +47,8 @@ _LINE = re.compile(
     r'"category":(?:%s|null),'
     r'"ok":(true|false),"error":(?:%s|null),"input_tokens":(?:\d+|null),'
     r'"output_tokens":(\d+),"ttft":(%s),"e2e_latency":(%s),"start":(?:%s|null),'
-    r'"verify_ct":(?:\d+|null)\}\n' % (_NUM, _STR, _STR, _STR, _NUM, _NUM, _NUM), re.M)
+    r'"verify_ct":(?:\d+|null)(?:,"sent_at_s":(?:%s|null),"lateness_s":(?:%s|null))?\}\n'
+    % (_NUM, _STR, _STR, _STR, _NUM, _NUM, _NUM, _NUM, _NUM), re.M)
 
 
 def _read_fast(text: str) -> dict | None:

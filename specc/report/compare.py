@@ -100,8 +100,10 @@ class Run:
 
 
 def _key(server_params: dict, bench_params: dict) -> str:
+    """What a point measures. A client key set to null is left out: a key a later specc
+    added (null: what it did before) matches a plan written before it existed."""
     s = {k: v for k, v in server_params.items() if k not in NOT_SERVER}
-    b = {k: v for k, v in bench_params.items() if k not in NOT_MEASURED}
+    b = {k: v for k, v in bench_params.items() if k not in NOT_MEASURED and v is not None}
     return json.dumps([s, b], sort_keys=True, default=str)
 
 

@@ -47,14 +47,21 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     target = p.target_ci
     first = p.num_prompts
     most = max(p.max_requests, first) if target else first
-    prompts = load_prompts(p.dataset, num=most, input_len=p.input_len,
-                           output_len=p.output_len, range_ratio=p.range_ratio,
-                           path=p.hf_dataset if p.dataset == "hf"
-                           else p.dataset_path, seed=p.seed,
-                           categories=p.categories, hf_subset=p.hf_subset,
-                           hf_split=p.hf_split, multi_turn=p.multi_turn,
-                           shared_prefix_len=p.shared_prefix_len,
-                           shared_prefix_groups=p.shared_prefix_groups)
+    send_at = None
+    if p.dataset == "trace":
+        from specc.prompts import trace
+
+        prompts, send_at = trace.load(p.dataset_path, num=most)
+        first = most = len(prompts)
+    else:
+        prompts = load_prompts(p.dataset, num=most, input_len=p.input_len,
+                               output_len=p.output_len, range_ratio=p.range_ratio,
+                               path=p.hf_dataset if p.dataset == "hf"
+                               else p.dataset_path, seed=p.seed,
+                               categories=p.categories, hf_subset=p.hf_subset,
+                               hf_split=p.hf_split, multi_turn=p.multi_turn,
+                               shared_prefix_len=p.shared_prefix_len,
+                               shared_prefix_groups=p.shared_prefix_groups)
     rate = p.request_rate or float("inf")
     field = p.request_id_field
     attempt = time.time()
@@ -72,7 +79,9 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                              seed=p.seed, timeout_s=p.timeout_s,
                              temperature=p.temperature,
                              ignore_eos=p.ignore_eos, request_ids=ids,
-                             keep_sending=stop.keep_sending, on_request_done=stop.on_done)
+                             keep_sending=stop.keep_sending, on_request_done=stop.on_done,
+                             burstiness=p.burstiness or 1.0, ramp_s=p.ramp_s or 0.0,
+                             send_at=send_at)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
         if run_dir is not None:

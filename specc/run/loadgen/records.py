@@ -35,6 +35,17 @@ class RequestRecord:
     # multi-turn: the answer's text is kept (the next turn carries it), else not held
     keep_answer: bool = False
     answer: str | None = None
+    # s from the start of the point: when the schedule (a rate, a trace) said to send it
+    # (None: closed loop, no schedule), and when it was sent (None: never sent)
+    scheduled_s: float | None = None
+    sent_at_s: float | None = None
+
+    @property
+    def lateness_s(self) -> float | None:
+        """Sent minus due: the load generator's (and the concurrency cap's) delay."""
+        if self.scheduled_s is None or self.sent_at_s is None:
+            return None
+        return self.sent_at_s - self.scheduled_s
 
     @property
     def tpot(self) -> float | None:

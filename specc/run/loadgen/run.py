@@ -1,4 +1,5 @@
-"""run_load: warm-up, then one benchmark point at a concurrency cap and/or a Poisson rate."""
+"""run_load: warm-up, then one benchmark point at a concurrency cap and/or an arrival schedule
+(a rate with its burstiness and ramp, or a trace's own times)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import asyncio
 import gc
 import logging
 import math
-import random
 import time
 from typing import Callable
 from urllib.parse import urlsplit
@@ -16,6 +16,7 @@ from specc.prompts.datasets import Prompt
 from specc.run.loadgen.client import FastClient, ServerGone
 from specc.run.loadgen.httpx_client import HttpxClient
 from specc.run.loadgen.metrics import summarize
+from specc.run.loadgen.schedule import arrival_offsets
 from specc.run.loadgen.records import LoadResult, RequestRecord
 from specc.run.loadgen.sse import API_PATHS, request_body
 
@@ -32,7 +33,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                    disable_gc: bool = True, temperature: float = 0.0, ignore_eos: bool = True,
                    request_ids: list[tuple[str, str]] | None = None,
                    keep_sending: Callable[[], bool] | None = None,
-                   headers: dict[str, str] | None = None) -> LoadResult:
+                   headers: dict[str, str] | None = None, burstiness: float = 1.0,
+                   ramp_s: float = 0.0, send_at: list[float] | None = None) -> LoadResult:
     """Run one benchmark point; per-request failures become ``ok=False`` records.
 
     If the server refuses connections (it is gone), no further requests are
@@ -50,13 +52,25 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     its turns go one after the other, each sent once the previous answer is in, with the
     whole conversation so far (that answer included) and its ``input_tokens`` counted
     over all of it; after a failed turn, the rest of the conversation is not sent.
+
+    Conversation ``k`` (request ``k`` when all are single-turn) is due ``send_at[k]``
+    seconds after the point starts (a trace), else as ``schedule.arrival_offsets`` lays
+    out ``request_rate``; the concurrency cap may hold it back further. Each record keeps
+    when it was due and when it was sent (``scheduled_s``, ``sent_at_s``): how late the
+    load generator was is a figure, not a guess. A later turn has no due time: it is sent
+    when the answer before it is in.
     """
     if api not in API_PATHS:
         raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
-    if not request_rate > 0:
-        raise ValueError(f"request_rate must be > 0, got {request_rate}")
+    units = _conversations(prompts)
+    if send_at is not None and len(send_at) != len(units):
+        raise ValueError(f"send_at has {len(send_at)} times for {len(units)} conversations")
+    # validates rate, burstiness and ramp before anything is sent
+    due = list(send_at) if send_at is not None else arrival_offsets(
+        len(units), request_rate, burstiness=burstiness, ramp_s=ramp_s, seed=seed)
+    paced = send_at is not None or math.isfinite(request_rate)
     if transport == "auto":
         transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
     if transport == "fast":
@@ -67,7 +81,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     else:
         raise ValueError(f"unknown transport {transport!r}")
 
-    state = {"in_flight": 0, "max": 0, "gone": None}
+    state = {"in_flight": 0, "max": 0, "gone": None, "t0": 0.0}
     unsent: set[int] = set()      # indices keep_sending held back
 
     async def one(rec: RequestRecord, payload: bytes) -> RequestRecord:
@@ -82,6 +96,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             state["max"] = state["in_flight"]
         try:
             await client.request(rec, api, payload)
+            if rec.start:
+                rec.sent_at_s = rec.start - state["t0"]
         except ServerGone as e:
             state["gone"] = str(e)
             rec.error = str(e)
@@ -132,11 +148,12 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
 
         # a later turn's body is built when its previous turn has answered
         payloads = [body(i) if p.turn == 1 else b"" for i, p in enumerate(prompts)]
-        units = _conversations(prompts)
         multi = len(units) < len(prompts)
+        first_of = {unit[0]: k for k, unit in enumerate(units)}
         records = [RequestRecord(input_tokens=p.input_tokens,
                                  requested_output_tokens=p.output_tokens, index=i,
-                                 ignore_eos=ignore_eos, keep_answer=multi)
+                                 ignore_eos=ignore_eos, keep_answer=multi,
+                                 scheduled_s=due[first_of[i]] if paced and i in first_of else None)
                    for i, p in enumerate(prompts)]
 
         async def conversation(unit: list[int]) -> None:
@@ -166,26 +183,23 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             async with sem:
                 return await conversation(unit)
 
-        rng = random.Random(seed)
         tasks = []
-        t0 = time.time()
-        next_t = t0
+        t0 = state["t0"] = time.time()
         loop = asyncio.get_running_loop()
-        for unit in units:
+        for k, unit in enumerate(units):
             rec = records[unit[0]]
+            if paced:   # wait until it is due (then the concurrency cap, in gated)
+                delay = t0 + due[k] - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
             if state["gone"]:
                 for i in unit:
                     records[i].error = f"not sent: {state['gone']}"
                 continue
-            if keep_sending is not None and math.isfinite(request_rate) and not keep_sending():
+            if keep_sending is not None and paced and not keep_sending():
                 unsent.update(r.index for r in records[rec.index:])
                 break
             tasks.append(loop.create_task(gated(unit)))
-            if math.isfinite(request_rate):
-                next_t += rng.expovariate(request_rate)
-                delay = next_t - time.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
         if tasks:
             await asyncio.gather(*tasks)
         t1 = time.time()

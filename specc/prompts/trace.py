@@ -1,0 +1,210 @@
+"""Trace replay (``benchmark.dataset=trace``): each request sent when the trace says.
+
+A trace is a JSONL or CSV file (CSV: a ``.csv`` name, a header row), one request a
+line, in time order:
+
+- ``timestamp``: milliseconds (mooncake's unit); the first row is sent at the
+  start of the point, each later one ``(timestamp - first) / 1000`` s after it;
+- ``input_length`` (tokens) or ``prompt`` (the text itself);
+- ``output_length``: tokens to generate;
+- ``hash_ids`` (optional, mooncake's): one id per 512-token block of the prompt;
+  equal ids are equal blocks, so requests that share a prefix in the trace share
+  it here and hit the server's prefix cache as they did in production.
+
+mooncake's traces (``{"timestamp", "input_length", "output_length", "hash_ids"}``)
+are read as they are. Prompt text built from lengths is words (one token each on
+the simulator; an approximation on a real tokenizer, as for the random dataset).
+Read through the same bounded line reader as the jsonl dataset, at compile time
+(every problem, file:line) and at run time.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import math
+import os
+import random
+from dataclasses import dataclass
+
+from specc.prompts import DatasetError, Prompt, count_tokens
+from specc.prompts.datasets import _WORDS, MAX_PROBLEMS, _positive_int, bounded_lines
+
+#: Tokens per hash id in a mooncake trace (its block size).
+BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Row:
+    where: str
+    timestamp_ms: float
+    output_tokens: int
+    input_tokens: int | None = None     # None: the prompt's own words
+    prompt: str | None = None
+    hash_ids: tuple[int, ...] = ()
+
+
+def _positive(value, where: str, key: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():   # a CSV cell
+        value = int(value)
+    return _positive_int(value, where, key)
+
+
+def _row(where: str, obj: dict) -> Row:
+    ts = obj.get("timestamp")
+    try:
+        ts = float(ts) if isinstance(ts, (int, float, str)) and not isinstance(ts, bool) else None
+    except ValueError:
+        ts = None
+    if ts is None or not math.isfinite(ts):
+        raise DatasetError(f"{where}: needs a numeric \"timestamp\" (milliseconds), got "
+                           f"{obj.get('timestamp')!r}")
+    if ts < 0:
+        raise DatasetError(f"{where}: timestamp {obj['timestamp']} is negative (milliseconds "
+                           "from the trace's start)")
+    out = _positive(obj.get("output_length"), where, "output_length")
+    prompt = obj.get("prompt")
+    if prompt not in (None, ""):
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise DatasetError(f"{where}: \"prompt\" must be a non-empty string")
+        return Row(where, ts, out, prompt=prompt)
+    ids = obj.get("hash_ids") or ()
+    if isinstance(ids, str):   # a CSV cell: a JSON list
+        try:
+            ids = json.loads(ids)
+        except ValueError:
+            ids = None
+    if not isinstance(ids, (list, tuple)) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise DatasetError(f"{where}: \"hash_ids\" must be a list of integers")
+    return Row(where, ts, out, input_tokens=_positive(obj.get("input_length"), where,
+                                                   "input_length"), hash_ids=tuple(ids))
+
+
+def _objects(path: str):
+    """(where, the line's fields or the DatasetError that says what is wrong with it)."""
+    header = None
+    for where, line in bounded_lines(path, "trace"):
+        if not path.lower().endswith(".csv"):
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                yield where, DatasetError(f"{where}: bad JSON (one object a line)")
+                continue
+            yield where, obj if isinstance(obj, dict) else DatasetError(
+                f"{where}: expected a JSON object, got {type(obj).__name__}")
+            continue
+        cells = next(csv.reader([line]))
+        if header is None:
+            header = [c.strip() for c in cells]
+            if "timestamp" not in header:
+                raise DatasetError(f"{where}: a CSV trace starts with a header naming "
+                                   "timestamp, input_length (or prompt), output_length")
+            continue
+        if len(cells) != len(header):
+            yield where, DatasetError(f"{where}: {len(cells)} cells, the header has "
+                                      f"{len(header)}")
+            continue
+        yield where, dict(zip(header, cells))
+
+
+def rows(path: str):
+    """The trace's rows in order; the first problem raises DatasetError (file:line)."""
+    last = None
+    for where, obj in _objects(path):
+        if isinstance(obj, DatasetError):
+            raise obj
+        row = _row(where, obj)
+        _in_order(row, last)
+        last = row
+        yield row
+
+
+def _in_order(row: Row, last: Row | None) -> None:
+    if last is not None and row.timestamp_ms < last.timestamp_ms:
+        raise DatasetError(f"{row.where}: timestamp {row.timestamp_ms:g} ms is before line "
+                           f"{last.where.rsplit(':', 1)[-1]}'s ({last.timestamp_ms:g} ms): a "
+                           "trace is replayed in order (sort it by timestamp)")
+
+
+def check(path: str, *, context_length: int | None = None) -> list[str]:
+    """What is wrong with a trace, one line each naming file:line (at most MAX_PROBLEMS)."""
+    problems, last, n = [], None, 0
+    try:
+        for where, obj in _objects(path):
+            try:
+                if isinstance(obj, DatasetError):
+                    raise obj
+                row = _row(where, obj)
+                _in_order(row, last)
+                last = row
+                n += 1
+                need = (row.input_tokens or count_tokens(row.prompt)) + row.output_tokens
+                if context_length and need > context_length:
+                    problems.append(f"{where}: {need} tokens (input + output) are over the "
+                                    f"context length {context_length}")
+            except DatasetError as e:
+                problems.append(str(e))
+            if len(problems) > MAX_PROBLEMS:
+                break
+        if n == 0 and not problems:
+            problems.append(f"{path}: the trace has no requests")
+    except DatasetError as e:
+        problems.append(str(e))
+    if len(problems) > MAX_PROBLEMS:
+        problems = problems[:MAX_PROBLEMS] + [f"{path}: more problems after these (fix these "
+                                              "first)"]
+    return problems
+
+
+def count(path: str) -> int:
+    """How many requests the trace holds (0 when it cannot be read: check says why); read
+    once per compile however many points replay it."""
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+    return _rows_in(path, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _rows_in(path: str, stamp: int) -> int:
+    try:
+        return sum(1 for _ in rows(path))
+    except DatasetError:
+        return 0
+
+
+def load(path: str, *, num: int) -> tuple[list[Prompt], list[float]]:
+    """The first ``num`` requests of the trace (all of them if it has fewer: a trace is never
+    replayed twice over) and the seconds after the start at which each is due."""
+    prompts, due, first = [], [], None
+    blocks: dict[int, list[str]] = {}
+    for k, row in enumerate(rows(path)):
+        if k >= num:
+            break
+        first = row.timestamp_ms if first is None else first
+        due.append((row.timestamp_ms - first) / 1000.0)
+        text = row.prompt or _text(row, k, blocks)
+        prompts.append(Prompt(text=text, input_tokens=row.input_tokens or count_tokens(text),
+                              output_tokens=row.output_tokens,
+                              id=row.where.rsplit(":", 1)[-1]))
+    if not prompts:
+        raise DatasetError(f"{path}: the trace has no requests")
+    return prompts, due
+
+
+def _text(row: Row, k: int, blocks: dict[int, list[str]]) -> str:
+    """``input_tokens`` words: the hash ids' blocks (the same id, the same words), then words
+    of this row's own."""
+    words: list[str] = []
+    for h in row.hash_ids:
+        if h not in blocks:
+            blocks[h] = random.Random(h).choices(_WORDS, k=BLOCK_TOKENS)
+        words += blocks[h]
+        if len(words) >= row.input_tokens:
+            break
+    if len(words) < row.input_tokens:   # a row's own words: no accidental shared prefix
+        words += random.Random(f"row{k}").choices(_WORDS, k=row.input_tokens - len(words))
+    return " ".join(words[:row.input_tokens])
