@@ -298,9 +298,13 @@ def check_file(kind: str, path: str, *, output_len: int, context_length: int | N
                             f"{MIN_SHAREGPT_TOKENS} words, then a gpt reply)")
     except DatasetError as e:
         problems.append(str(e))
+    return capped(problems, path)
+
+
+def capped(problems: list[str], path) -> list[str]:
+    """At most MAX_PROBLEMS lines, then one that says more follow."""
     if len(problems) > MAX_PROBLEMS:
-        problems = problems[:MAX_PROBLEMS] + [f"{path}: more problems after these (fix these "
-                                              "first)"]
+        return problems[:MAX_PROBLEMS] + [f"{path}: more problems after these (fix these first)"]
     return problems
 
 

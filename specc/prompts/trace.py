@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass
 
 from specc.prompts import DatasetError, Prompt, count_tokens
-from specc.prompts.datasets import _WORDS, MAX_PROBLEMS, _positive_int, bounded_lines
+from specc.prompts.datasets import _WORDS, MAX_PROBLEMS, _positive_int, bounded_lines, capped
 
 #: Tokens per hash id in a mooncake trace (its block size).
 BLOCK_TOKENS = 512
@@ -152,10 +152,7 @@ def check(path: str, *, context_length: int | None = None) -> list[str]:
             problems.append(f"{path}: the trace has no requests")
     except DatasetError as e:
         problems.append(str(e))
-    if len(problems) > MAX_PROBLEMS:
-        problems = problems[:MAX_PROBLEMS] + [f"{path}: more problems after these (fix these "
-                                              "first)"]
-    return problems
+    return capped(problems, path)
 
 
 def count(path: str) -> int:
