@@ -133,7 +133,7 @@ def test_shared_prefix_groups():
 # --------------------------------------------------------------------------- on the simulator
 
 def test_shared_prefix_is_prefilled_once_per_group(tmp_path):
-    from tests.sim.conftest import SimProc
+    from sim.conftest import SimProc
     from specc.run.loadgen import run_load
 
     truth = tmp_path / "truth.jsonl"
@@ -237,7 +237,7 @@ def _conversations(n: int) -> list[Prompt]:
 
 def test_each_turn_carries_the_conversation_with_the_servers_answers(tmp_path):
     from specc.run.loadgen import run_load
-    from tests.sim.conftest import SimProc
+    from sim.conftest import SimProc
 
     truth = tmp_path / "truth.jsonl"
     sim = SimProc(["--model-path", "sim/llama"], env={"SPECC_SIM_TRUTH": str(truth)},
@@ -264,7 +264,7 @@ def test_each_turn_carries_the_conversation_with_the_servers_answers(tmp_path):
 
 def test_after_a_failed_turn_the_rest_of_its_conversation_is_not_sent(tmp_path):
     from specc.run.loadgen import run_load
-    from tests.sim.conftest import SimProc
+    from sim.conftest import SimProc
 
     sim = SimProc(["--model-path", "sim/llama", "--sim-fault", "truncate_stream:4"],
                   tmp=tmp_path)

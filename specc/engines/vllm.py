@@ -115,7 +115,7 @@ PHASES_0_17: tuple[PhaseMarker, ...] = (
                   '"Graph capturing finished in %.0f secs, took %.2f GiB"'),
                  (_V + "v1/worker/gpu_worker.py", '"CUDA graph pool memory: %s GiB (actual), '))),
     PhaseMarker("api_server", (r"init engine \(profile, create kv cache, warmup model\) took",
-                               r"Starting vLLM server on", r"Starting vLLM API server"),
+                               r"Starting vLLM server on"),
                 (r"Application startup complete\.",), ALWAYS,
                 ("init engine (profile, create kv cache, warmup model) took 95.31 s (compilation: 52.40 s)",
                  "Starting vLLM server on http://127.0.0.1:8000", READY_LINE),

@@ -120,3 +120,21 @@ class Renderer:
                 for text in self.texts(call.args[at], scope):
                     lines.append(_percent(text) if len(call.args) > at + 1 else text)
         return lines
+
+    def raised_and_passed_lines(self) -> list[str]:
+        """What the file prints besides its logging calls: the messages of the exceptions it
+        raises (a traceback's last line) and the format strings it hands to a helper that
+        logs them later (vLLM's monitor_torch_compile), each rendered as %-style."""
+        lines: list[str] = []
+        scopes = [n for n in ast.walk(self.tree)
+                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] + [self.tree]
+        for scope in scopes:
+            for node in ast.walk(scope):
+                if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+                    lines += self.texts(node.exc.args[0], scope)
+                elif isinstance(node, ast.Call):
+                    for arg in node.args:
+                        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) \
+                                and "%" in arg.value:
+                            lines.append(_percent(arg.value))
+        return lines

@@ -10,7 +10,7 @@ import httpx
 
 from specc.perf.model import CONTEXT_ACCEPTANCE, context_acceptance_factor
 from specc.sim.prefix import PrefixCache, chain
-from tests.sim.conftest import SPEC_ARGS
+from .conftest import SPEC_ARGS
 
 
 def test_prefix_cache_matches_the_longest_cached_prefix_and_stays_bounded():
