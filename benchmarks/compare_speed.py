@@ -57,7 +57,7 @@ def write_run(d: Path, points: int, seed: int, slower: float = 1.0) -> None:
                 tot_tok, tot_lat = tot_tok + tok, tot_lat + lat
                 reqs.append(NS(index=i, ok=True, error=None, input_tokens=256,
                                output_tokens=tok, ttft=ttft, e2e_latency=lat, start=0.0,
-                               verify_ct=None))
+                               verify_ct=None, sent_at_s=0.0, lateness_s=None))
             # the lines as the executor writes them (requestlog.append, less its fsync)
             (d / "requests" / f"{bid}.jsonl").write_text("".join(
                 json.dumps(x, separators=(",", ":")) + "\n"
