@@ -37,6 +37,8 @@ FIELDS = ("model_path", "tp_size", "pp_size", "dp_size", "ep_size", "context_len
           "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_metrics")
 
 
+from forked import resolve_in_fork  # noqa: E402 - beside this script
+
 def _plain(value):
     try:
         json.dumps(value)
@@ -137,25 +139,7 @@ def main():
     _stub_gpu(request["gpu"])
     out = []
     for s in request["servers"]:
-        # each command in a fork: a resolution writes process state (env, caches)
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                parsed, resolved, error = _resolve(s["argv"], s.get("env") or {})
-            except BaseException as e:   # noqa: BLE001
-                parsed, resolved, error = {}, None, f"{type(e).__name__}: {e}"[:600]
-            with os.fdopen(write, "w") as f:
-                json.dump({"id": s["id"], "parsed": parsed, "resolved": resolved,
-                           "error": error}, f)
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            text = f.read()
-        os.waitpid(pid, 0)
-        out.append(json.loads(text) if text else
-                   {"id": s["id"], "parsed": {}, "resolved": None, "error": "resolver died"})
+        out.append(resolve_in_fork(s["id"], lambda s=s: _resolve(s["argv"], s.get("env") or {})))
     print(json.dumps({"package": "sglang", "version": version("sglang"), "servers": out}))
 
 

@@ -45,6 +45,8 @@ KERNELS = ("vllm._C", "vllm._C_stable_libtorch", "vllm._moe_C", "vllm._qutlass_C
            "vllm._flashmla_C", "vllm._flashmla_extension_C")
 
 
+from forked import resolve_in_fork  # noqa: E402 - beside this script
+
 def _stub_gpu(gpu):
     """The CUDA platform, its hardware probes answering as the plan's GPUs would."""
     from stubs import MockModule
@@ -134,6 +136,12 @@ def _resolve(parser, argv, env):
     return parsed, _resolved(config), None
 
 
+def _quiet(fn, *args):
+    """fn(*args) with vLLM's prints kept off stdout (the result's channel)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return fn(*args)
+
+
 def main():
     from importlib.metadata import version
 
@@ -148,25 +156,8 @@ def main():
     logging.disable(logging.CRITICAL)
     out = []
     for s in request["servers"]:
-        read, write = os.pipe()   # each command in a fork: a resolution writes process state
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    parsed, resolved, error = _resolve(parser, s["argv"], s.get("env") or {})
-            except BaseException as e:   # noqa: BLE001
-                parsed, resolved, error = {}, None, f"{type(e).__name__}: {e}"[:600]
-            with os.fdopen(write, "w") as f:
-                json.dump({"id": s["id"], "parsed": parsed, "resolved": resolved,
-                           "error": error}, f)
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            text = f.read()
-        os.waitpid(pid, 0)
-        out.append(json.loads(text) if text else
-                   {"id": s["id"], "parsed": {}, "resolved": None, "error": "resolver died"})
+        out.append(resolve_in_fork(s["id"], lambda s=s: _quiet(
+            _resolve, parser, s["argv"], s.get("env") or {})))
     print(json.dumps({"package": "vllm", "version": version("vllm"), "servers": out}))
 
 
