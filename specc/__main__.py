@@ -8,6 +8,7 @@ word can only be a task.
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -16,6 +17,14 @@ from specc import exits
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
+    gc.disable()   # compiling makes 10^5s of records and no garbage cycles: scans of a heap
+    try:           # that only grows were a tenth of a large compile (on again to execute)
+        return _job(config, run_dir, hydra_info)
+    finally:
+        gc.enable()
+
+
+def _job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     from specc.compile.pipeline import compile_config
     from specc.run import rundir
 
@@ -43,6 +52,8 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
 
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
     text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
+    gc.freeze()   # what the compile made lives as long as the run: later scans skip it
+    gc.enable()
     if not result.ok:
         for d in result.diagnostics:
             if d.severity == "error":
@@ -63,6 +74,13 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
 
         return execute_plan(result.plan, run_dir)
     return exits.OK
+
+
+def _combine(sweep_dir, run_dirs):
+    """After a multirun: the sweep's combined report (imported only then)."""
+    from specc.report.combine import combine
+
+    return combine(sweep_dir, run_dirs)
 
 
 def _program():
@@ -163,9 +181,8 @@ def _main(argv: list[str]) -> int:
             return exits.INVALID
         return run_task(argv)
     from specc.config import compose
-    from specc.report.combine import combine
 
-    code = compose.run(argv, job, combine)
+    code = compose.run(argv, job, _combine)
     if argv in (["--help"], ["-h"]):
         print("\n== Tasks (specc <task> --help) ==")
         code = code or run_task(["--list"])

@@ -13,7 +13,9 @@ missing`), never a KeyError.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import json
 import operator
 import re
@@ -39,7 +41,9 @@ ANSWER_MEANINGS = ("starting", "warming", "ready", "dead")
 
 
 #: What an id that names a file in the run dir may be (requests/<point>.jsonl, <job>.sbatch).
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]*$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]*\Z")
+#: Names joined by NUL, each a _SAFE_NAME (10^5 benchmark ids checked in one match).
+_SAFE_NAMES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]*(?:\0[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]*)*")
 
 
 def _inside(rel: str) -> bool:
@@ -55,8 +59,11 @@ def _outside_run_dir(plan) -> list[str]:
            for s in plan.servers if not _inside(s.log)]
     out += [f"server {s.id!r}: its id is not a plain file name" for s in plan.servers
             if not _SAFE_NAME.match(s.id)]
-    out += [f"benchmark {b.id!r}: its id is not a plain file name" for b in plan.benchmarks
-            if not _SAFE_NAME.match(b.id)]
+    ids = [b.id for b in plan.benchmarks]
+    joined = "\0".join(ids)   # all at once, unless an id holds the NUL itself
+    if ids and not (joined.count("\0") == len(ids) - 1 and _SAFE_NAMES.fullmatch(joined)):
+        out += [f"benchmark {i!r}: its id is not a plain file name" for i in ids
+                if not _SAFE_NAME.match(i)]
     for j in plan.cluster.jobs if plan.cluster is not None else ():
         if not _SAFE_NAME.match(j.name):
             out.append(f"cluster job {j.name!r}: its name is not a plain file name")
@@ -122,6 +129,57 @@ class Record:
         problems = self._check()
         if problems:
             raise ValueError("; ".join(problems))
+
+
+def build_many(cls, count: int, varying: dict[str, list], shared: dict | None = None) -> list:
+    """`count` records of `cls`, each field set from `varying` (a list with one value per
+    record) or `shared` (one value for all), else its default: what `cls(**fields)` gives,
+    in a fraction of the time (10^5 client points' params records: the frozen constructor
+    sets each of 33 fields through object.__setattr__). Only for records whose
+    construction checks and converts nothing: Params, and records without float fields
+    or checks (Benchmark)."""
+    shared = shared or {}
+    post = cls.__post_init__
+    if not (post is Params.__post_init__ or (
+            post is Record.__post_init__ and cls._check is Record._check
+            and not any(f.type in ("float", "float | None") for f in fields(cls)))):
+        raise TypeError(f"{cls.__name__} is built by its constructor (it checks or converts)")
+    names = {f.name: f for f in fields(cls)}
+    unknown = sorted((varying.keys() | shared.keys()) - names.keys())
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+    columns = []
+    for name, f in names.items():
+        if name in varying:
+            column = varying[name]
+            if len(column) != count:
+                raise ValueError(f"{name}: {len(column)} values for {count} records")
+        elif name in shared:
+            column = itertools.repeat(shared[name], count)
+        elif f.default is not MISSING:
+            column = itertools.repeat(f.default, count)
+        else:
+            raise TypeError(f"{cls.__name__}: no value for {name!r}")
+        columns.append(column)
+    return list(map(_filler(cls), *columns)) if columns else []
+
+
+@functools.cache
+def _filler(cls):
+    """A function (field values, in order) -> a `cls` record. It fills an instance of a
+    twin class with the same slots, whose plain attribute stores are the interpreter's
+    fastest, then makes the instance a `cls` (same layout: Python allows the switch), so
+    the frozen record is never written to after it is one."""
+    if not cls.__dict__.get("__slots__"):
+        raise TypeError(f"{cls.__name__} has no slots")
+    twin = type(f"_Filling{cls.__name__}", cls.__bases__, {"__slots__": cls.__slots__})
+    names = [f.name for f in fields(cls)]
+    source = (f"def fill({', '.join(names)}):\n    record = new(twin)\n"
+              + "".join(f"    record.{n} = {n}\n" for n in names)
+              + "    record.__class__ = cls\n    return record\n")
+    scope = {"new": object.__new__, "twin": twin, "cls": cls}
+    exec(source, scope)   # names are the dataclass's own field names (identifiers)
+    return scope["fill"]
 
 
 def _dump(x):
@@ -558,10 +616,12 @@ class BenchParams(Params):
     shared_prefix_len: int = 0
     shared_prefix_groups: int = 1
 
+    OMITTED_AT_DEFAULT = ("burstiness", "ramp_s", "multi_turn", "shared_prefix_len",
+                          "shared_prefix_groups")
+
     def to_json(self) -> dict:
         out = Params.to_json(self)
-        for key in ("burstiness", "ramp_s", "multi_turn", "shared_prefix_len",
-                    "shared_prefix_groups"):
+        for key in self.OMITTED_AT_DEFAULT:
             if out[key] == BenchParams.__dataclass_fields__[key].default:
                 del out[key]
         if self.categories is not None:
@@ -614,7 +674,7 @@ class Server(Record):
     OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Benchmark(Record):
     id: str
     server: str

@@ -8,7 +8,8 @@ import pytest
 
 from specc.compile.pipeline import compile_config
 from specc.compile.emit import review
-from specc.compile.lower import _canonical, lower
+from specc.compile.lower import lower
+from specc.compile.matrix import canonical as _canonical
 
 SWEEP = ["+experiment=eagle3_sweep"]
 PACK = ["+experiment=llama3_eagle3_pack"]

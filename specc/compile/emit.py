@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
+import re
 import shlex
 from collections import Counter
 from collections.abc import Iterator
@@ -12,11 +14,12 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from specc.compile import columns
 from specc.compile.markdown import seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.files import atomic_write
-from specc.secrets import REDACT_VALUES_ENV, REF, referenced
-from specc.plan import BenchParams, Params, Plan, Record
+from specc.secrets import REDACT_VALUES_ENV, REF, Clean, referenced, untouched
+from specc.plan import BenchParams, Benchmark, Params, Plan, Record
 
 
 def _q(value, secrets=()) -> str:
@@ -186,8 +189,59 @@ def _containers(item) -> Iterator:
 #: Plan fields written one entry per line.
 _PER_LINE = ("servers", "benchmarks")
 
+#: The params fields plan.json leaves out at these values (BenchParams.to_json).
+_PARAMS_OMITTED = {k: BenchParams.__dataclass_fields__[k].default
+                   for k in BenchParams.OMITTED_AT_DEFAULT}
 
-def plan_json_chunks(plan: Plan) -> Iterator[str]:
+
+class _ParamColumns:
+    """The benchmarks' params a field at a time (plan.json's entries and the review's
+    matrix both read them). Each distinct record is read once: servers share their
+    points' records, and 10^5 points on one server are 10^5 records."""
+
+    def __init__(self, benchmarks):
+        params = list(map(operator.attrgetter("params"), benchmarks))
+        assert all(type(p) is BenchParams for p in params)
+        ids = list(map(id, params))
+        where = dict.fromkeys(ids)   # first seen first
+        #: per benchmark, its record's place among the distinct ones (None: all distinct)
+        self.index = None
+        if len(where) < len(ids):
+            params = list(dict(zip(ids, params)).values())
+            where = dict(zip(where, range(len(where))))
+            self.index = list(map(where.__getitem__, ids))
+        del ids, where
+        self.columns: dict = {}   # name -> Same(value) when every record has it, else each's
+        for f in fields(BenchParams):
+            column = list(map(operator.attrgetter(f.name), params))
+            value = columns.same(column)
+            self.columns[f.name] = column if value is columns.ABSENT else columns.Same(value)
+
+    def per_benchmark(self) -> list[tuple[str, columns.Column]]:
+        """(field, its column) with a value per benchmark (or Same)."""
+        if self.index is None:
+            return list(self.columns.items())
+        return [(k, c if type(c) is columns.Same else list(map(c.__getitem__, self.index)))
+                for k, c in self.columns.items()]
+
+
+def _benchmark_entries(benchmarks, params: _ParamColumns | None = None) -> columns.Objects:
+    """The benchmarks' entries, each character for character what _entries writes for it,
+    a column at a time: the points of a sweep share most values (10^5 on one server)."""
+    count = len(benchmarks)
+    params = params or _ParamColumns(benchmarks)
+    params_text = columns.Objects(params.per_benchmark(), count, encode=_ENCODE,
+                                  encode_str=_ENCODE_STR, omit=_PARAMS_OMITTED)
+    entry = []
+    for f in fields(Benchmark):
+        if f.name == "params":
+            entry.append(("params", columns.Encoded(params_text)))
+        else:
+            entry.append((f.name, list(map(operator.attrgetter(f.name), benchmarks))))
+    return columns.Objects(entry, count, encode=_ENCODE, encode_str=_ENCODE_STR)
+
+
+def plan_json_chunks(plan: Plan, params: _ParamColumns | None = None) -> Iterator[str]:
     """plan.json: the value of `Plan.to_json()`, laid out so it grows by one line per point.
 
     One top-level key per line, `version` first; inside `servers`, `benchmarks` and the
@@ -200,10 +254,14 @@ def plan_json_chunks(plan: Plan) -> Iterator[str]:
         value = top[key]
         if key in _PER_LINE and value:
             yield f"{sep}{_ENCODE_STR(key)}:[\n"
-            first = True
-            for entry in _entries(value):
-                yield entry if first else ",\n" + entry
-                first = False
+            entries, clean = _entries(value), str
+            if key == "benchmarks":   # scrub would find nothing in them: checked piecewise
+                entries = _benchmark_entries(value, params)
+                clean = Clean if entries.untouched(untouched) else str
+                entries = iter(entries)
+            yield clean(next(entries))
+            for lines in _batched(entries, 64):
+                yield clean(",\n" + ",\n".join(lines))
             yield "]"
         elif key == "cluster":   # its settings, then one Slurm job per line (jobs come last)
             head = _ENCODE({k: v for k, v in _fields(value).items() if k != "jobs"})
@@ -214,16 +272,18 @@ def plan_json_chunks(plan: Plan) -> Iterator[str]:
     yield "}\n"
 
 
+def _batched(items, size: int) -> Iterator[list]:
+    while batch := list(itertools.islice(items, size)):
+        yield batch
+
+
 def plan_json(plan: Plan) -> str:
     return "".join(plan_json_chunks(plan))
 
 
 def _by_server(plan: Plan) -> dict[str, list]:
-    """Benchmarks per server id in plan order, in one pass (not one scan per server)."""
-    out: dict[str, list] = {s.id: [] for s in plan.servers}
-    for b in plan.benchmarks:
-        out.setdefault(b.server, []).append(b)
-    return out
+    """Benchmarks per server id in plan order (the plan's own index, built once)."""
+    return {s.id: plan.benchmarks_of(s.id) for s in plan.servers}
 
 
 def plan_sh(plan: Plan) -> str:
@@ -235,7 +295,7 @@ def plan_sh_chunks(plan: Plan) -> Iterator[str]:
     lines = _plan_sh_lines(plan)
     yield next(lines)
     for line in lines:
-        yield "\n" + line
+        yield type(line)("\n" + line)   # a Clean line stays Clean
 
 
 def _plan_sh_lines(plan: Plan) -> Iterator[str]:
@@ -278,17 +338,47 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
                    f"{_q('|'.join(r.ready_log))} {_q(s.log)} || {{ stop_server {_q(s.id)}; }}")
         for s in wave:
             yield f"if [ -n \"${{PGID[{_q(s.id)}]:-}}\" ]; then  # benchmarks on {s.id}"
-            for b in benchmarks[s.id]:
-                bid = _q(b.id)
-                command = command_line(b.argv) if b.argv else \
-                    f"python -m specc.run.point --plan plan.json --benchmark {bid}"
-                yield f"  point {bid} {command}  # concurrency {b.params.concurrency}"
+            yield from _point_lines(benchmarks[s.id])
             yield "fi"
         for s in wave:
             yield f"stop_server {_q(s.id)}"
     yield ("\nstop_all\n"
            'if [ "$FAILED" -gt 0 ]; then echo "plan.sh: $FAILED server(s) or point(s) failed" >&2; '
            "exit 3; fi\n")
+
+
+#: One point of plan.sh run by specc's own client, around its id, id and concurrency.
+_POINT_LINE = ("  point ", " python -m specc.run.point --plan plan.json --benchmark ",
+               "  # concurrency ")
+
+
+def _point_lines(benchmarks) -> Iterator[str]:
+    """The benchmarks' lines of plan.sh, a few hundred at a time (10^5 of them on one
+    server: one format each); Clean when scrub would find nothing in them (checked in the
+    ids, all at once)."""
+    ids = [b.id for b in benchmarks]
+    concurrency = [b.params.concurrency for b in benchmarks]
+    if any(b.argv for b in benchmarks):   # bench_serving's own command lines
+        for b, bid, conc in zip(benchmarks, ids, concurrency):
+            command = command_line(b.argv) if b.argv else \
+                f"python -m specc.run.point --plan plan.json --benchmark {_q(bid)}"
+            yield f"  point {_q(bid)} {command}  # concurrency {conc}"
+        return
+    chunks = [ids[at:at + 4096] for at in range(0, len(ids), 4096)]
+    plain = all(ids) and not any(_UNSAFE("".join(c)) for c in chunks)   # no id needs quoting
+    # an id between spaces: nothing scrub looks for can straddle it, but a trailing `:`
+    clean = Clean if plain and all(":" not in t and untouched(t)
+                                   for t in map("\0".join, chunks)) else str
+    quoted = ids if plain else list(map(_q, ids))
+    start, middle, end = _POINT_LINE
+    lines = map("".join, zip(itertools.repeat(start), quoted, itertools.repeat(middle), quoted,
+                             itertools.repeat(end), map(str, concurrency)))
+    for batch in _batched(lines, 256):
+        yield clean("\n".join(batch))
+
+
+#: A character shlex.quote quotes a word for (its own test).
+_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII).search
 
 
 def _comment(text) -> str:
@@ -323,17 +413,15 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
     return ["", f"{prefix}... and {len(items) - REVIEW_ROWS} more {what}: every one is in {where}."]
 
 
-def _param_values(plan: Plan) -> dict[str, dict]:
-    """Client parameter -> its distinct values over the matrix (in first-seen order).
-
-    Points share their params record across servers, so each distinct one is read once; a
-    parameter's values are told apart a column at a time (10^5 points on one server: each
-    point's own record)."""
-    distinct = list({id(b.params): b.params for b in plan.benchmarks}.values())
+def _param_values(plan: Plan, params: _ParamColumns | None = None) -> dict[str, dict]:
+    """Client parameter -> its distinct values over the matrix (in first-seen order), told
+    apart a column at a time; a column every point shares is one value."""
     seen: dict[str, dict] = {}
-    for k in (f.name for f in fields(BenchParams) if f.name != "model"):
-        column = list(map(operator.attrgetter(k), distinct))   # records: all hashable
-        firsts = dict.fromkeys(zip(map(type, column), column))   # True and 1 kept apart
+    for k, column in (params or _ParamColumns(plan.benchmarks)).columns.items():
+        if k == "model":
+            continue
+        firsts = ([(type(column.value), column.value)] if type(column) is columns.Same
+                  else dict.fromkeys(zip(map(type, column), column)))   # True and 1 kept apart
         # shown as plan.json writes them (a list, an object), in first-seen order
         seen[k] = {(t, hash(v), v): _as_json(v) for t, v in firsts}
     return {k: seen[k] for k in sorted(seen)}
@@ -356,7 +444,7 @@ def _values_text(values: dict) -> str:
 
 
 def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
-           digest: str | None = None) -> str:
+           digest: str | None = None, params: _ParamColumns | None = None) -> str:
     lines = [f"# specc review: {title}", ""]
     if digest:
         lines += [f"Plan digest: `{digest}` (plan.json as reviewed; `specc run` refuses a "
@@ -398,7 +486,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
         lines.append(command_line(s.argv, s.env, s.secrets))
     lines += _more(by_wave, "launch command(s)", "plan.sh", prefix="# ")
     lines += ["```", "", "## Benchmark points", ""]
-    values = _param_values(plan)
+    values = _param_values(plan, params)
     varying = [k for k, vs in values.items() if len(vs) > 1]
     lines.append("Fixed: " + ", ".join(f"{k}={next(iter(vs.values()))}" for k, vs in values.items()
                                          if len(vs) == 1))
@@ -469,10 +557,12 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
     run_dir.mkdir(parents=True, exist_ok=True)
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
     digest = None
+    params = _ParamColumns(plan.benchmarks) if plan is not None else None
     if valid:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
-        atomic_write(run_dir / "plan.json", _blocks(digest.sealed(plan_json_chunks(plan))))
-    text = review(plan, diagnostics, title=title, digest=digest and digest.value)
+        atomic_write(run_dir / "plan.json", digest.sealed(plan_json_chunks(plan, params)))
+    text = review(plan, diagnostics, title=title, digest=digest and digest.value, params=params)
+    del params
     if plan is not None and plan.search:
         text += "\n" + search.review_section(plan)
     if plan is not None and plan.cluster:
@@ -495,29 +585,44 @@ class _Digest:
         self._h = hashlib.sha256()
         self.value: str | None = None
 
-    def sealed(self, chunks):
+    def sealed(self, chunks, size: int = 1 << 16):
+        """plan.json's chunks scrubbed (a Clean one is as it is) and hashed, as bytes in
+        blocks of about `size` characters (what atomic_write writes as given), then the
+        digest before the closing brace."""
         from specc.secrets import scrub
 
-        pending = None
+        block, length, pending = [], 0, None
         for chunk in chunks:
             if pending is not None:
-                text = scrub(pending)   # what atomic_write writes
-                self._h.update(text.encode("utf-8"))
-                yield text
+                block.append(pending if type(pending) is Clean else scrub(pending))
+                length += len(pending)
+                if length >= size:
+                    yield self._hashed("".join(block))
+                    block, length = [], 0
             pending = chunk
         assert pending == "}\n", pending   # the closing brace: the digest goes before it
+        yield self._hashed("".join(block))
         self.value = "sha256:" + self._h.hexdigest()
-        yield f',\n"digest":"{self.value}"}}\n'
+        yield f',\n"digest":"{self.value}"}}\n'.encode()
+
+    def _hashed(self, text: str) -> bytes:
+        data = text.encode("utf-8")
+        self._h.update(data)
+        return data
 
 
 def _blocks(chunks, size: int = 1 << 18) -> Iterator[str]:
-    """Chunks joined into blocks of about `size` characters: few writes, bounded memory."""
-    block, length = [], 0
+    """Chunks joined into blocks of about `size` characters: few writes, bounded memory.
+    Clean chunks (scrub leaves them as they are) make Clean blocks of their own."""
+    block, length, kind = [], 0, str
     for chunk in chunks:
+        if type(chunk) is not kind and block:
+            yield kind("".join(block))
+            block, length = [], 0
+        kind = type(chunk)
         block.append(chunk)
         length += len(chunk)
         if length >= size:
-            yield "".join(block)
+            yield kind("".join(block))
             block, length = [], 0
-    yield "".join(block)
-
+    yield kind("".join(block))

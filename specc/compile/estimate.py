@@ -62,6 +62,10 @@ def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values
     return wave_s
 
 
+#: What the estimate reads of a client point.
+SHAPE_KEYS = ("num_prompts", "concurrency", "input_len", "output_len", "repeats")
+
+
 class ServerTimes:
     """Each server's estimated busy time over one matrix's client points: its start-up,
     then every point one after another.
@@ -70,10 +74,10 @@ class ServerTimes:
     points' total once per distinct set of model inputs: servers that differ only in what
     the model ignores (a running-request cap, a memory fraction) share it."""
 
-    def __init__(self, engine: Engine, benches):
+    def __init__(self, engine: Engine, shapes):
+        """`shapes`: each client point's values of SHAPE_KEYS."""
         self.engine = engine
-        self.shapes = Counter((b["num_prompts"], b["concurrency"], b["input_len"], b["output_len"],
-                               b["repeats"]) for b in benches)
+        self.shapes = Counter(shapes)
         self._points_s: dict[str, float] = {}
 
     def seconds(self, spec: ServerSpec, start_s: float) -> float:

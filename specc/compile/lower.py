@@ -10,18 +10,19 @@ point a Benchmark with a stable id, matched to its baseline point.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import operator
 import re
 from dataclasses import fields, replace
 
 from specc.compile import estimate, placement, rules
-from specc.compile.matrix import NEUTRAL_WORKLOAD, canonical as _canonical, expand, \
-    short_hash as _hash
+from specc.compile.columns import ABSENT, Same
+from specc.compile.matrix import NEUTRAL_WORKLOAD, ClientPoints, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams
+from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams, build_many
 
 
 def _slug(text: str) -> str:
@@ -56,23 +57,53 @@ def _params(spec: ServerSpec, axis_values: dict) -> ServerParams:
         axes=tuple((k, v) for k, v in axis_values.items() if not k.startswith("speculation.")))
 
 
-def _bench_params(points: tuple[dict, ...], extra: dict) -> list[BenchParams]:
+def _bench_params(points: ClientPoints, extra: dict) -> list[BenchParams]:
     """Each client point's params record (the config's values as they are: checked once,
-    by the schema and the rules, not again per point; built from each point's values in
-    field order, 10^5 of them on one server)."""
-    # the workload keys come last, and a point leaves them out at their neutral values
-    names = [f.name for f in fields(BenchParams) if f.name not in NEUTRAL_WORKLOAD]
-    own = names[:len(names) - len(extra)]
-    assert names[len(own):] == list(extra) and "categories" in own, names
-    tail = tuple(extra.values())
-    values = operator.itemgetter(*own)
-    at = own.index("categories")
-    out = []
-    for b in points:
-        row = values(b)
-        if row[at] is not None:   # a list in the config, a tuple in the frozen record
-            row = row[:at] + (tuple(row[at]),) + row[at + 1:]
-        out.append(BenchParams(*row, *tail, *(b.get(k, v) for k, v in NEUTRAL_WORKLOAD.items())))
+    by the schema and the rules, not again per point), built a field at a time from the
+    points' columns (10^5 of them on one server)."""
+    varying, shared = {}, dict(extra)
+    for f in fields(BenchParams):
+        if f.name in extra:
+            continue
+        col = points.columns.get(f.name)
+        if col is None:   # a workload key the points leave out at its neutral value
+            assert f.name in NEUTRAL_WORKLOAD, f.name
+            continue
+        if f.name == "categories":   # a list in the config, a tuple in the frozen record
+            col = _tuples(col)
+        if type(col) is Same:
+            shared[f.name] = col.value
+        elif f.name in NEUTRAL_WORKLOAD:
+            neutral = NEUTRAL_WORKLOAD[f.name]
+            varying[f.name] = [neutral if v is ABSENT else v for v in col]
+        else:
+            varying[f.name] = col
+    return build_many(BenchParams, len(points), varying, shared)
+
+
+def _tuples(col):
+    """Lists as tuples, each distinct list converted once (the records share it)."""
+    if type(col) is Same:
+        return Same(None if col.value is None else tuple(col.value))
+    done: dict[int, tuple] = {}
+    return [None if v is None else done.setdefault(id(v), tuple(v)) for v in col]
+
+
+def _benchmark_ids(sids: list[str], points: ClientPoints) -> list[list[str]]:
+    """Each server's benchmark ids, point by point: `{sid}-c{concurrency}-{hash}`, the hash
+    `_hash([sid, canonical(point)])`. Each point's text is written once for all servers
+    (a column at a time) and hashed per server in C (10^5 points on one server)."""
+    prefixes = [f"[{json.dumps(sid)},".encode() for sid in sids]
+    out: list[list[str]] = [[] for _ in sids]
+    texts = map(str.encode, points.canonical_texts(quoted=True, around=('"', '"]')))
+    concs = iter(points.values("concurrency"))
+    hexdigest, short = operator.methodcaller("hexdigest"), operator.itemgetter(slice(6))
+    while tails := list(itertools.islice(texts, 4096)):
+        conc = list(map(str, itertools.islice(concs, len(tails))))
+        for sid, prefix, ids in zip(sids, prefixes, out):
+            digests = map(short, map(hexdigest, map(hashlib.sha256, map(prefix.__add__, tails))))
+            ids += map("".join, zip(itertools.repeat(f"{sid}-c"), conc, itertools.repeat("-"),
+                                    digests))
     return out
 
 
@@ -104,16 +135,9 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     if found:
         return None, unique(diags + found)
     host = hw.get("host", "localhost")
+    points = matrix.client_points
     sids = [_server_id(entry.spec, engine, entry.key) for entry in matrix.servers]
-    # each benchmark's id, per server: == _hash([sid, canonical(bench)]), each client point
-    # encoded once for every server, its text dropped once hashed (10^5 points on one server)
-    sid_prefixes = [f"[{json.dumps(sid)},".encode() for sid in sids]
-    bench_ids: list[list[str]] = [[] for _ in sids]
-    for bench in matrix.client_points:
-        tail = f"{json.dumps(_canonical(bench))}]".encode()
-        conc = bench["concurrency"]
-        for sid, prefix, ids in zip(sids, sid_prefixes, bench_ids):
-            ids.append(f"{sid}-c{conc}-{hashlib.sha256(prefix + tail).hexdigest()[:6]}")
+    bench_ids = _benchmark_ids(sids, points)
     # served model -> the params of every client point: one record per point and model,
     # shared by the servers that serve that model
     point_params: dict[str, list[BenchParams]] = {}
@@ -121,18 +145,18 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
 
     plan_servers: list[Server] = []
     benchmarks: list[Benchmark] = []
-    # (baseline server key, client point index) -> id: every server runs the same client points
-    bench_index: dict[tuple[str, int], str] = {}
+    baseline_ids: dict[str, list[str]] = {}   # baseline server key -> its points' ids
     estimates: dict[str, float] = {}
-    server_times = estimate.ServerTimes(engine, matrix.client_points)
-    diags += rules.check_clients(engine, matrix.client_points)   # whatever their server
+    server_times = estimate.ServerTimes(engine, points.rows(estimate.SHAPE_KEYS))
+    flush_cache = any(points.values("flush_cache"))
+    drivers = points.values("driver")
+    diags += rules.check_clients(engine, points)   # whatever their server
     for entry, slot, meet, sid, ids in zip(matrix.servers, slots, rendezvous, sids, bench_ids):
         spec: ServerSpec = entry.spec
-        env, secrets = engine.env(spec, list(slot.gpus), flush_cache=any(
-            b.get("flush_cache") for b in matrix.client_points))
+        env, secrets = engine.env(spec, list(slot.gpus), flush_cache=flush_cache)
         readiness = engine.readiness(spec)
         readiness = readiness_plans.setdefault(repr(readiness), readiness)   # repr: every field
-        diags += rules.check_points(spec, engine, matrix.client_points)
+        diags += rules.check_points(spec, engine, points)
         argv = tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
                                  port=slot.port, rendezvous_port=meet))
         diags += _launcher_problems(engine, sid, argv)
@@ -147,22 +171,23 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:
-            point_params[model] = _bench_params(matrix.client_points, {
+            point_params[model] = _bench_params(points, {
                 "model": model, "request_id_field": engine.request_id_field,
                 "accept_positions": engine.accept_positions})
-        speculative = spec.speculative
-        for i, (bench, bid, params) in enumerate(zip(matrix.client_points, ids,
-                                                     point_params[model])):
-            if not speculative:
-                bench_index[(entry.key, i)] = bid
-            matched = bench_index.get((entry.baseline_key, i)) if speculative else None
-            argv = None
-            if bench["driver"] == "bench_serving":
-                argv = tuple(engine.bench_serving_argv(
-                    spec, host=host, port=slot.port, bench=bench,
-                    num_prompts=bench["num_prompts"], output_file=f"bench_serving/{bid}.jsonl"))
-            benchmarks.append(Benchmark(id=bid, server=sid, baseline=matched, params=params,
-                                        argv=argv))
+        varying = {"id": ids, "params": point_params[model]}
+        shared = {"server": sid, "baseline": None, "argv": None}
+        if not spec.speculative:
+            baseline_ids[entry.key] = ids
+        elif entry.baseline_key in baseline_ids:   # matched point by point: same client points
+            varying["baseline"] = baseline_ids[entry.baseline_key]
+        if "bench_serving" in drivers:
+            varying["argv"] = [
+                tuple(engine.bench_serving_argv(
+                    spec, host=host, port=slot.port, bench=points[i],
+                    num_prompts=points[i]["num_prompts"],
+                    output_file=f"bench_serving/{ids[i]}.jsonl"))
+                if driver == "bench_serving" else None for i, driver in enumerate(drivers)]
+        benchmarks += build_many(Benchmark, len(points), varying, shared)
         estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)

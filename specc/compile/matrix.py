@@ -15,10 +15,12 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from specc import facts as facts_mod
 from specc.compile import rules
+from specc.compile.columns import ABSENT, Column, Same, object_texts
 from specc.compile.spec import ServerSpec
 from specc.config import schema
 from specc.diagnostics import Diagnostic, error, has_errors, unique, warning
@@ -34,6 +36,9 @@ SPEC_KEYS = ("algorithm", "num_steps", "topk", "num_draft_tokens")
 #: json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str), built once (10^5
 #: client points each hashed for their ids: the per-call encoder was a fifth of the compile).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+
+
+_QUOTE = json.encoder.encode_basestring_ascii   # what _CANONICAL does to a str
 
 
 def canonical(obj) -> str:
@@ -59,7 +64,7 @@ class ServerConfig:
 @dataclass(frozen=True)
 class Matrix:
     servers: tuple[ServerConfig, ...]    # baselines first
-    client_points: tuple[dict, ...]      # resolved `benchmark` sections, one per client point
+    client_points: "ClientPoints"       # resolved `benchmark` sections, one per client point
     dropped: tuple[Dropped, ...]
 
 
@@ -175,21 +180,172 @@ NEUTRAL_WORKLOAD = {"burstiness": None, "ramp_s": None, "multi_turn": False, "sh
                     "shared_prefix_groups": 1}
 
 
-def _client_points(cfg: dict, client_axes) -> tuple[dict, ...]:
-    points = []
-    for combo in itertools.product(*(v for _, v in client_axes)):
-        bench = dict(cfg[CLIENT_SECTION])
-        for (path, _), value in zip(client_axes, combo):
-            if path == CLIENT_SECTION:
-                bench.update(value)
-            else:
-                bench[path.split(".", 1)[1]] = value
-        bench["num_prompts"] = _num_prompts(bench)
-        for key, neutral in NEUTRAL_WORKLOAD.items():
-            if bench.get(key) == neutral:
-                del bench[key]
-        points.append(bench)
-    return tuple(points)
+class ClientPoints(Sequence):
+    """A sweep's client points, each a resolved `benchmark` section (a dict), in product order
+    and held as columns: the section's own values once, each swept key's values one per
+    point. 10^5 points on one server were 10^5 dicts, most of the compile's time and memory;
+    the rules, the ids and the params records read the columns (each distinct combination
+    of what they read, once), and a point's dict is built only when asked for."""
+
+    def __init__(self, keys: tuple[str, ...], columns: dict[str, Column], count: int):
+        self.keys = keys            # in the order a point's dict holds them
+        self.columns = columns      # Same(value), or one value per point (ABSENT: left out)
+        self._count = count
+        self._firsts: dict[tuple, list[int]] = {}
+        self._points: dict[int, dict] = {}   # the points asked for by index, built once
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._count))]
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        out = {}
+        for k in self.keys:
+            col = self.columns[k]
+            v = col.value if type(col) is Same else col[i]
+            if v is not ABSENT:
+                out[k] = v
+        return out
+
+    def values(self, key: str) -> list:
+        """`key`'s value at every point (None where a point leaves it out, as dict.get)."""
+        col = self.columns.get(key, Same(None))
+        if type(col) is Same:
+            return [None if col.value is ABSENT else col.value] * self._count
+        return [None if v is ABSENT else v for v in col] if ABSENT in col else list(col)
+
+    def rows(self, keys) -> Iterator[tuple]:
+        """(the points' values of `keys`) per point, as dict.get reads them."""
+        return zip(*(self.values(k) for k in keys)) if keys else iter([()] * self._count)
+
+    def firsts(self, keys) -> list[int]:
+        """The first point of each distinct combination of `keys`' values, in order: a rule
+        that reads only those keys says the same of every point that shares them."""
+        varying = tuple(k for k in keys if type(self.columns.get(k, _SHARED)) is not Same)
+        got = self._firsts.get(varying)   # rules that read the same swept keys share it
+        if got is None:
+            got = self._firsts[varying] = sorted(
+                _firsts(_combos([self.columns[k] for k in varying], self._count)).values())
+        return got
+
+    def distinct(self, keys) -> list[dict]:
+        """The first point of each distinct combination of `keys`' values (see firsts)."""
+        out = []
+        for i in self.firsts(keys):
+            point = self._points.get(i)
+            if point is None:
+                point = self._points[i] = self[i]
+            out.append(point)
+        return out
+
+    def canonical_texts(self, quoted: bool = False, around: tuple[str, str] = ("", "")
+                        ) -> Iterator[str]:
+        """Each point's `canonical(point)`, written a column at a time; `quoted`: as the body
+        of a JSON string, i.e. `canonical(canonical(point))[1:-1]` (what its ids hash);
+        `around`: text before and after each."""
+        return object_texts([(k, self.columns[k]) for k in sorted(self.keys)], self._count,
+                            encode=_CANONICAL, encode_str=_QUOTE, around=around,
+                            escape=(lambda text: _QUOTE(text)[1:-1]) if quoted else None)
+
+
+def _tiled(values: list, inner: int, outer: int) -> list:
+    """An axis's values at each point of the product: each repeated for the points of the
+    axes after it, the whole repeated for the points of the axes before it."""
+    return list(itertools.chain.from_iterable(map(itertools.repeat, values,
+                                                  itertools.repeat(inner)))) * outer
+
+
+_SHARED = Same(None)   # a key no point holds: the same (absent) at every point
+_KEEP = object()   # a zipped axis value that does not set the key: the point keeps its own
+
+
+def _client_points(cfg: dict, client_axes) -> ClientPoints:
+    base = cfg[CLIENT_SECTION]
+    sizes = [len(v) for _, v in client_axes]
+    count = math.prod(sizes)
+    keys = list(base)
+    columns: dict[str, Column] = {k: Same(v) for k, v in base.items()}
+    for j, (path, values) in enumerate(client_axes):
+        inner, outer = math.prod(sizes[j + 1:]), math.prod(sizes[:j])
+        if path == CLIENT_SECTION:   # zipped: each value sets some keys of the section
+            per_key = {k: [v.get(k, _KEEP) for v in values]
+                       for k in dict.fromkeys(k for v in values for k in v)}
+        else:
+            per_key = {path.split(".", 1)[1]: list(values)}
+        for k, vals in per_key.items():
+            if k not in columns:
+                keys.append(k)
+            col = _tiled(vals, inner, outer)
+            if _KEEP in vals:
+                before = columns.get(k, Same(ABSENT))
+                before = [before.value] * count if type(before) is Same else before
+                col = [b if v is _KEEP else v for v, b in zip(col, before)]
+            columns[k] = col
+    if "num_prompts" not in columns:
+        keys.append("num_prompts")
+    columns["num_prompts"] = _derived(columns, count, _NUM_PROMPTS_READS, _num_prompts)
+    for key, neutral in NEUTRAL_WORKLOAD.items():
+        col = columns.get(key)
+        if col is None:
+            continue
+        if type(col) is not Same:
+            col = [ABSENT if v == neutral else v for v in col]
+            col = col if col.count(ABSENT) < len(col) else Same(neutral)
+            columns[key] = col
+        if type(col) is Same and col.value == neutral:
+            del columns[key]
+            keys.remove(key)
+    return ClientPoints(tuple(keys), columns, count)
+
+
+#: What _num_prompts reads of a point.
+_NUM_PROMPTS_READS = ("num_prompts", "dataset", "dataset_path", "min_output_tokens", "output_len",
+                      "min_requests", "concurrency")
+
+
+def _combos(columns: list[list], count: int) -> list:
+    """Per point, one key of its values in `columns`: equal keys, equal values of the same
+    types (1 and 1.0 are equal in Python, not in a plan)."""
+    if not columns:
+        return [()] * count
+    columns = columns + [list(map(type, c)) for c in columns if len(set(map(type, c))) > 1]
+    return list(zip(*columns))
+
+
+def _firsts(combos: list) -> dict:
+    """Each distinct key -> the first point that has it (stored backwards: the last store of
+    a key going backwards is its first point); a list value (categories) by its text."""
+    try:
+        return dict(zip(reversed(combos), range(len(combos) - 1, -1, -1)))
+    except TypeError:
+        return dict(zip(map(repr, reversed(combos)), range(len(combos) - 1, -1, -1)))
+
+
+def _derived(columns: dict[str, Column], count: int, reads, compute) -> Column:
+    """A value computed from each point's `reads`, once per distinct combination of them."""
+    cols = {k: columns.get(k, Same(ABSENT)) for k in reads}
+
+    def point(i: int) -> dict:
+        out = {}
+        for k, col in cols.items():
+            v = col.value if type(col) is Same else col[i]
+            out[k] = None if v is ABSENT else v
+        return out
+
+    varying = [col for col in cols.values() if type(col) is not Same]
+    if not varying:
+        return Same(compute(point(0)))
+    combos = _combos(varying, count)
+    firsts = _firsts(combos)
+    table = {combo: compute(point(i)) for combo, i in firsts.items()}
+    if type(next(iter(table))) is str:   # told apart by their text
+        combos = map(repr, combos)
+    return list(map(table.__getitem__, combos))
 
 
 def _same_server(engine: Engine, spec: ServerSpec, key: str, launched: dict, servers: dict):

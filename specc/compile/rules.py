@@ -692,30 +692,48 @@ def check_server(spec: ServerSpec, engine: Engine) -> list[Diagnostic]:
     return [d for rule in SERVER_RULES for d in rule(spec, engine)]
 
 
-def check_points(spec: ServerSpec, engine: Engine, benches) -> list[Diagnostic]:
-    """The point rules of every client point on one server, point by point."""
+def check_points(spec: ServerSpec, engine: Engine, points) -> list[Diagnostic]:
+    """The point rules of every client point on one server, point by point: a point that
+    reads the same as an earlier one (POINT_RULE_READS) says the same, so only each
+    distinct one is checked (`points`: the matrix's ClientPoints, or a sequence of dicts)."""
     checks = [rule(spec, engine) for rule in POINT_RULES]
-    return [d for bench in benches for check in checks for d in check(bench)]
+    return [d for bench in _distinct(points, _POINT_READS) for check in checks
+            for d in check(bench)]
 
 
 def check_point(spec: ServerSpec, engine: Engine, bench: dict) -> list[Diagnostic]:
     return check_points(spec, engine, (bench,))
 
 
-def check_clients(engine: Engine, benches) -> list[Diagnostic]:
+def check_clients(engine: Engine, points) -> list[Diagnostic]:
     """The rules of the client points alone, whatever their server; the dataset is read
     once per distinct dataset (a sweep over lengths or seeds names one set 10^5 times)."""
-    out: list[Diagnostic] = []
-    for rule in CLIENT_RULES:
-        reads = CLIENT_RULE_READS[rule]
-        seen: set[str] = set()
-        for bench in benches:
-            key = repr([bench.get(k) for k in reads])   # a list value (categories) too
-            if key not in seen:
-                seen.add(key)
-                out.extend(rule(None, engine, bench))
-    return out
+    return [d for rule in CLIENT_RULES for bench in _distinct(points, CLIENT_RULE_READS[rule])
+            for d in rule(None, engine, bench)]
 
 
 def check_client(engine: Engine, bench: dict) -> list[Diagnostic]:
     return check_clients(engine, (bench,))
+
+
+#: What each point rule reads of a point (and _dataset_contents of it).
+POINT_RULE_READS = {
+    running_requests: ("concurrency",),
+    memory_kv: ("concurrency", "input_len", "output_len"),
+    lengths_fit_context: ("input_len", "output_len", "shared_prefix_len"),
+    dataset_fits_context: ("dataset", "dataset_path", "output_len", "multi_turn"),
+}
+_POINT_READS = tuple(dict.fromkeys(k for rule in POINT_RULES for k in POINT_RULE_READS[rule]))
+
+
+def _distinct(points, reads) -> list[dict]:
+    """The first point of each distinct combination of `reads`' values, in order."""
+    if hasattr(points, "distinct"):
+        return points.distinct(reads)
+    out, seen = [], set()
+    for bench in points:
+        key = repr([bench.get(k) for k in reads])   # a list value (categories) too
+        if key not in seen:
+            seen.add(key)
+            out.append(bench)
+    return out

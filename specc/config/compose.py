@@ -71,10 +71,17 @@ def _scrub_saved_configs(files, values) -> None:
     """Hydra saves the composed config and the overrides (.hydra/, multirun.yaml) before
     the job runs: no secret may stay there (values under secret keys, secret override
     strings, and every known secret value wherever it appears)."""
+    import yaml
     from omegaconf import OmegaConf
 
+    fast = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     for f in files:
-        try:
+        try:   # libyaml first: a tenth of the time, and the same strings (OmegaConf's
+            # loader only reads more of them as floats, never one as a secret)
+            with open(f, encoding="utf-8") as stream:
+                tree = yaml.load(stream, Loader=fast)
+            if secrets.redact_tree(tree, values) == tree:
+                continue
             tree = OmegaConf.to_container(OmegaConf.load(f), resolve=False)
         except Exception:  # noqa: BLE001 - not ours to validate
             continue

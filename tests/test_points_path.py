@@ -1,0 +1,170 @@
+"""The per-point path of a compile, a column at a time (10^5 client points on one server):
+each piece reads and writes exactly what the point-by-point code it replaced did."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import pytest
+
+from specc.compile import emit, rules
+from specc.compile.matrix import NEUTRAL_WORKLOAD, _client_points, _num_prompts, canonical
+from specc.compile.pipeline import compile_config
+from specc.engines import get_engine
+from specc.plan import BenchParams, Benchmark, Plan, Readiness, build_many
+
+LLAMA = ["model_pair.context_length=2048"]
+
+
+def _points_one_by_one(base: dict, client_axes) -> list[dict]:
+    """The client points as the compile made them before columns: one dict per point."""
+    points = []
+    for combo in itertools.product(*(v for _, v in client_axes)):
+        bench = dict(base)
+        for (path, _), value in zip(client_axes, combo):
+            if path == "benchmark":
+                bench.update(value)
+            else:
+                bench[path.split(".", 1)[1]] = value
+        bench["num_prompts"] = _num_prompts(bench)
+        for key, neutral in NEUTRAL_WORKLOAD.items():
+            if bench.get(key) == neutral:
+                del bench[key]
+        points.append(bench)
+    return points
+
+
+AXES = [
+    [("benchmark.concurrency", [1, 4, 16]), ("benchmark.output_len", [8, 64])],
+    [("benchmark.burstiness", [None, 2.0, 0.5]), ("benchmark.request_rate", [1, 2.5])],
+    [("benchmark", [{"concurrency": 1, "output_len": 64}, {"concurrency": 8}])],
+    [("benchmark.multi_turn", [False, True]), ("benchmark.shared_prefix_len", [0, 128])],
+    [("benchmark.categories", [["coding"], ["math", "writing"], None]),
+     ("benchmark.seed", [0, 1])],
+    [("benchmark.temperature", [0, 0.0, 0.7]), ("benchmark.num_prompts", [None, 12])],
+    [("benchmark.min_output_tokens", [0, 1000]), ("benchmark.concurrency", [1, 200])],
+]
+
+
+@pytest.mark.parametrize("axes", AXES)
+def test_client_points_are_the_dicts_the_product_makes(compose, axes):
+    base = compose(LLAMA)["benchmark"]
+    points = _client_points({"benchmark": base}, axes)
+    expected = _points_one_by_one(base, axes)
+    assert len(points) == len(expected)
+    assert list(points) == expected
+    assert [list(p) for p in points] == [list(p) for p in expected]   # key order too
+    texts = list(points.canonical_texts())
+    assert texts == [canonical(p) for p in expected]
+    quoted = list(points.canonical_texts(quoted=True, around=('"', '"]')))
+    assert quoted == [json.dumps(canonical(p)) + "]" for p in expected]
+
+
+@pytest.mark.parametrize("axes", AXES)
+def test_the_rules_see_each_distinct_point_they_read(compose, axes):
+    """Checked once per distinct combination of what each rule reads: the diagnostics are
+    those of checking every point, in the same order once repeats are dropped."""
+    from specc.compile.matrix import spec_for
+    from specc.diagnostics import unique
+
+    cfg = compose(LLAMA)
+    engine = get_engine("sglang")
+    points = _client_points(cfg, axes)
+    each = _points_one_by_one(cfg["benchmark"], axes)
+    assert unique(rules.check_clients(engine, points)) == unique(
+        [d for rule in rules.CLIENT_RULES for b in each for d in rule(None, engine, b)])
+    spec = spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "server",
+                                         "speculation", "readiness")})
+    checks = [rule(spec, engine) for rule in rules.POINT_RULES]
+    assert unique(rules.check_points(spec, engine, points)) == unique(
+        [d for b in each for check in checks for d in check(b)])
+
+
+def test_each_rule_reads_only_what_it_says(compose):
+    """A rule told only the keys it reads (POINT_RULE_READS, CLIENT_RULE_READS) says the same
+    of two points that differ elsewhere: what lets the compile check each distinct one once."""
+    from specc.compile.matrix import spec_for
+
+    cfg = compose(LLAMA)
+    engine = get_engine("sglang")
+    spec = spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "server",
+                                         "speculation", "readiness")})
+    base = cfg["benchmark"]
+    variants = [dict(base, concurrency=4000), dict(base, input_len=1900, output_len=400),
+                dict(base, request_rate=2, burstiness=0.0), dict(base, dataset="random",
+                                                                categories=["x"]),
+                dict(base, target_ci=0.02, max_requests=10, num_prompts=80),
+                dict(base, driver="bench_serving", shared_prefix_len=64),
+                dict(base, num_prompts=10**6, input_len=2000)]
+    for rule, reads in rules.CLIENT_RULE_READS.items():
+        for a, b in itertools.permutations(variants, 2):
+            mixed = dict(b, **{k: a[k] for k in reads if k in a})
+            assert list(rule(None, engine, mixed)) == list(rule(None, engine, a)), rule.__name__
+    for rule, reads in rules.POINT_RULE_READS.items():
+        check = rule(spec, engine)
+        for a, b in itertools.permutations(variants, 2):
+            mixed = dict(b, **{k: a[k] for k in reads if k in a})
+            assert list(check(mixed)) == list(check(a)), rule.__name__
+
+
+def test_records_built_a_field_at_a_time_are_the_constructors(compose):
+    from conftest import bench_params
+
+    rows = [bench_params(concurrency=c, seed=s) for c, s in ((1, 0), (4, 1), (16, 2))]
+    for row in rows:
+        row["categories"] = None
+        row["accept_positions"] = None
+    names = [f.name for f in dataclasses.fields(BenchParams)]
+    varying = {"concurrency": [r["concurrency"] for r in rows], "seed": [r["seed"] for r in rows]}
+    shared = {k: rows[0][k] for k in names if k in rows[0] and k not in varying}
+    built = build_many(BenchParams, 3, varying, shared)
+    made = [BenchParams(**{k: r[k] for k in names if k in r}) for r in rows]
+    assert built == made and [hash(b) for b in built] == [hash(m) for m in made]
+    assert all(type(b) is BenchParams for b in built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built[0].seed = 9
+    with pytest.raises(TypeError, match="constructor"):   # it checks what it is given
+        build_many(Readiness, 1, {})
+    with pytest.raises(TypeError, match="no value for 'server'"):
+        build_many(Benchmark, 1, {"id": ["a"]}, {"baseline": None, "params": made[0]})
+
+
+PLANS = [
+    ["+experiment=llama3_eagle3_pack"],
+    ["+experiment=eagle3_sweep"],
+    ["+experiment=eagle3_sweep", "benchmark.request_rate=2",
+     "++sweep={speculation.num_steps:[1,3],benchmark.burstiness:[null,2.0],"
+     "benchmark.categories:[[coding],null]}"],
+    ["+experiment=eagle3_sweep", "benchmark.driver=bench_serving", "benchmark.dataset=random"],
+    ["+experiment=eagle3_sweep", "engine=vllm"],
+]
+
+
+@pytest.mark.parametrize("overrides", PLANS)
+def test_plan_json_entries_are_what_the_entry_encoder_writes(compose, overrides):
+    """plan.json's point lines, a column at a time, are character for character what the
+    one-entry-at-a-time encoder (still writing the servers) writes for each point."""
+    result = compile_config(compose(overrides))
+    assert result.ok, result.diagnostics
+    benchmarks = result.plan.benchmarks
+    assert list(emit._benchmark_entries(benchmarks)) == list(emit._entries(benchmarks))
+
+
+def test_a_point_that_holds_a_credential_is_still_scrubbed(compose, tmp_path):
+    """The point lines skip the scrub only when none of their pieces holds anything it
+    looks for: a dataset path with a URL's password is blanked as before."""
+    cfg = compose(LLAMA + ["benchmark.dataset=jsonl"])
+    cfg["benchmark"]["dataset_path"] = str(tmp_path / "prompts.jsonl")
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
+    result = compile_config(cfg)
+    assert result.ok, result.diagnostics
+    secret = "https://user:hunter2hunter2@example.com/p.jsonl"
+    plan = dataclasses.replace(result.plan, benchmarks=tuple(
+        dataclasses.replace(b, params=dataclasses.replace(b.params, dataset_path=secret))
+        for b in result.plan.benchmarks))
+    emit.write_outputs(tmp_path / "run", plan, result.diagnostics, title="t")
+    text = (tmp_path / "run" / "plan.json").read_text()
+    assert "hunter2hunter2" not in text and "@example.com/p.jsonl" in text
+    assert Plan.load_checked(tmp_path / "run" / "plan.json")[2]   # its digest still holds
