@@ -51,7 +51,8 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
     from specc.compile.emit import write_outputs
 
     title = f"{config.get('experiment', '?')} (engine: {config.get('engine', {}).get('name', '?')})"
-    text = write_outputs(run_dir, result.plan, result.diagnostics, title=title)
+    text = write_outputs(run_dir, result.plan, result.diagnostics, title=title,
+                         params=result.params)
     gc.freeze()   # what the compile made lives as long as the run: later scans skip it
     gc.enable()
     if not result.ok:

@@ -855,8 +855,9 @@ class Plan(Record):
     @functools.cached_property
     def _points_by_server(self) -> dict[str, list[Benchmark]]:
         out: dict[str, list[Benchmark]] = {}
-        for b in self.benchmarks:
-            out.setdefault(b.server, []).append(b)
+        # a run of one server's points at a time (a compiled plan holds one per server)
+        for server, run in itertools.groupby(self.benchmarks, operator.attrgetter("server")):
+            out.setdefault(server, []).extend(run)
         return out
 
     @property

@@ -149,7 +149,8 @@ def test_plan_json_entries_are_what_the_entry_encoder_writes(compose, overrides)
     result = compile_config(compose(overrides))
     assert result.ok, result.diagnostics
     benchmarks = result.plan.benchmarks
-    assert list(emit._benchmark_entries(benchmarks)) == list(emit._entries(benchmarks))
+    entries = emit._benchmark_entries(benchmarks, emit._param_columns(result.plan))
+    assert list(entries) == list(emit._entries(benchmarks))
 
 
 def test_a_point_that_holds_a_credential_is_still_scrubbed(compose, tmp_path):
@@ -168,3 +169,27 @@ def test_a_point_that_holds_a_credential_is_still_scrubbed(compose, tmp_path):
     text = (tmp_path / "run" / "plan.json").read_text()
     assert "hunter2hunter2" not in text and "@example.com/p.jsonl" in text
     assert Plan.load_checked(tmp_path / "run" / "plan.json")[2]   # its digest still holds
+
+
+@pytest.mark.parametrize("overrides", PLANS)
+def test_the_params_the_compile_hands_emit_are_the_plans(compose, overrides, tmp_path):
+    """Lowering hands emit the points' params a field at a time, as it built them: the same
+    values as reading them back from the records, and the same files either way."""
+    from specc.compile.columns import RecordColumns, Same
+
+    result = compile_config(compose(overrides))
+    plan = result.plan
+    given = result.params
+    assert given is not None and given.of is plan.benchmarks
+    read = RecordColumns.read([b.params for b in plan.benchmarks],
+                              [f.name for f in dataclasses.fields(BenchParams)])
+
+    def each(columns):
+        n = len(plan.benchmarks)
+        return {k: [(type(v), v) for v in ([c.value] * n if type(c) is Same else c)]
+                for k, c in columns.per_entry()}
+    assert each(given) == each(read)
+    emit.write_outputs(tmp_path / "a", plan, result.diagnostics, title="t", params=given)
+    emit.write_outputs(tmp_path / "b", plan, result.diagnostics, title="t")
+    for name in ("plan.json", "plan.sh", "review.md"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -12,6 +12,7 @@ object as a dict (tests/test_columns.py checks it against json.dumps).
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
@@ -82,8 +83,10 @@ def texts(column: Sequence, encode: Callable[[object], str],
     if kinds == {str} and encode_str is not None:
         return map(encode_str, column), column
     if kinds == {str, type(None)} and encode_str is not None:   # e.g. each point's baseline
-        return (("null" if v is None else encode_str(v)) for v in column), \
-            [v for v in column if v is not None]
+        runs = itertools.groupby(column, type)   # a server's points: all None, or all ids
+        return itertools.chain.from_iterable(
+            map(encode_str, run) if kind is str else itertools.repeat("null", len(list(run)))
+            for kind, run in runs), list(filter(None, column))
     cache: dict = {}
 
     def one(value) -> str:
@@ -209,3 +212,39 @@ class Objects:
 def object_texts(fields: Sequence[tuple[str, Column]], rows: int, **how) -> Iterator[str]:
     """The rows' texts of `Objects(fields, rows, **how)`."""
     return iter(Objects(fields, rows, **how))
+
+
+class RecordColumns:
+    """Records (frozen, hashable) of many entries, a field at a time: each distinct record
+    once (a point's params, shared by its servers, is read once); each field Same(value) or
+    a list over the distinct records, first seen first; `index`: each entry's record among
+    them (None: every entry its own, in order); `of`: the entries these describe (a
+    reader checks it is given the same object)."""
+
+    def __init__(self, columns: dict[str, Column], index: list[int] | None, of=None):
+        self.columns, self.index, self.of = columns, index, of
+
+    @classmethod
+    def read(cls, records: Sequence, names: Sequence[str], of=None) -> "RecordColumns":
+        """Read back from the records themselves."""
+        ids = list(map(id, records))
+        where = dict.fromkeys(ids)   # first seen first
+        index = None
+        if len(where) < len(ids):
+            records = list(dict(zip(ids, records)).values())
+            where = dict(zip(where, range(len(where))))
+            index = list(map(where.__getitem__, ids))
+        del ids, where
+        out: dict = {}
+        for name in names:
+            column = list(map(operator.attrgetter(name), records))
+            value = same(column)
+            out[name] = column if value is ABSENT else Same(value)
+        return cls(out, index, of)
+
+    def per_entry(self) -> list[tuple[str, Column]]:
+        """(field, its column) with a value per entry (or Same)."""
+        if self.index is None:
+            return list(self.columns.items())
+        return [(k, c if type(c) is Same else list(map(c.__getitem__, self.index)))
+                for k, c in self.columns.items()]

@@ -194,43 +194,25 @@ _PARAMS_OMITTED = {k: BenchParams.__dataclass_fields__[k].default
                    for k in BenchParams.OMITTED_AT_DEFAULT}
 
 
-class _ParamColumns:
-    """The benchmarks' params a field at a time (plan.json's entries and the review's
-    matrix both read them). Each distinct record is read once: servers share their
-    points' records, and 10^5 points on one server are 10^5 records."""
-
-    def __init__(self, benchmarks):
-        params = list(map(operator.attrgetter("params"), benchmarks))
-        assert all(type(p) is BenchParams for p in params)
-        ids = list(map(id, params))
-        where = dict.fromkeys(ids)   # first seen first
-        #: per benchmark, its record's place among the distinct ones (None: all distinct)
-        self.index = None
-        if len(where) < len(ids):
-            params = list(dict(zip(ids, params)).values())
-            where = dict(zip(where, range(len(where))))
-            self.index = list(map(where.__getitem__, ids))
-        del ids, where
-        self.columns: dict = {}   # name -> Same(value) when every record has it, else each's
-        for f in fields(BenchParams):
-            column = list(map(operator.attrgetter(f.name), params))
-            value = columns.same(column)
-            self.columns[f.name] = column if value is columns.ABSENT else columns.Same(value)
-
-    def per_benchmark(self) -> list[tuple[str, columns.Column]]:
-        """(field, its column) with a value per benchmark (or Same)."""
-        if self.index is None:
-            return list(self.columns.items())
-        return [(k, c if type(c) is columns.Same else list(map(c.__getitem__, self.index)))
-                for k, c in self.columns.items()]
+_PARAM_FIELDS = tuple(f.name for f in fields(BenchParams))
 
 
-def _benchmark_entries(benchmarks, params: _ParamColumns | None = None) -> columns.Objects:
+def _param_columns(plan: Plan, given: columns.RecordColumns | None = None
+                   ) -> columns.RecordColumns:
+    """The benchmarks' params a field at a time (plan.json's point lines and the review's
+    matrix both read them): as the compile made them (`given`, if it describes this plan's
+    benchmarks), else read back from the 10^5 records."""
+    if given is not None and given.of is plan.benchmarks:
+        return given
+    return columns.RecordColumns.read(list(map(operator.attrgetter("params"), plan.benchmarks)),
+                                      _PARAM_FIELDS, of=plan.benchmarks)
+
+
+def _benchmark_entries(benchmarks, params: columns.RecordColumns) -> columns.Objects:
     """The benchmarks' entries, each character for character what _entries writes for it,
     a column at a time: the points of a sweep share most values (10^5 on one server)."""
     count = len(benchmarks)
-    params = params or _ParamColumns(benchmarks)
-    params_text = columns.Objects(params.per_benchmark(), count, encode=_ENCODE,
+    params_text = columns.Objects(params.per_entry(), count, encode=_ENCODE,
                                   encode_str=_ENCODE_STR, omit=_PARAMS_OMITTED)
     entry = []
     for f in fields(Benchmark):
@@ -241,7 +223,8 @@ def _benchmark_entries(benchmarks, params: _ParamColumns | None = None) -> colum
     return columns.Objects(entry, count, encode=_ENCODE, encode_str=_ENCODE_STR)
 
 
-def plan_json_chunks(plan: Plan, params: _ParamColumns | None = None) -> Iterator[str]:
+def plan_json_chunks(plan: Plan, params: columns.RecordColumns | None = None
+                     ) -> Iterator[str]:
     """plan.json: the value of `Plan.to_json()`, laid out so it grows by one line per point.
 
     One top-level key per line, `version` first; inside `servers`, `benchmarks` and the
@@ -256,7 +239,7 @@ def plan_json_chunks(plan: Plan, params: _ParamColumns | None = None) -> Iterato
             yield f"{sep}{_ENCODE_STR(key)}:[\n"
             entries, clean = _entries(value), str
             if key == "benchmarks":   # scrub would find nothing in them: checked piecewise
-                entries = _benchmark_entries(value, params)
+                entries = _benchmark_entries(value, _param_columns(plan, params))
                 clean = Clean if entries.untouched(untouched) else str
                 entries = iter(entries)
             yield clean(next(entries))
@@ -307,7 +290,8 @@ def _plan_sh_lines(plan: Plan) -> Iterator[str]:
                "worst case)\n# in plan order; the adaptive search runs in the executor "
                "(specc run --plan plan.json).")
     benchmarks = _by_server(plan)
-    if any(b.argv and BENCH_SERVING_RANDOM_SOURCE in b.argv for b in plan.benchmarks):
+    if any(argv and BENCH_SERVING_RANDOM_SOURCE in argv
+           for argv in filter(None, map(operator.attrgetter("argv"), plan.benchmarks))):
         # bench_serving's random dataset would download ShareGPT without a local file
         yield (f"\npython -m specc.prompts.datasets --sharegpt-source "
                f"{_q(BENCH_SERVING_RANDOM_SOURCE)}")
@@ -356,9 +340,9 @@ def _point_lines(benchmarks) -> Iterator[str]:
     """The benchmarks' lines of plan.sh, a few hundred at a time (10^5 of them on one
     server: one format each); Clean when scrub would find nothing in them (checked in the
     ids, all at once)."""
-    ids = [b.id for b in benchmarks]
-    concurrency = [b.params.concurrency for b in benchmarks]
-    if any(b.argv for b in benchmarks):   # bench_serving's own command lines
+    ids = list(map(operator.attrgetter("id"), benchmarks))
+    concurrency = list(map(operator.attrgetter("params.concurrency"), benchmarks))
+    if any(map(operator.attrgetter("argv"), benchmarks)):   # bench_serving's own commands
         for b, bid, conc in zip(benchmarks, ids, concurrency):
             command = command_line(b.argv) if b.argv else \
                 f"python -m specc.run.point --plan plan.json --benchmark {_q(bid)}"
@@ -413,11 +397,11 @@ def _more(items, what: str, where: str, prefix: str = "") -> list[str]:
     return ["", f"{prefix}... and {len(items) - REVIEW_ROWS} more {what}: every one is in {where}."]
 
 
-def _param_values(plan: Plan, params: _ParamColumns | None = None) -> dict[str, dict]:
+def _param_values(plan: Plan, params: columns.RecordColumns | None = None) -> dict[str, dict]:
     """Client parameter -> its distinct values over the matrix (in first-seen order), told
     apart a column at a time; a column every point shares is one value."""
     seen: dict[str, dict] = {}
-    for k, column in (params or _ParamColumns(plan.benchmarks)).columns.items():
+    for k, column in _param_columns(plan, params).columns.items():
         if k == "model":
             continue
         firsts = ([(type(column.value), column.value)] if type(column) is columns.Same
@@ -444,7 +428,7 @@ def _values_text(values: dict) -> str:
 
 
 def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
-           digest: str | None = None, params: _ParamColumns | None = None) -> str:
+           digest: str | None = None, params: columns.RecordColumns | None = None) -> str:
     lines = [f"# specc review: {title}", ""]
     if digest:
         lines += [f"Plan digest: `{digest}` (plan.json as reviewed; `specc run` refuses a "
@@ -547,8 +531,11 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
     return "\n".join(lines)
 
 
-def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) -> str:
+def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
+                  params: columns.RecordColumns | None = None) -> str:
     """Write review.md always; plan.json and plan.sh only for a valid plan. Returns the review.
+    `params`: the benchmarks' params a field at a time, as the compile made them (else they
+    are read back from the plan).
 
     A Slurm plan (its `cluster` record holds the jobs) also gets one batch script per
     job under slurm/ and a job table in the review."""
@@ -557,7 +544,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str) 
     run_dir.mkdir(parents=True, exist_ok=True)
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
     digest = None
-    params = _ParamColumns(plan.benchmarks) if plan is not None else None
+    params = _param_columns(plan, params) if plan is not None else None
     if valid:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
         atomic_write(run_dir / "plan.json", digest.sealed(plan_json_chunks(plan, params)))

@@ -17,7 +17,7 @@ import re
 from dataclasses import fields, replace
 
 from specc.compile import estimate, placement, rules
-from specc.compile.columns import ABSENT, Same
+from specc.compile.columns import ABSENT, RecordColumns, Same
 from specc.compile.matrix import NEUTRAL_WORKLOAD, ClientPoints, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
@@ -57,10 +57,10 @@ def _params(spec: ServerSpec, axis_values: dict) -> ServerParams:
         axes=tuple((k, v) for k, v in axis_values.items() if not k.startswith("speculation.")))
 
 
-def _bench_params(points: ClientPoints, extra: dict) -> list[BenchParams]:
+def _bench_params(points: ClientPoints, extra: dict) -> tuple[list[BenchParams], dict]:
     """Each client point's params record (the config's values as they are: checked once,
     by the schema and the rules, not again per point), built a field at a time from the
-    points' columns (10^5 of them on one server)."""
+    points' columns (10^5 of them on one server); and those columns, by field."""
     varying, shared = {}, dict(extra)
     for f in fields(BenchParams):
         if f.name in extra:
@@ -78,7 +78,10 @@ def _bench_params(points: ClientPoints, extra: dict) -> list[BenchParams]:
             varying[f.name] = [neutral if v is ABSENT else v for v in col]
         else:
             varying[f.name] = col
-    return build_many(BenchParams, len(points), varying, shared)
+    records = build_many(BenchParams, len(points), varying, shared)
+    defaults = {f.name: f.default for f in fields(BenchParams)}
+    return records, {f.name: varying[f.name] if f.name in varying else
+                     Same(shared.get(f.name, defaults[f.name])) for f in fields(BenchParams)}
 
 
 def _tuples(col):
@@ -114,10 +117,18 @@ def _server_id(spec: ServerSpec, engine, key: str) -> str:
 
 def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     """Config (schema-valid) -> (plan or None, diagnostics)."""
+    plan, diags, _ = lower_columns(cfg)
+    return plan, diags
+
+
+def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColumns | None]:
+    """lower(), and the plan's benchmarks' params a field at a time as they were built
+    (emit writes them from there rather than read 10^5 records back), when one model is
+    served (else None)."""
     engine = get_engine(cfg["engine"]["name"], cfg["engine"].get("version"))
     matrix, diags = expand(cfg, engine)
     if matrix is None:
-        return None, diags
+        return None, diags, None
 
     hw, engine_cfg = cfg["hardware"], cfg["engine"]
     on_slurm = (cfg.get("cluster") or {}).get("name") == "slurm"
@@ -126,14 +137,14 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                                    base_port=engine_cfg["base_port"],
                                    multinode=on_slurm and engine.multinode)
     if found:
-        return None, unique(diags + found)
+        return None, unique(diags + found), None
     if on_slurm:   # jobs of other waves may share a node
         slots = [replace(s, port=engine_cfg["base_port"] + i) for i, s in enumerate(slots)]
     rendezvous, found = placement.rendezvous_ports(
         [s.port for s in slots], [s.spec.nodes for s in matrix.servers],
         base_port=engine_cfg["base_port"])
     if found:
-        return None, unique(diags + found)
+        return None, unique(diags + found), None
     host = hw.get("host", "localhost")
     points = matrix.client_points
     sids = [_server_id(entry.spec, engine, entry.key) for entry in matrix.servers]
@@ -141,6 +152,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
     # served model -> the params of every client point: one record per point and model,
     # shared by the servers that serve that model
     point_params: dict[str, list[BenchParams]] = {}
+    param_columns: dict[str, dict] = {}
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
@@ -171,7 +183,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:
-            point_params[model] = _bench_params(points, {
+            point_params[model], param_columns[model] = _bench_params(points, {
                 "model": model, "request_id_field": engine.request_id_field,
                 "accept_positions": engine.accept_positions})
         varying = {"id": ids, "params": point_params[model]}
@@ -192,15 +204,20 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
 
     diags = unique(diags)
     if has_errors(diags):
-        return None, diags
+        return None, diags, None
     if not any(b.baseline for b in benchmarks) and any(not s.baseline for s in plan_servers):
         diags.append(info("NO_BASELINE", "baseline",
                           "no matched baseline points: speedups will not be computed",
                           "set baseline=true"))
     first = matrix.servers[0].spec
+    benchmarks = tuple(benchmarks)
+    params = None
+    if len(param_columns) == 1:   # each server's points: the one model's records, in order
+        params = RecordColumns(next(iter(param_columns.values())), None if len(plan_servers) == 1
+                               else list(range(len(points))) * len(plan_servers), of=benchmarks)
     plan = Plan(
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
-        benchmarks=tuple(benchmarks), diagnostics=tuple(d.to_json() for d in diags),
+        benchmarks=benchmarks, diagnostics=tuple(d.to_json() for d in diags),
         dropped=matrix.dropped,
         engine_info=engine.info(),
         facts={"target": first.target.to_json(),
@@ -209,7 +226,7 @@ def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
                    "wall_s": estimate.wall_seconds((s.wave, estimates[s.id]) for s in plan_servers),
                    "note": estimate.note(first)},
         fail_fast=bool(cfg.get("fail_fast")))
-    return plan, diags
+    return plan, diags, params
 
 
 def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:

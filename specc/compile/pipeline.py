@@ -9,7 +9,8 @@ from specc import secrets
 from specc.config import schema
 from specc.diagnostics import Diagnostic, error, has_errors, info
 from specc.compile.cluster import compile_cluster
-from specc.compile.lower import lower
+from specc.compile.columns import RecordColumns
+from specc.compile.lower import lower_columns
 from specc.compile.search import attach_search
 from specc.compile.rules import DROPPABLE
 from specc.plan import Plan
@@ -20,6 +21,8 @@ class Compilation:
     config: dict
     plan: Plan | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: The plan's benchmarks' params a field at a time, as lowering built them (for emit).
+    params: RecordColumns | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +84,7 @@ def compile_config(config: dict) -> Compilation:
     if has_errors(diags):
         return Compilation(config, None, diags)
     config = schema.with_defaults(schema.resolve_paths(config))
-    plan, found = lower(config)
+    plan, found, params = lower_columns(config)
     found = _real_errors_first(config, found)
     if plan is not None and not has_errors(found):
         found += _names_fit(plan)
@@ -94,4 +97,4 @@ def compile_config(config: dict) -> Compilation:
     cluster, placed = compile_cluster(config, plan) if plan is not None else (None, [])
     if cluster is not None:   # the Slurm jobs go into the plan: a node needs nothing else
         plan = dataclasses.replace(plan, cluster=cluster)
-    return Compilation(config, plan, diags + found + placed)
+    return Compilation(config, plan, diags + found + placed, params)
