@@ -15,7 +15,10 @@ as the largest, and the size of what it wrote. Matrices, both from llama3_eagle3
   on 0.12 N servers;
 - server: ONE server (one EAGLE-3 setting, no baseline) x N client points (10
   concurrencies x 100 output lengths x N/1,000 seeds): the per-point path alone.
-Goal: 10^5 sweep points in under 2 s and 200 MB in every shape, files growing linearly.
+Goal: 10^5 sweep points in under 2 s and 200 MB in the points and server shapes (the
+per-point path); in the servers shape, no step worse than linear (its cost is per server:
+12,000 of them); files growing linearly. The machine is shared: compare medians taken
+close together (docs/performance.md).
 Also the whole process for `+experiment=eagle3_sweep`, the everyday case.
 """
 
