@@ -202,8 +202,13 @@ class ModelCost:
                 + n * self.expert_flops_per_token_per_gpu / self.hw.moe_flops)
 
     def gemm_s(self, n: int) -> float:
-        """The weight GEMMs (and MoE blocks) of one step: what the calibration tables measure."""
-        return self.dense_s(n) + self.experts_s(n)
+        """The weight GEMMs (and MoE blocks) of one step: what the calibration tables measure.
+        Remembered per n (a compile's estimate asks for the same few thousand times)."""
+        memo = self.__dict__.setdefault("_gemm_s", {})   # a pure function of n: not a field
+        got = memo.get(n)
+        if got is None:
+            got = memo[n] = self.dense_s(n) + self.experts_s(n)
+        return got
 
     def attn_s(self, seqs: int, context: float | None = None) -> float:
         ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
