@@ -231,28 +231,36 @@ def plan_json_chunks(plan: Plan, params: columns.RecordColumns | None = None
     cluster record's `jobs` one entry per line; everything else compact JSON (no
     indentation: at 10^5 points the indented file was 80 MB and most of the compile). Any JSON reader reads it,
     `Plan.load` round-trips it, and `grep <benchmark id> plan.json` shows that entry."""
+    return map(operator.itemgetter(0), _plan_json_parts(plan, params))
+
+
+def _plan_json_parts(plan: Plan, params: columns.RecordColumns | None = None
+                     ) -> Iterator[tuple[str, bool]]:
+    """plan_json_chunks' chunks, each with whether scrub would leave it as it is for
+    certain (the point lines, checked in the pieces they are built from)."""
     top = _fields(plan)
     sep = "{"
     for key in ["version", *(k for k in top if k != "version")]:
         value = top[key]
         if key in _PER_LINE and value:
-            yield f"{sep}{_ENCODE_STR(key)}:[\n"
-            entries, clean = _entries(value), str
+            yield f"{sep}{_ENCODE_STR(key)}:[\n", False
+            entries, clean = _entries(value), False
             if key == "benchmarks":   # scrub would find nothing in them: checked piecewise
                 entries = _benchmark_entries(value, _param_columns(plan, params))
-                clean = Clean if entries.untouched(untouched) else str
+                clean = entries.untouched(untouched)
                 entries = iter(entries)
-            yield clean(next(entries))
+            yield next(entries), clean
             for lines in _batched(entries, 64):
-                yield clean(",\n" + ",\n".join(lines))
-            yield "]"
+                yield ",\n".join(itertools.chain(("",), lines)), clean
+            yield "]", False
         elif key == "cluster":   # its settings, then one Slurm job per line (jobs come last)
             head = _ENCODE({k: v for k, v in _fields(value).items() if k != "jobs"})
-            yield f'{sep}"cluster":{head[:-1]},"jobs":[\n' + ",\n".join(_entries(value.jobs)) + "]}"
+            yield (f'{sep}"cluster":{head[:-1]},"jobs":[\n' + ",\n".join(_entries(value.jobs))
+                   + "]}"), False
         else:
-            yield f"{sep}{_ENCODE_STR(key)}:{_ENCODE(value)}"
+            yield f"{sep}{_ENCODE_STR(key)}:{_ENCODE(value)}", False
         sep = ",\n"
-    yield "}\n"
+    yield "}\n", False
 
 
 def _batched(items, size: int) -> Iterator[list]:
@@ -547,7 +555,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
     params = _param_columns(plan, params) if plan is not None else None
     if valid:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
-        atomic_write(run_dir / "plan.json", digest.sealed(plan_json_chunks(plan, params)))
+        atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)))
     text = review(plan, diagnostics, title=title, digest=digest and digest.value, params=params)
     del params
     if plan is not None and plan.search:
@@ -572,23 +580,19 @@ class _Digest:
         self._h = hashlib.sha256()
         self.value: str | None = None
 
-    def sealed(self, chunks, size: int = 1 << 16):
-        """plan.json's chunks scrubbed (a Clean one is as it is) and hashed, as bytes in
-        blocks of about `size` characters (what atomic_write writes as given), then the
-        digest before the closing brace."""
+    def sealed(self, parts):
+        """plan.json's parts ((text, clean): _plan_json_parts) scrubbed unless clean, and
+        hashed, as bytes (what atomic_write writes as given), then the digest before the
+        closing brace."""
         from specc.secrets import scrub
 
-        block, length, pending = [], 0, None
-        for chunk in chunks:
+        pending = None
+        for part in parts:
             if pending is not None:
-                block.append(pending if type(pending) is Clean else scrub(pending))
-                length += len(pending)
-                if length >= size:
-                    yield self._hashed("".join(block))
-                    block, length = [], 0
-            pending = chunk
-        assert pending == "}\n", pending   # the closing brace: the digest goes before it
-        yield self._hashed("".join(block))
+                text, clean = pending
+                yield self._hashed(text if clean else scrub(text))
+            pending = part
+        assert pending == ("}\n", False), pending   # the digest goes before the closing brace
         self.value = "sha256:" + self._h.hexdigest()
         yield f',\n"digest":"{self.value}"}}\n'.encode()
 
