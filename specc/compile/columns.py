@@ -122,7 +122,7 @@ class Objects:
         if escape is not None:
             value_text = lambda value: escape(encode(value))   # noqa: E731
             str_text = None   # each distinct string escaped once, not each row's
-        pieces: list[tuple[str, str | None, list | None]] = []   # (key, fixed, row values)
+        pieces: list = []   # (key, fixed text, None) or (key, None, (row values, how many ABSENT))
         for key, column in fields:
             if type(column) is Encoded:
                 pieces.append((key, None, column))
@@ -135,12 +135,13 @@ class Objects:
                 if key in omit:
                     default = omit[key]
                     values = [ABSENT if v == default else v for v in values]
-                if values.count(ABSENT) < len(values):
-                    pieces.append((key, None, values))
+                absent = values.count(ABSENT)
+                if absent < len(values):
+                    pieces.append((key, None, (values, absent)))
         parts: list = []   # the row's text: fixed text, and None where a row's own goes
         self._varying: list = []   # per None in parts: each row's text (or made as read)
-        #: per None in parts, what untouched() checks: texts (strings' raw values: escaping them adds
-        #: nothing a check looks for), nested Objects, or None: unknown
+        #: per None in parts, what untouched() checks: texts (strings' raw values: escaping
+        #: them adds nothing a check looks for), nested Objects, or None: unknown
         self._checks: list = []
         self._strip = False        # the first key is left out of some rows: strip its comma
         self._comma = comma = esc(",")
@@ -156,7 +157,7 @@ class Objects:
                 self._checks.append(values.texts if isinstance(values.texts, Objects)
                                     else None)
                 continue
-            absent = values.count(ABSENT)
+            values, absent = values
             present = [v for v in values if v is not ABSENT] if absent else values
             encoded, checked = texts(present, value_text, str_text)
             self._checks.append(checked)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-import re
 import shlex
 from collections import Counter
 from collections.abc import Iterator
@@ -356,21 +355,15 @@ def _point_lines(benchmarks) -> Iterator[str]:
                 f"python -m specc.run.point --plan plan.json --benchmark {_q(bid)}"
             yield f"  point {_q(bid)} {command}  # concurrency {conc}"
         return
-    chunks = [ids[at:at + 4096] for at in range(0, len(ids), 4096)]
-    plain = all(ids) and not any(_UNSAFE("".join(c)) for c in chunks)   # no id needs quoting
-    # an id between spaces: nothing scrub looks for can straddle it, but a trailing `:`
-    clean = Clean if plain and all(":" not in t and untouched(t)
-                                   for t in map("\0".join, chunks)) else str
-    quoted = ids if plain else list(map(_q, ids))
+    # a plan's ids are plain file names (Plan checks them): words the shell and shlex.quote
+    # take as they are; between spaces, nothing scrub looks for can straddle one (no `:`)
+    chunks = map("\0".join, (ids[at:at + 4096] for at in range(0, len(ids), 4096)))
+    clean = Clean if all(":" not in t and untouched(t) for t in chunks) else str
     start, middle, end = _POINT_LINE
-    lines = map("".join, zip(itertools.repeat(start), quoted, itertools.repeat(middle), quoted,
+    lines = map("".join, zip(itertools.repeat(start), ids, itertools.repeat(middle), ids,
                              itertools.repeat(end), map(str, concurrency)))
     for batch in _batched(lines, 256):
         yield clean("\n".join(batch))
-
-
-#: A character shlex.quote quotes a word for (its own test).
-_UNSAFE = re.compile(r"[^\w@%+=:,./-]", re.ASCII).search
 
 
 def _comment(text) -> str:
