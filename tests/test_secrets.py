@@ -167,3 +167,27 @@ def test_a_key_tried_only_from_the_start_of_its_word_blanks_what_every_start_did
         assert fast == every_start.sub(secrets._blank_key_value, text)
 
     same()
+
+
+def test_a_saved_config_libyaml_cannot_read_is_still_scrubbed(tmp_path):
+    """Hydra's saved configs are read back with libyaml first (fast); one holding a tag only
+    OmegaConf reads (a Path) is read as OmegaConf wrote it, and its secret still blanked."""
+    import pathlib
+
+    from omegaconf import OmegaConf
+
+    from specc.config.compose import _scrub_saved_configs
+
+    saved = tmp_path / "config.yaml"
+    OmegaConf.save(OmegaConf.create({"p": pathlib.Path("/x"), "tok": "sk-secretvalue123456"}),
+                   saved)
+    plain = tmp_path / "overrides.yaml"
+    plain.write_text("- engine.extra_args=[--api-key,sk-secretvalue123456]\n- a=1\n")
+    untouched = tmp_path / "hydra.yaml"
+    untouched.write_text("a: 1\nb: [x, y]\n")
+    before = untouched.stat().st_mtime_ns
+    _scrub_saved_configs([saved, plain, untouched], {"sk-secretvalue123456"})
+    assert "sk-secretvalue123456" not in saved.read_text()
+    assert "!!python/object/apply:pathlib" in saved.read_text()
+    assert "sk-secretvalue123456" not in plain.read_text()
+    assert untouched.stat().st_mtime_ns == before   # nothing to blank: not rewritten

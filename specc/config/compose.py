@@ -79,9 +79,11 @@ def _scrub_saved_configs(files, values) -> None:
         try:   # libyaml first: a tenth of the time, and the same strings (OmegaConf's
             # loader only reads more of them as floats, never one as a secret)
             with open(f, encoding="utf-8") as stream:
-                tree = yaml.load(stream, Loader=fast)
-            if secrets.redact_tree(tree, values) == tree:
-                continue
+                if secrets.redact_tree(tree := yaml.load(stream, Loader=fast), values) == tree:
+                    continue
+        except Exception:  # noqa: BLE001 - a tag only OmegaConf reads: read it so, below
+            pass
+        try:
             tree = OmegaConf.to_container(OmegaConf.load(f), resolve=False)
         except Exception:  # noqa: BLE001 - not ours to validate
             continue
