@@ -197,9 +197,7 @@ class ClientPoints(Sequence):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._count))]
+    def __getitem__(self, i: int) -> dict:
         if i < 0:
             i += self._count
         if not 0 <= i < self._count:
@@ -221,7 +219,7 @@ class ClientPoints(Sequence):
 
     def rows(self, keys) -> Iterator[tuple]:
         """(the points' values of `keys`) per point, as dict.get reads them."""
-        return zip(*(self.values(k) for k in keys)) if keys else iter([()] * self._count)
+        return zip(*(self.values(k) for k in keys))
 
     def firsts(self, keys) -> list[int]:
         """The first point of each distinct combination of `keys`' values, in order: a rule
