@@ -303,6 +303,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+NO_TEXTLESS = ["--sim-textless", "0"]
+
+
 class Sim:
     def __init__(self, tmp_path, fault=None, extra=()):
         self.port = _free_port()
@@ -345,7 +348,9 @@ class Sim:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    s = Sim(tmp_path_factory.mktemp("sim"))
+    # every token shows its text: the exact chunk and ITL identities below hold
+    # (tokens without text: tests/test_token_counts.py)
+    s = Sim(tmp_path_factory.mktemp("sim"), extra=NO_TEXTLESS)
     yield s
     s.close()
 
@@ -397,7 +402,7 @@ SPEC_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-pat
 @pytest.fixture(scope="module")
 def spec_sim(tmp_path_factory):
     """A speculative server: each decode step streams the 1-4 tokens it accepted as one chunk."""
-    s = Sim(tmp_path_factory.mktemp("spec"), extra=SPEC_ARGS)
+    s = Sim(tmp_path_factory.mktemp("spec"), extra=SPEC_ARGS + NO_TEXTLESS)
     yield s
     s.close()
 

@@ -140,3 +140,103 @@ def test_specc_asks_for_the_running_count(api):
     continuous_usage_stats), so a chunk without text still says how many tokens so far."""
     body = json.loads(request_body(api, "m", "hi", 8))
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+
+# =========================================================================== the simulator
+# `--sim-textless 1`: every request carries one run of tokens without text (a character
+# split over tokens, or cut short at the end, or trailing special tokens under ignore_eos)
+
+@pytest.fixture(scope="module")
+def textless_sim(tmp_path_factory):
+    from test_loadgen import SPEC_ARGS, Sim
+
+    s = Sim(tmp_path_factory.mktemp("textless"), extra=["--sim-textless", "1"] + SPEC_ARGS)
+    yield s
+    s.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("api", ["chat", "completions", "generate"])
+def test_sim_tokens_without_text_are_counted(textless_sim, api):
+    """Every request ok and counted in full, though some end in tokens whose text never came."""
+    import asyncio
+
+    from specc.prompts.datasets import load_prompts
+    from specc.run.loadgen import run_load
+
+    prompts = load_prompts("random", num=16, input_len=16, output_len=24, range_ratio=0.5, seed=3)
+    res = asyncio.run(run_load(textless_sim.url, prompts, api=api, model="m", concurrency=8,
+                               warmup=0))
+    assert res.metrics["completed"] == 16, [r.error for r in res.records]
+    assert [r.output_tokens for r in res.records] == [p.output_tokens for p in prompts]
+    assert res.metrics["total_output_tokens"] == sum(p.output_tokens for p in prompts)
+    tails = [r for r in res.records if r.chunk_tokens and sum(r.chunk_tokens) < r.output_tokens]
+    if api == "generate":
+        # the count rides on every chunk; chunks whose text did not grow are no content
+        tails = [r for r in res.records if r.itls and len(r.itls) + r.chunk_tokens[0]
+                 == r.output_tokens and sum(r.chunk_tokens) < r.output_tokens]
+    assert tails, "no request ended in tokens without text"
+    for r in res.records:
+        assert r.chunk_tokens and min(r.chunk_tokens) >= 1
+        assert sum(r.chunk_tokens) <= r.output_tokens
+        assert r.tpot is not None and r.tpot > 0
+
+
+@pytest.mark.timeout(90)
+def test_sim_stream_shapes_with_held_text(textless_sim):
+    """SGLang's shapes: chat sends no chunk for a step that showed no text, completions
+    sends one with empty text and the running count; both end with the full count."""
+    import httpx
+
+    seen = {"chat": 0, "completions": 0}
+    for i in range(12):
+        for api, path, extra in (("chat", "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": f"p {i} q"}]}),
+                                 ("completions", "/v1/completions", {"prompt": f"p {i} q"})):
+            body = {"model": "m", "max_tokens": 10, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                    **extra}
+            with httpx.stream("POST", textless_sim.url + path, json=body, timeout=30) as r:
+                raw = r.read()
+            ev = _events(raw)
+            assert ev[-1]["usage"]["completion_tokens"] == 10
+            choices = [e["choices"][0] for e in ev if e["choices"]]
+            if api == "chat":
+                texts = [c["delta"].get("content") for c in choices]
+                # no content chunk is empty but the opening role chunk
+                assert all(t for t in texts[1:] if t is not None)
+                words = sum(len((t or "").split()) for t in texts)
+            else:
+                texts = [c["text"] for c in choices]
+                seen["completions"] += texts.count("")
+                words = sum(len(t.split()) for t in texts)
+            if words < 10:
+                seen[api] += 1
+            rec = _replay(raw, api, 10)
+            assert rec.ok and rec.output_tokens == 10, rec.error
+    assert seen["chat"] and seen["completions"]
+
+
+@pytest.mark.timeout(180)
+def test_a_sim_point_with_textless_tokens_is_ok(tmp_path):
+    """A whole point (`specc run`'s executor) against a simulator whose every request
+    holds back text: its rows are ok and count every token asked for."""
+    from executor_helpers import SimGuard, compile_plan, execute, results
+
+    from specc import requestlog
+
+    guard = SimGuard(tmp_path)
+    run_dir = tmp_path / "run"
+    plan = compile_plan(run_dir, ["hardware.tp=1", "engine.extra_args=[--sim-textless,'1']",
+                                  "benchmark.api=chat"], port=guard.port(2))
+    assert all("--sim-textless" in s.argv for s in plan.servers)
+    try:
+        code = execute(plan, run_dir)
+    finally:
+        left = guard.check()
+    assert code == 0 and left == []
+    rows = results(run_dir)
+    assert rows and all(r["status"] == "ok" for r in rows), [r.get("reason") for r in rows]
+    for b in plan.benchmarks:
+        lines = requestlog.read(run_dir, b.id)
+        assert lines and all(ln["ok"] and ln["output_tokens"] == 16 for ln in lines)
