@@ -357,6 +357,17 @@ class Engine(ABC):
         """What the engine says when it refuses a draft shorter than the served context."""
         return f"context length {target_len} > draft's {draft_len}"
 
+    def speculation_label(self, spec: ServerSpec) -> str:
+        """What a speculative server runs, for its label: `EAGLE3 s3 k1 d4` (steps, topk,
+        draft tokens), `NGRAM d8` (the engine resolves NGRAM's steps and topk from its draft
+        tokens), `EAGLE3 (engine defaults)`."""
+        steps, topk, ndt = spec.spec_triple
+        if spec.algorithm == "NGRAM":
+            return f"NGRAM d{ndt}"
+        if steps is None:
+            return f"{spec.algorithm} (engine defaults)"
+        return f"{spec.algorithm} s{steps} k{topk} d{ndt}"
+
     # -- readiness ------------------------------------------------------------
     def phase_markers(self) -> tuple[PhaseMarker, ...]:
         """This release's startup phases, in log order (all of them; see `phases`)."""

@@ -386,6 +386,13 @@ class VLLM(Engine):
             return sp["num_steps"]
         return sp["num_draft_tokens"] - 1 if sp.get("num_draft_tokens") else None
 
+    def speculation_label(self, spec) -> str:
+        """vLLM's n-gram proposer drafts a chain of num_speculative_tokens: `NGRAM s3` (the
+        config's num_steps, or its num_draft_tokens - 1), as the command says it."""
+        if spec.algorithm != "NGRAM":
+            return super().speculation_label(spec)
+        return f"NGRAM s{self.num_speculative_tokens(spec)}"
+
     def speculative_config(self, spec) -> dict | None:
         if not spec.speculative:
             return None

