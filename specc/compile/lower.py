@@ -32,16 +32,7 @@ def _slug(text: str) -> str:
 
 
 def _label(spec: ServerSpec, engine, axis_values: dict) -> str:
-    if not spec.speculative:
-        base = "baseline"
-    else:
-        steps, topk, ndt = spec.spec_triple
-        if spec.algorithm == "NGRAM":
-            base = f"NGRAM d{ndt}"
-        elif steps is None:
-            base = f"{spec.algorithm} (engine defaults)"
-        else:
-            base = f"{spec.algorithm} s{steps} k{topk} d{ndt}"
+    base = engine.speculation_label(spec) if spec.speculative else "baseline"
     extra = [f"{k.split('.', 1)[1]}={v}" for k, v in axis_values.items()
              if not k.startswith("speculation.")]
     return " ".join([base] + extra)

@@ -18,7 +18,7 @@ from . import versions
 from .args import Sim
 from .log import log
 from .scheduler import Req, Scheduler
-from .stream import SimStream
+from .stream import HeldText, SimStream
 from .truth import started_epoch
 
 #: SGLANG_HEALTH_CHECK_TIMEOUT (srt/entrypoints/http_server.py), seconds
@@ -200,6 +200,7 @@ class App:
         info["version"] = self.sim.version
         info["status"] = "Up" if self.status == self.READY else "Starting"
         info["sim"] = {"emulates": f"sglang {self.sim.version}", "acceptance": self.sim.args.sim_acceptance, "seed": self.sim.args.sim_seed,
+                       "textless": self.sim.args.sim_textless,
                        "fault": str(self.sim.fault) if self.sim.fault else None,
                        "target_facts_source": self.sim.target_src,
                        "draft_facts_source": self.sim.draft_src,
@@ -275,6 +276,16 @@ class App:
         return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid,
                                  tokens=tokens, history=history, arrival=arrival)
 
+    def _held(self, key: str, r: Req) -> HeldText:
+        """The tokens of ``r`` whose text the detokenizer holds back (HeldText)."""
+        limit = r.limit()
+        return HeldText(self.sim.args.sim_seed, key, limit, limit >= r.max_new, r.ignore_eos,
+                        self.sim.args.sim_textless)
+
+    def _text(self, key: str, r: Req) -> str:
+        """A finished request's text: what the detokenizer ever showed."""
+        return "".join(r.tokens[:self._held(key, r).visible(len(r.tokens))])
+
     def _meta(self, r: Req, final: bool) -> dict:
         m = {"id": r.rid, "finish_reason": r.finish_reason if final else None,
              "prompt_tokens": r.prompt_tokens, "completion_tokens": len(r.tokens),
@@ -320,14 +331,20 @@ class App:
         if not stream:
             r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"), **extra)
             await r.done
-            return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
+            return JSONResponse({"text": self._text(key, r), "meta_info": self._meta(r, True)})
 
-        def chunk(r: Req, final: bool) -> bytes:
-            return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
-                                            "meta_info": self._meta(r, final)}).encode() + b"\n\n"
+        def make_chunk(r: Req):
+            held = self._held(key, r)
+
+            def chunk(r: Req, final: bool) -> bytes:
+                # cumulative text, grown only by tokens that show theirs; the count grows
+                text = "".join(r.tokens[:held.visible(len(r.tokens))])
+                return b"data: " + json.dumps({"text": text, "output_ids": [],
+                                                "meta_info": self._meta(r, final)}).encode() + b"\n\n"
+            return chunk
         return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True,
                                                     body.get("rid"), **extra),
-                         lambda r: chunk)
+                         make_chunk)
 
     async def completions(self, request: Request) -> Response:
         body = await self._json(request)
@@ -398,7 +415,7 @@ class App:
             r = self._submit(key, ptoks, int(max_new), ignore_eos, False, body.get("rid"),
                              **extra)
             await r.done
-            text = "".join(r.tokens)
+            text = self._text(key, r)
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": text,
                                                   "reasoning_content": None, "tool_calls": None},
@@ -417,8 +434,9 @@ class App:
         obj_chunk = "chat.completion.chunk" if chat else "text_completion"
 
         def make_chunk(r: Req):
-            state = {"sent": 0}
+            state = {"sent": 0, "shown": 0}
             rid = cid(r)
+            held = self._held(key, r)
 
             def sse(obj: dict) -> bytes:
                 return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
@@ -436,12 +454,16 @@ class App:
                 return sse(obj)
 
             def chunk(r: Req, final: bool) -> bytes:
-                delta = "".join(r.tokens[state["sent"]:])
+                # the text of the tokens shown since the last chunk (HeldText: a token
+                # that completes no UTF-8 character brings none, the usage counts it)
+                shown = held.visible(len(r.tokens))
+                delta = "".join(r.tokens[state["shown"]:shown])
                 first = state["sent"] == 0
-                state["sent"] = len(r.tokens)
+                state["sent"], state["shown"] = len(r.tokens), shown
                 if chat:   # serving_chat.py: a role-only chunk opens the stream, the finish
                     out = chat_chunk({"role": "assistant", "content": ""}) if first else b""
-                    if delta:     # reason closes it in a chunk of its own (no content)
+                    if delta:     # reason closes it in a chunk of its own (no content); a
+                        # step that showed no text sends nothing
                         out += chat_chunk({"content": delta}, with_usage=continuous)
                     if final:
                         out += chat_chunk({}, finish=reason(r))
