@@ -405,6 +405,23 @@ class Acceptance(Record):
         return [] if (self.run or self.cumulative) else ["a run or a cumulative source"]
 
 
+@dataclass(frozen=True)
+class ScheduleLag(Record):
+    """How far a server that runs in real time (the simulator) fell behind its own step
+    schedule during a point: `histogram`, a Prometheus histogram of its steps' lateness
+    (s) at `path`, read before and after the point, and `worst`, its gauge of the latest
+    step since start. A point during which a step was delivered more than `bound_s`
+    late measured the machine's CPU, not the model: it is measured once more, then
+    failed (docs/simulator.md)."""
+    path: str
+    histogram: str
+    worst: str
+    bound_s: float
+
+    def _check(self):
+        return [] if self.bound_s > 0 else ["bound_s must be > 0"]
+
+
 # -- the engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EngineInfo(Record):
@@ -669,9 +686,13 @@ class Server(Record):
     #: reference, resolved at launch): clients send it as `Authorization: Bearer`. Read from
     #: the command by the adapter at compile time; written only when there is one.
     api_key: str | None = None
+    #: Where a server that runs in real time says how far it fell behind its schedule
+    #: (the simulator's); written only when there is one.
+    schedule_lag: ScheduleLag | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
-    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key")
+    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key",
+                          "schedule_lag")
 
 
 @dataclass(frozen=True, slots=True)

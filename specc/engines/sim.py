@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specc.plan import ScheduleLag
+
 from .base import flag_args, parse_version
 from .sglang import SGLang
 
@@ -19,6 +21,13 @@ class Sim(SGLang):
     launch_budget_s = 15.0
     #: No phase budget below this, whatever the time scale: process scheduling noise.
     min_budget_s = 3.0
+    #: A point during which one simulated step was delivered later than this after its
+    #: deadline is measured again, then failed. The schedule is absolute, so a late step
+    #: costs no throughput once the simulator catches up; what it does distort is every
+    #: time a client measures across it (that step's TTFT, chunk gap, end-to-end
+    #: latency), and a step far behind means the CPU could not keep up with the model at
+    #: all. BOUND (docs/simulator.md, "Its own lateness").
+    schedule_lag_bound_s = 0.05
 
     def time_scale(self, spec) -> float:
         return float(spec.engine["sim"]["time_scale"])
@@ -39,6 +48,12 @@ class Sim(SGLang):
              self.sim_facts_json(spec.draft) if spec.uses_draft_model and spec.draft else None),
         ])
         return args
+
+    def schedule_lag(self, spec):
+        """specc/sim/http.py's histogram of its steps' lateness and worst-step gauge."""
+        return ScheduleLag(path="/metrics", histogram="specc_sim:step_lateness_seconds",
+                           worst="specc_sim:step_lateness_max_seconds",
+                           bound_s=self.schedule_lag_bound_s)
 
     def assumed_acceptance(self, spec):
         return spec.engine["sim"]["acceptance"]
