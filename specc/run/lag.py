@@ -60,24 +60,30 @@ async def read(client, url: str, recipe: ScheduleLag | None) -> dict | None:
     return parse(body.decode("utf-8", "replace"), recipe) if status == 200 else None
 
 
-def over_point(recipe: ScheduleLag, before: dict | None, after: dict | None) -> dict | None:
-    """The point's figure, for its row: steps, how many were later than the bound, the
-    worst lateness (s; `worst_exact` false: only that it was later than this) and the
-    bound. None if unknown (a read missing, or counters that went back: a restart)."""
+def over_point(recipe: ScheduleLag, before: dict | None, after: dict | None,
+               duration_s: float | None = None) -> dict | None:
+    """The point's figure, for its row: steps, how many were later than the point's bound
+    (for its duration; counted against the histogram's edge at or below the bound, so
+    never fewer), the worst lateness (s; `worst_exact` false: only that it was later
+    than this) and the bound. None if unknown (a read missing, or counters that went
+    back: a restart)."""
     if not before or not after:
         return None
+    bound = recipe.bound(duration_s)
     b, a = before["buckets"], after["buckets"]
     delta = {le: a[le] - b.get(le, 0.0) for le in a}
     total = delta[math.inf]
     if any(d < 0 for d in delta.values()) or not math.isfinite(total):
         return None
-    within = max((le for le in delta if le <= recipe.bound_s), default=None)
+    within = max((le for le in delta if le <= bound), default=None)
     late = total - (delta[within] if within is not None else 0.0)
     passed = max((le for le, d in delta.items() if d < total), default=0.0)
     exact = after["worst"] > before["worst"]
     worst = after["worst"] if exact else passed
+    if exact and worst <= bound:   # the histogram's edge below the bound counted too many
+        late = 0.0
     return {"steps": int(total), "late_steps": int(late), "worst_s": round(worst, 4),
-            "worst_exact": exact, "bound_s": recipe.bound_s}
+            "worst_exact": exact, "bound_s": round(bound, 4)}
 
 
 def behind(figure: dict | None) -> str | None:

@@ -248,7 +248,8 @@ async def _measure(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None)
         except DriverError as e:
             return failed_row(bench, str(e))
         behind = lag.over_point(server.schedule_lag, lag_before,
-                                await lag.read(client, url, server.schedule_lag))
+                                await lag.read(client, url, server.schedule_lag),
+                                metrics.get("duration"))
         if behind is not None:
             figures["schedule_lag"] = behind
         per_pos = positions.rates(pos_before, await positions.read(

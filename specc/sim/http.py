@@ -37,6 +37,8 @@ def _env_true(name: str, default: bool) -> bool:
 #: Paths SGLang 0.5.23 leaves open with --api-key (srt/utils/auth.py, decide_request_auth:
 #: "to support k8s probes and Prometheus scraping without embedding secrets").
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+#: json.dumps(obj, separators=(",", ":")), without building an encoder per call (hot path).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def require_api_key(app, api_key: str):
@@ -438,7 +440,7 @@ class App:
             rid = cid(r)
 
             def sse(obj: dict) -> bytes:
-                return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+                return b"data: " + _compact(obj).encode() + b"\n\n"
 
             def chat_chunk(delta: dict, finish=None, with_usage=False) -> bytes:
                 """0.5.23's msgspec chunk (openai/sse_utils.py build_sse_content): StreamChunk
