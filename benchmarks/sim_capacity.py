@@ -50,8 +50,11 @@ LLAMA_DRAFT = {"architectures": ["LlamaForCausalLMEagle3"], "max_position_embedd
                "weight_gb": 0.85, "active_params_b": 0.4}
 KIMI_DRAFT = {"max_position_embeddings": 262144, "weight_gb": 6, "active_params_b": 3,
               "num_hidden_layers": 1}
-MODELS = {"kimi": ("sim/kimi-k2.5", 8, KIMI, KIMI_DRAFT, (3, 1, 4)),
-          "llama3-8b": ("sim/llama3.1-8b", 1, LLAMA, LLAMA_DRAFT, (3, 4, 8))}
+#: name -> (model path, TP, target facts, draft facts, EAGLE-3 setting, extra flags); the
+#: Llama draft was trained on 2048 positions: served at that context, as llama3_tune does.
+MODELS = {"kimi": ("sim/kimi-k2.5", 8, KIMI, KIMI_DRAFT, (3, 1, 4), []),
+          "llama3-8b": ("sim/llama3.1-8b", 1, LLAMA, LLAMA_DRAFT, (3, 4, 8),
+                        ["--context-length", "2048"])}
 
 
 def cpu_s(pid: int) -> float:
@@ -104,12 +107,13 @@ async def drive(port: int, c: int, max_new: int, api: str = "generate") -> None:
 def run_level(c: int, seconds: float, spec: bool, model: str = "kimi",
               api: str = "generate") -> dict:
     port = free_port()
-    path, tp, facts, draft, (steps, topk, ndt) = MODELS[model]
+    path, tp, facts, draft, (steps, topk, ndt), extra = MODELS[model]
     with tempfile.TemporaryDirectory() as td:
         truth = Path(td) / "truth.jsonl"
         argv = [sys.executable, "-m", "specc.sim", "--model-path", path, "--tp-size", str(tp),
                 "--port", str(port), "--sim-time-scale", "0.001", "--sim-gpu", "H200",
-                "--max-running-requests", str(max(c, 1)), "--sim-target-facts", json.dumps(facts)]
+                "--max-running-requests", str(max(c, 1)), "--sim-target-facts", json.dumps(facts),
+                *extra]
         if spec:
             argv += ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
                      "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens",
