@@ -205,7 +205,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
             argv=argv, env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
-            api_key=engine.api_key(list(argv)),
+            api_key=engine.api_key(list(argv)), schedule_lag=engine.schedule_lag(spec),
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, AcceptPositions, Acceptance, CacheFlush,
-                        EngineInfo, Phase, Probe, Readiness, literal)
+                        EngineInfo, Phase, Probe, Readiness, ScheduleLag, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -437,6 +437,12 @@ class Engine(ABC):
 
     def acceptance(self, spec: ServerSpec) -> Acceptance | None:
         """Where a point's acceptance length is read and how (None: nothing to read)."""
+        return None
+
+    def schedule_lag(self, spec: ServerSpec) -> ScheduleLag | None:
+        """Where a server that runs in real time says how far it fell behind its schedule
+        during a point, and the bound past which the point is not valid (None: a real
+        engine's time is the GPU's, nothing to check)."""
         return None
 
     def served_model(self, spec: ServerSpec) -> str:

@@ -37,6 +37,8 @@ def _env_true(name: str, default: bool) -> bool:
 #: Paths SGLang 0.5.23 leaves open with --api-key (srt/utils/auth.py, decide_request_auth:
 #: "to support k8s probes and Prometheus scraping without embedding secrets").
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+#: json.dumps(obj, separators=(",", ":")), without building an encoder per call (hot path).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def require_api_key(app, api_key: str):
@@ -253,7 +255,24 @@ class App:
         for metric, kind, help_, samples in rows:
             out.append(f"# HELP {metric} {help_}\n# TYPE {metric} {kind}\n")
             out.extend(f"{metric}{{{labels}}} {float(value)}\n" for labels, value in samples)
+        out.append(self._lateness_metrics(f'model_name="{name}"'))
         return Response("".join(out), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def _lateness_metrics(self, labels: str) -> str:
+        """The simulator's own (no SGLang metric): how late its steps were delivered against
+        their absolute schedule, a histogram a client reads before and after a point, and
+        the worst since start (specc/engines/sim.py puts the recipe in the plan)."""
+        sch = self.sched.schedule
+        name = "specc_sim:step_lateness_seconds"
+        out = [f"# HELP {name} How late each simulated step was delivered after its deadline "
+               f"on the absolute schedule.\n# TYPE {name} histogram\n"]
+        out += [f'{name}_bucket{{{labels},le="{le}"}} {float(n)}\n' for le, n in sch.histogram()]
+        out.append(f"{name}_sum{{{labels}}} {sch.late_sum}\n{name}_count{{{labels}}} "
+                   f"{float(sch.steps)}\n")
+        worst = "specc_sim:step_lateness_max_seconds"
+        out.append(f"# HELP {worst} The latest any simulated step was delivered since start.\n"
+                   f"# TYPE {worst} gauge\n{worst}{{{labels}}} {sch.late_max}\n")
+        return "".join(out)
 
     # -- generation -------------------------------------------------------------------
     async def _json(self, request: Request) -> dict | Response:
@@ -439,7 +458,7 @@ class App:
             held = self._held(key, r)
 
             def sse(obj: dict) -> bytes:
-                return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+                return b"data: " + _compact(obj).encode() + b"\n\n"
 
             def chat_chunk(delta: dict, finish=None, with_usage=False) -> bytes:
                 """0.5.23's msgspec chunk (openai/sse_utils.py build_sse_content): StreamChunk
