@@ -204,12 +204,12 @@ def test_a_home_relative_dataset_is_read_by_the_loader_as_checked(runs):
     assert [x.text for x in prompts] == ["hello there", "hello there"]
 
 
-def test_context_mismatch_writes_review_but_no_plan(runs):
+def test_context_mismatch_writes_nothing(runs):
+    """An invalid compile leaves no run dir behind: its errors are on stderr, one line each."""
     code, out, err, run_dir = runs["context_mismatch"]
-    assert (run_dir / "review.md").exists()
-    text = (run_dir / "review.md").read_text()
-    assert "INVALID" in text and "CONTEXT_DRAFT_SHORTER" in text
-    assert not (run_dir / "plan.json").exists()
+    assert code == 2
+    assert "error CONTEXT_DRAFT_SHORTER at" in err and "nothing written" in err
+    assert not run_dir.exists()
 
 
 def test_valid_sweep_writes_the_run_dir(runs):

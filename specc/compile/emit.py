@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+import os
 import shlex
 from collections import Counter
 from collections.abc import Iterator
@@ -516,20 +517,48 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
                             _fmt_s(p.estimate_s), _fmt_s(p.budget_s)] for p in r.phases],
                           headers=[f"phase ({plan.servers[0].id})", "begins at log line", "estimate",
                                    "budget"], tablefmt="github"))
-    lines += ["", "## Model facts", ""]
-    frows = []
-    for which, f in plan.facts.items():
-        if not f:
-            continue
-        for k, v in f["values"].items():
-            frows.append([which, k, v, f["sources"].get(k, "")])
-        frows.append([which, "derived context length", f["derived_context_length"],
-                      "first context key x rope factor"])
-    lines.append(_table(frows, headers=["model", "fact", "value", "source"]))
+    lines += ["", "## Model facts", ""] + facts_section(plan.facts)
     est = plan.estimates
     lines += ["", "## Estimated wall time", "",
               f"{_fmt_s(est.get('wall_s'))} ({est.get('note', '')})", ""]
     return "\n".join(lines)
+
+
+def _fact_source(source: str) -> str:
+    """A fact's source as the review says it: the file it was read from, or the config group."""
+    if source.startswith("conf:"):
+        return "config group"
+    file, _, part = source.partition(":")
+    folder, name = os.path.split(file)
+    return f"{name} at {folder}" + (f" ({part})" if part else "")
+
+
+def facts_section(facts: dict) -> list[str]:
+    """The target's and the draft's facts side by side, each with where it came from."""
+    models = [(which, f) for which, f in facts.items() if f]
+    lines = []
+    for which, f in models:
+        where = ("hub id: not checked, specc reads no files for it"
+                 if f.get("location") == "hub" else "local: its config.json read")
+        lines.append(f"- {which}: `{f['path']}` ({where})")
+        if f.get("dropped_facts_for"):
+            lines.append(f"  - the config group's facts describe `{f['dropped_facts_for']}`: "
+                         "none of them is used")
+    keys = list(dict.fromkeys(k for _, f in models for k in f["values"]))
+    rows = []
+    for key in keys + ["derived context length"]:
+        row = [key]
+        for _, f in models:
+            if key == "derived context length":
+                value = f["derived_context_length"]
+                row += ["-" if value is None else value, "context keys x rope scaling"]
+            elif key in f["values"]:
+                row += [f["values"][key], _fact_source(f["sources"].get(key, ""))]
+            else:
+                row += ["-", "not known"]
+        rows.append(row)
+    headers = ["fact"] + [h for which, _ in models for h in (which, "source")]
+    return lines + ["", _table(rows, headers=headers)]
 
 
 def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
