@@ -324,7 +324,7 @@ def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     if note:
         yield warning("ENGINE_VERSION_UNVERIFIED", "engine.version", note,
                       f"use engine.version={engine.pinned_version}, or check the launch commands "
-                      f"on the node with `inv doctor --plan PATH`")
+                      f"on the node with `specc doctor --plan PATH`")
 
 
 def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:

@@ -525,21 +525,25 @@ def config_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def did_you_mean(word: str, choices) -> str | None:
+def did_you_mean(word: str, choices, cutoff: float = 0.75) -> str | None:
     """The choice closest to a mistyped `word` (a key, a config option), None if none is close."""
     import difflib
 
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
     return found[0] if found else None
 
 
 def unknown_key_hint(key: str) -> str | None:
-    """"did you mean KEY?" for a dotted key no config has, None if no key is close: a sibling
-    of the same section first, else any key."""
-    parent, _, _ = key.rpartition(".")
+    """"did you mean KEY?" for a dotted key no config has, None if no key is close: in a known
+    section, the closest of its keys by name; else the closest whole key (a mistyped
+    section)."""
+    parent, _, name = key.rpartition(".")
     keys = config_keys()
-    siblings = [k for k in keys if k.rpartition(".")[0] == parent]
-    close = did_you_mean(key, siblings) or did_you_mean(key, keys)
+    if parent == "" or parent in keys:
+        siblings = {k.rpartition(".")[2]: k for k in keys if k.rpartition(".")[0] == parent}
+        close = siblings.get(did_you_mean(name, siblings) or "")
+    else:
+        close = did_you_mean(key, keys, cutoff=0.85)
     return f"did you mean {close}?" if close and close != key else None
 
 
