@@ -255,6 +255,18 @@ def kv_bytes_per_token(facts: dict, *, tp: int, kv_cache_dtype: str | None = Non
     return 2 * kv_per_gpu * head_dim * layers * width
 
 
+def defaulted(values: dict) -> dict[str, tuple[int, str]]:
+    """Facts a config.json may leave out, as the engines (and kv_bytes_per_token) take them
+    then: key -> (value, the rule), for the review's facts table."""
+    out = {}
+    heads, hidden = values.get("num_attention_heads"), values.get("hidden_size")
+    if values.get("num_key_value_heads") is None and heads:
+        out["num_key_value_heads"] = (heads, "num_attention_heads")
+    if values.get("head_dim") is None and heads and hidden and not values.get("kv_lora_rank"):
+        out["head_dim"] = (hidden // heads, "hidden_size / num_attention_heads")
+    return out
+
+
 def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
     """(config, file, total weight GB from the safetensors index) for a model directory
     (or a config.json file itself); None if there is none or it is unusable. Shared with

@@ -15,8 +15,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from specc.compile import columns
-from specc.compile.markdown import seconds as _fmt_s, table as _table
+from specc.compile.markdown import one_line, seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
+from specc.facts import defaulted
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, Clean, referenced, untouched
 from specc.plan import BenchParams, Benchmark, Params, Plan, Record
@@ -540,22 +541,28 @@ def facts_section(facts: dict) -> list[str]:
     for which, f in models:
         where = ("hub id: not checked, specc reads no files for it"
                  if f.get("location") == "hub" else "local: its config.json read")
-        lines.append(f"- {which}: `{f['path']}` ({where})")
+        lines.append(f"- {which}: `{one_line(f['path'])}` ({where})")
         if f.get("dropped_facts_for"):
-            lines.append(f"  - the config group's facts describe `{f['dropped_facts_for']}`: "
-                         "none of them is used")
-    keys = list(dict.fromkeys(k for _, f in models for k in f["values"]))
+            lines.append(f"  - the config group's facts describe "
+                         f"`{one_line(f['dropped_facts_for'])}`: none of them is used")
+    defaults = [defaulted(f["values"]) for _, f in models]
+    keys = list(dict.fromkeys([k for _, f in models for k in f["values"]]
+                              + [k for d in defaults for k in d]))
     rows = []
     for key in keys + ["derived context length"]:
         row = [key]
-        for _, f in models:
+        for (_, f), default in zip(models, defaults):
             if key == "derived context length":
                 value = f["derived_context_length"]
                 row += ["-" if value is None else value, "context keys x rope scaling"]
             elif key in f["values"]:
-                row += [f["values"][key], _fact_source(f["sources"].get(key, ""))]
+                value = f["values"][key]
+                row += [json.dumps(value) if isinstance(value, (dict, list)) else value,
+                        _fact_source(f["sources"].get(key, ""))]
+            elif key in default:
+                row += [default[key][0], f"default: {default[key][1]}"]
             else:
-                row += ["-", "not known"]
+                row += ["-", "not given"]
         rows.append(row)
     headers = ["fact"] + [h for which, _ in models for h in (which, "source")]
     return lines + ["", _table(rows, headers=headers)]
