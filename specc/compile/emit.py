@@ -529,9 +529,10 @@ def _fact_source(source: str) -> str:
     """A fact's source as the review says it: the file it was read from, or the config group."""
     if source.startswith("conf:"):
         return "config group"
-    file, _, part = source.partition(":")
+    part = ":text_config"   # facts.resolve: a multimodal wrapper's text model
+    file = source[:-len(part)] if source.endswith(part) else source
     folder, name = os.path.split(file)
-    return f"{name} at {folder}" + (f" ({part})" if part else "")
+    return f"{name} at {folder}" + (" (text_config)" if file != source else "")
 
 
 def facts_section(facts: dict) -> list[str]:

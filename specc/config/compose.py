@@ -26,7 +26,6 @@ def _hydra_error_line(exc: BaseException, argv=()) -> str:
     if isinstance(exc, MissingConfigException):
         missing = exc.missing_cfg_file or ""
         group, _, option = missing.rpartition("/")
-        options = ", ".join(exc.options or []) if exc.options else ""
         if group:
             return unknown_option_line(group, option, exc.options or [])
         return f"error CONFIG_UNKNOWN_GROUP at {missing}: {str(exc).splitlines()[0]}"
