@@ -1,4 +1,5 @@
-"""Model facts: read from the model's own config.json when it is readable, else from conf.
+"""Model facts: read from the model's own config.json when it is readable, else from the
+facts a config group wrote for that model (`facts_for`: never another model's).
 
 Each fact carries its source, so the plan can say where every number came from.
 A model's files are untrusted input: only regular files of bounded size are
