@@ -30,6 +30,8 @@ def _job(config: dict, run_dir: Path, hydra_info: dict) -> int:
 
     result = compile_config(config)
     config = result.config   # secrets replaced by references: nothing below may echo one
+    if not result.ok and not hydra_info.get("multirun"):
+        return _invalid(result, run_dir, "nothing written")
     try:   # held from compile to the end of execution: no other job or executor writes here
         with rundir.locked(run_dir, hand_down=True):
             if hydra_info.get("multirun"):
@@ -55,13 +57,8 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
                          params=result.params)
     gc.freeze()   # what the compile made lives as long as the run: later scans skip it
     gc.enable()
-    if not result.ok:
-        for d in result.diagnostics:
-            if d.severity == "error":
-                print(d.line(), file=sys.stderr)
-        print(f"invalid: {sum(d.severity == 'error' for d in result.diagnostics)} error(s); "
-              f"review: {run_dir / 'review.md'}", file=sys.stderr)
-        return exits.INVALID
+    if not result.ok:   # a multirun's job: the sweep's combined review names it invalid
+        return _invalid(result, None, f"review: {run_dir / 'review.md'}")
     if not hydra_info.get("multirun"):
         print(text)
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
@@ -75,6 +72,21 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
 
         return execute_plan(result.plan, run_dir)
     return exits.OK
+
+
+def _invalid(result, run_dir: Path | None, written: str) -> int:
+    """An invalid compile: its errors, one line each, and the run dir Hydra made for it
+    removed (`run_dir`; a single run writes nothing: docs/run-dir.md)."""
+    for d in result.diagnostics:
+        if d.severity == "error":
+            print(d.line(), file=sys.stderr)
+    if run_dir is not None:
+        from specc.config.compose import discard_new_run_dir
+
+        discard_new_run_dir(run_dir)
+    print(f"invalid: {sum(d.severity == 'error' for d in result.diagnostics)} error(s); "
+          f"{written}", file=sys.stderr)
+    return exits.INVALID
 
 
 def _combine(sweep_dir, run_dirs):

@@ -16,9 +16,11 @@ class Diagnostic:
     hint: str = ""
 
     def line(self) -> str:
-        """One line for the terminal: `error SPEC_X at speculation.topk: message (fix: hint)`."""
+        """One line for the terminal: `error SPEC_X at speculation.topk: message (fix: hint)`
+        (a line break inside a value, e.g. a path, written as \\n)."""
         text = f"{self.severity} {self.code} at {self.path or '<root>'}: {self.message}"
-        return f"{text} (fix: {self.hint})" if self.hint else text
+        text = f"{text} (fix: {self.hint})" if self.hint else text
+        return text.replace("\r", "\\r").replace("\n", "\\n")
 
     def to_json(self) -> dict:
         return asdict(self)

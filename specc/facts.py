@@ -1,4 +1,5 @@
-"""Model facts: read from the model's own config.json when it is readable, else from conf.
+"""Model facts: read from the model's own config.json when it is readable, else from the
+facts a config group wrote for that model (`facts_for`: never another model's).
 
 Each fact carries its source, so the plan can say where every number came from.
 A model's files are untrusted input: only regular files of bounded size are
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -31,6 +33,36 @@ MAX_ROPE_FACTOR = 1e6
 MAX_FILE_BYTES = 64 * 2**20
 
 
+#: A Hugging Face hub id as huggingface_hub's validate_repo_id accepts it: `name` or
+#: `org/name`, word characters, '-' and '.', at most 96 per part.
+_HUB_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
+
+
+def is_hub_id(path: str) -> bool:
+    """A model `path` the engine fetches from the hub: shaped as a hub id and not an existing
+    local path (the engines try the local path first, as specc does)."""
+    if os.path.lexists(os.path.expanduser(path)):
+        return False
+    return bool(_HUB_ID.match(path)) and ".." not in path and "--" not in path \
+        and not path.endswith(".git")
+
+
+def path_problem(path: str) -> str | None:
+    """Why a local model `path` cannot be served (None: it can, or it is a hub id): it does not
+    exist, or it holds no config.json. A hub id is not checked (specc fetches nothing)."""
+    if is_hub_id(path):
+        return None
+    p = Path(os.path.expanduser(path))
+    if not os.path.lexists(p):
+        return f"{path} does not exist"
+    if p.is_dir():
+        return None if os.path.lexists(p / "config.json") else \
+            f"{path} holds no config.json (not a model directory)"
+    if p.name == "config.json":
+        return None
+    return f"{path} is a file, not a model directory with a config.json"
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     """What specc knows about one model, where each value came from, and what was wrong."""
@@ -42,6 +74,13 @@ class ModelFacts:
     context_length: int | None = None
     #: (fact key or "" for the whole file, one line naming the file and the field).
     problems: tuple[tuple[str, str], ...] = ()
+    #: "local" (a directory whose config.json was read) or "hub" (a hub id: not checked).
+    location: str = "local"
+    #: Why `path` cannot be served (MODEL_PATH), None if it can.
+    path_problem: str | None = None
+    #: The path the config group's facts describe, when they were dropped because `path` is
+    #: another model's (facts_for); None when they were used or there were none.
+    dropped_facts_for: str | None = None
 
     def get(self, key, default=None):
         return self.values.get(key, default)
@@ -51,8 +90,11 @@ class ModelFacts:
         return self.values.get("architecture")
 
     def to_json(self) -> dict:
-        return {"path": self.path, "values": self.values, "sources": self.sources,
-                "derived_context_length": self.context_length}
+        out = {"path": self.path, "location": self.location, "values": self.values,
+               "sources": self.sources, "derived_context_length": self.context_length}
+        if self.dropped_facts_for is not None:
+            out["dropped_facts_for"] = self.dropped_facts_for
+        return out
 
 
 @dataclass(frozen=True)
@@ -214,6 +256,18 @@ def kv_bytes_per_token(facts: dict, *, tp: int, kv_cache_dtype: str | None = Non
     return 2 * kv_per_gpu * head_dim * layers * width
 
 
+def defaulted(values: dict) -> dict[str, tuple[int, str]]:
+    """Facts a config.json may leave out, as the engines (and kv_bytes_per_token) take them
+    then: key -> (value, the rule), for the review's facts table."""
+    out = {}
+    heads, hidden = values.get("num_attention_heads"), values.get("hidden_size")
+    if values.get("num_key_value_heads") is None and heads:
+        out["num_key_value_heads"] = (heads, "num_attention_heads")
+    if values.get("head_dim") is None and heads and hidden and not values.get("kv_lora_rank"):
+        out["head_dim"] = (hidden // heads, "hidden_size / num_attention_heads")
+    return out
+
+
 def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
     """(config, file, total weight GB from the safetensors index) for a model directory
     (or a config.json file itself); None if there is none or it is unusable. Shared with
@@ -224,14 +278,27 @@ def read_config_json(path: str) -> tuple[dict, str, float | None] | None:
     return found.raw, found.file, found.weight_gb
 
 
+def declared_facts(model_cfg: dict) -> tuple[dict, str | None]:
+    """(the config group's facts that describe this model's `path`, the `facts_for` of facts
+    dropped because they describe another model). A group's facts say which model they were
+    written for (`facts_for`); a path overridden to another model keeps none of them, so no
+    model is ever sized with another's weights or context (issue 27)."""
+    declared = dict(model_cfg.get("facts") or {})
+    written_for = model_cfg.get("facts_for")
+    if declared and written_for is not None and written_for != model_cfg["path"]:
+        return {}, written_for
+    return declared, None
+
+
 def resolve(model_cfg: dict, conf_path: str, derive_context=None) -> ModelFacts:
-    """Facts for one model: config.json at `path` wins over facts declared at `conf_path`.
+    """Facts for one model: config.json at `path` wins over facts declared at `conf_path`
+    (those only while `path` is the model they were written for: declared_facts).
 
     `derive_context(values) -> int` is the engine's rule for the context length
     (facts know no engine); without it the context length stays unknown.
     """
     path = model_cfg["path"]
-    declared = dict(model_cfg.get("facts") or {})
+    declared, dropped_for = declared_facts(model_cfg)
     values: dict = {}
     sources: dict = {}
     for key, value in declared.items():
@@ -272,5 +339,8 @@ def resolve(model_cfg: dict, conf_path: str, derive_context=None) -> ModelFacts:
     context = None
     if derive_context is not None and any(values.get(k) is not None for k in CONTEXT_KEYS):
         context = derive_context(values)
+    hub = is_hub_id(path)
     return ModelFacts(path=path, values=values, sources=sources, context_length=context,
-                      problems=tuple(dict.fromkeys(problems)))
+                      problems=tuple(dict.fromkeys(problems)), location="hub" if hub else "local",
+                      path_problem=None if hub else path_problem(path),
+                      dropped_facts_for=dropped_for)

@@ -825,7 +825,7 @@ class Search(Record):
     gpu: str | None = None
     #: Mean KV tokens per sequence while decoding (input_len + output_len / 2).
     context: float | None = None
-    #: The draft model's facts (the plan's `facts` are the first server's: the baseline).
+    #: The draft model's facts, as the tuner reads them.
     draft_facts: dict | None = None
     #: Latency SLO, e.g. {"p99_ttft_ms": 200}: the capacity at it is reported.
     slo: dict = field(default_factory=dict)

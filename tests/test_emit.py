@@ -133,13 +133,30 @@ python() { :; }
 '''
 
 
-def _hostile_plan(compose, value: str):
+_TARGET = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 131072,
+           "vocab_size": 128256, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "num_hidden_layers": 32}
+_DRAFT = {"architectures": ["LlamaForCausalLMEagle3"], "max_position_embeddings": 2048,
+          "vocab_size": 128256, "draft_vocab_size": 32000, "hidden_size": 4096}
+
+
+def _model_named(base: Path, name: str, config: dict) -> str:
+    """A model directory whose path ends in `name` (a model path must be one: MODEL_PATH)."""
+    d = Path(f"{base}/{name}")
+    os.makedirs(d, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    (d / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 16e9}}')
+    return f"{base}/{name}"
+
+
+def _hostile_plan(compose, value: str, base: Path):
     cfg = compose(LLAMA + ["baseline=true"])
-    path = "./" + value if value.startswith("-") else value   # '-x' as a path: SCHEMA_PATTERN
-    cfg["model_pair"]["target"]["path"] = path
+    models = base / "models"
+    cfg["model_pair"]["target"]["path"] = _model_named(models, "t-" + value, _TARGET)
     cfg["engine"]["extra_args"] = ["--served-model-name", value]
     cfg["engine"]["env"] = {"PLAIN_VAR": value}
-    cfg["sweep"] = {"model_pair.draft.path": [path, "draft-" + value]}
+    cfg["sweep"] = {"model_pair.draft.path": [_model_named(models, "d-" + value, _DRAFT),
+                                              _model_named(models, "draft-" + value, _DRAFT)]}
     result = compile_config(cfg)
     assert result.ok, [d.line() for d in result.diagnostics]
     return result.plan
@@ -172,7 +189,7 @@ def _expected(plan) -> list[list[str]]:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_values_round_trip_through_plan_sh(compose, tmp_path, value):
-    plan = _hostile_plan(compose, value)
+    plan = _hostile_plan(compose, value, tmp_path)
     assert _run_stubbed(plan, tmp_path) == _expected(plan)
     for s in plan.servers:
         assert value in s.argv
@@ -183,7 +200,7 @@ def test_hostile_values_round_trip_through_plan_sh(compose, tmp_path, value):
 @example(value="~0")   # a home dir of an unknown user: Path.expanduser raised
 @example(value="\n")    # a lone newline
 def test_any_value_round_trips_through_plan_sh(compose, tmp_path, value):
-    plan = _hostile_plan(compose, value)
+    plan = _hostile_plan(compose, value, tmp_path)
     assert _run_stubbed(plan, tmp_path) == _expected(plan)
 
 
@@ -218,9 +235,11 @@ def test_review_of_an_invalid_compile_lists_problems(compose):
     assert "**INVALID**: 1 error(s)" in text and "CONTEXT_DRAFT_SHORTER" in text
 
 
-def test_review_tables_keep_hostile_values_on_one_line(compose):
+def test_review_tables_keep_hostile_values_on_one_line(compose, tmp_path):
     cfg = compose(LLAMA + ["baseline=true"])
-    cfg["sweep"] = {"model_pair.draft.path": ["evil\n| injected | row |", "plain"]}
+    cfg["sweep"] = {"model_pair.draft.path": [
+        _model_named(tmp_path, "evil\n| injected | row |", _DRAFT),
+        _model_named(tmp_path, "plain", _DRAFT)]}
     result = compile_config(cfg)
     assert result.ok
     text = review(result.plan, result.diagnostics, title="t")
@@ -231,7 +250,10 @@ def test_review_tables_keep_hostile_values_on_one_line(compose):
 
 def test_one_baseline_serves_every_draft(compose):
     cfg = compose(LLAMA + ["baseline=true"])
-    cfg["sweep"] = {"model_pair.draft.path": ["draft-a", "draft-b"]}
+    # two hub drafts, each with the facts written for it
+    facts = cfg["model_pair"]["draft"]["facts"]
+    cfg["sweep"] = {"model_pair.draft": [{"path": p, "facts_for": p, "facts": facts}
+                                         for p in ("org/draft-a", "org/draft-b")]}
     plan = compile_config(cfg).plan
     baselines = [s for s in plan.servers if s.baseline]
     assert len(baselines) == 1 and len(plan.servers) == 3

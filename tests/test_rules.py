@@ -44,7 +44,7 @@ def codes(diags):
 
 
 def test_every_rule_is_covered_here():
-    covered = {"facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
+    covered = {"model_path", "facts_dropped", "facts_valid", "facts_present", "draft_context", "served_context", "spec_params_all_or_none",
                "spec_tokens_required", "spec_algorithm_knobs", "topk1_draft_tokens", "draft_tokens_limit",
                "draft_architecture", "draft_shapes", "topology", "readiness_probe",
                "readiness_budgets", "readiness_deadline", "memory_weights", "running_requests", "memory_kv",
@@ -78,13 +78,113 @@ def test_default_configs_pass_every_server_rule(compose):
 # --- facts_present --------------------------------------------------------------------
 
 def test_facts_missing(compose):
-    ov = LLAMA + ["model_pair.target.path=/nonexistent/model", "~model_pair.target.facts"]
+    ov = LLAMA + ["model_pair.target.path=org/unknown-model", "~model_pair.target.facts"]
     found = server_diags(compose, ov, rules.facts_present)
     paths = {d.path for d in found if d.code == "FACTS_MISSING"}
     assert "model_pair.target.facts.max_position_embeddings" in paths
     assert "model_pair.target.facts.weight_gb" in paths
-    assert all("/nonexistent/model/config.json" in d.message for d in found)
+    assert all("org/unknown-model is a hub id" in d.message for d in found)
+    assert all("declare model_pair.target.facts." in d.hint for d in found)
     assert server_diags(compose, LLAMA, rules.facts_present) == []
+
+
+# --- model_path ---------------------------------------------------------------------------
+
+def test_model_path_must_exist_and_hold_a_config_json(compose, tmp_path):
+    (d,) = server_diags(compose, LLAMA + ["model_pair.target.path=/nonexistent/model"],
+                        rules.model_path)
+    assert (d.code, d.severity, d.path) == ("MODEL_PATH", "error", "model_pair.target.path")
+    assert "/nonexistent/model does not exist" in d.message and "model directory" in d.hint
+    (tmp_path / "empty").mkdir()
+    (d,) = server_diags(compose, LLAMA + [f"model_pair.draft.path={tmp_path / 'empty'}"],
+                        rules.model_path)
+    assert d.path == "model_pair.draft.path" and "holds no config.json" in d.message
+    # only MODEL_PATH: the other rules would judge a model that is not there
+    assert codes(server_diags(compose, LLAMA + ["model_pair.target.path=/nonexistent/model"])) \
+        == {"MODEL_PATH"}
+    # a hub id is not checked (the engine fetches it); a model directory passes
+    assert server_diags(compose, LLAMA + ["model_pair.target.path=org/not-on-this-machine"],
+                        rules.model_path) == []
+    model = _model_dir(tmp_path, "llama", _LLAMA_CONFIG)
+    assert server_diags(compose, LLAMA + [f"model_pair.target.path={model}"],
+                        rules.model_path) == []
+    # the baseline loads no draft: a bad draft path is not its problem
+    assert server_diags(compose, LLAMA + ["speculation=none", "model_pair.draft.path=/nope"],
+                        rules.model_path) == []
+
+
+def test_model_path_exits_2_in_one_line_and_writes_nothing(run_specc, tmp_path):
+    for engine in ("sglang", "sim"):
+        code, out, err = run_specc(["+experiment=eagle3_sweep", f"engine={engine}",
+                                    "model_pair.target.path=/nonexistent"], tmp_path)
+        assert code == 2, err
+        (line,) = [l for l in (out + err).splitlines() if l.startswith("error ")]
+        assert line.startswith("error MODEL_PATH at model_pair.target.path: /nonexistent ")
+        assert "(fix: " in line
+        assert not (tmp_path / "run").exists()
+
+
+# --- facts_dropped ------------------------------------------------------------------------
+
+def test_facts_dropped_when_the_path_is_another_model(compose, tmp_path):
+    model = _model_dir(tmp_path, "llama", _LLAMA_CONFIG)
+    (d,) = server_diags(compose, KIMI + [f"model_pair.target.path={model}"], rules.facts_dropped)
+    assert (d.code, d.severity, d.path) == ("FACTS_DROPPED", "info", "model_pair.target.facts")
+    assert "moonshotai/Kimi-K2.5" in d.message and str(model) in d.message
+    assert server_diags(compose, KIMI, rules.facts_dropped) == []
+    # the missing weight size is asked of the new model, never taken from Kimi's
+    found = server_diags(compose, KIMI + [f"model_pair.target.path={model}"], rules.facts_present)
+    (missing,) = [m for m in found if m.path == "model_pair.target.facts.weight_gb"]
+    assert "describe moonshotai/Kimi-K2.5" in missing.message
+    assert "your own model pair" in missing.hint
+
+
+def test_facts_for_is_required_with_facts(compose):
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose(LLAMA + ["model_pair.target.facts_for=null"]))
+    (d,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert (d.code, d.path) == ("FACTS_FOR", "model_pair.target.facts_for")
+    assert "facts_for: meta-llama/Llama-3.1-8B-Instruct" in d.hint
+    assert compile_config(compose(LLAMA + ["model_pair.target.facts_for=null",
+                                           "~model_pair.target.facts",
+                                           "speculation=none"])).diagnostics[0].code != "FACTS_FOR"
+
+
+def test_a_llama_config_json_as_target_shows_no_kimi_fact(run_specc, tmp_path):
+    """Issue 27: a Llama-8B pair's config.json files under the Kimi experiment were sized
+    with Kimi's 554 GB and 1000 B parameters, merged silently into the review."""
+    import shutil
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parent / "drift" / "models"
+    target, draft = tmp_path / "llama", tmp_path / "eagle3"
+    shutil.copytree(models / "llama3.1-8b-instruct", target)
+    shutil.copytree(models / "eagle3-llama3.1-instruct-8b", draft)
+    (target / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 16_060_522_496}, "weight_map": {}}))
+    code, out, err = run_specc(["+experiment=eagle3_sweep", f"model_pair.target.path={target}",
+                                f"model_pair.draft.path={draft}", "model_pair.name=llama-local",
+                                "model_pair.context_length=2048"], tmp_path)
+    assert code == 0, err
+    review = (tmp_path / "run" / "review.md").read_text()
+    section = review[review.index("## Model facts"):]
+    # the Kimi pair is named only where the review says its facts are not used
+    said = [l for l in review.splitlines() if "moonshotai" in l or "AQ-MedAI" in l]
+    assert said and all("describe" in l and "none of them is used" in l for l in said), said
+    for kimi in ("554", "1000", "DeepseekV3", "163840", "7168", "262144", "total_params_b",
+                 "kv_lora_rank"):
+        assert kimi not in review, kimi
+    assert "FACTS_DROPPED at model_pair.target.facts" in review
+    assert "FACTS_DROPPED at model_pair.draft.facts" in review
+    # target and draft side by side, each fact with its file
+    header = next(l for l in section.splitlines() if l.startswith("| fact"))
+    assert [c.strip() for c in header.strip("|").split("|")] == \
+        ["fact", "target", "source", "draft", "source"]
+    row = next(l for l in section.splitlines() if l.startswith("| max_position_embeddings"))
+    assert "131072" in row and "2048" in row
+    assert f"config.json at {target}" in row and f"config.json at {draft}" in row
+    assert f"model.safetensors.index.json at {target}" in section
 
 
 def test_facts_missing_draft_model(compose):
@@ -416,6 +516,11 @@ def test_client_rules_read_each_dataset_once_and_still_judge_every_point(compose
 
 # --- model facts from config.json ------------------------------------------------------
 
+_LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096,
+                 "vocab_size": 128256, "hidden_size": 4096, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "num_hidden_layers": 32}
+
+
 def _model_dir(tmp_path, name, cfg, index_bytes=None):
     d = tmp_path / name
     d.mkdir()
@@ -441,8 +546,21 @@ def test_config_json_wins_and_is_the_recorded_source(compose, tmp_path):
     assert facts["sources"]["max_position_embeddings"] == str(target / "config.json")
     assert facts["sources"]["architecture"] == str(target / "config.json")
     assert facts["sources"]["weight_gb"] == str(target / "model.safetensors.index.json")
-    # a key only the conf declares is still taken from conf, and says so
-    assert facts["sources"]["active_params_b"].startswith("conf:")
+    # the config group's facts describe the group's model, not this one: none is taken
+    assert "active_params_b" not in facts["values"]
+    assert not [s for s in facts["sources"].values() if s.startswith("conf:")]
+    assert facts["dropped_facts_for"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_config_json_wins_over_the_facts_written_for_it(tmp_path):
+    """A config group's facts for this very path: the file wins; what it lacks, the group says."""
+    d = _model_dir(tmp_path, "llama", _LLAMA_CONFIG)
+    f = facts_mod.resolve({"path": str(d), "facts_for": str(d),
+                           "facts": {"max_position_embeddings": 1, "active_params_b": 8}},
+                          "model_pair.target", derived_context_length)
+    assert f.get("max_position_embeddings") == 4096 and f.get("active_params_b") == 8
+    assert f.sources["active_params_b"] == "conf:model_pair.target.facts.active_params_b"
+    assert f.location == "local" and f.path_problem is None and f.dropped_facts_for is None
 
 
 def test_config_json_text_config_of_a_multimodal_wrapper(tmp_path):
@@ -462,11 +580,12 @@ def test_config_json_text_config_of_a_multimodal_wrapper(tmp_path):
     assert f.sources["vocab_size"] == f"{d / 'config.json'}:text_config"
 
 
-def test_no_config_json_falls_back_to_conf(tmp_path):
-    f = facts_mod.resolve({"path": str(tmp_path / "hub-id-or-empty"),
+def test_a_hub_id_takes_the_facts_written_for_it():
+    f = facts_mod.resolve({"path": "org/draft", "facts_for": "org/draft",
                            "facts": {"max_position_embeddings": 1024}},
                           "model_pair.draft", derived_context_length)
     assert f.context_length == 1024 and f.problems == ()
+    assert (f.location, f.path_problem) == ("hub", None)
     assert f.sources["max_position_embeddings"] == "conf:model_pair.draft.facts.max_position_embeddings"
 
 

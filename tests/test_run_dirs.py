@@ -6,7 +6,6 @@ inside its run dir; a refused experiment name keeps its review under outputs/.""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -75,7 +74,7 @@ def test_a_plan_naming_a_path_outside_its_run_dir_is_refused(tmp_path, edit, wor
     assert "Traceback" not in err
 
 
-def test_a_refused_experiment_name_keeps_the_review_under_outputs(tmp_path):
+def test_a_refused_experiment_name_writes_nothing_anywhere(tmp_path):
     conf = tmp_path / "conf" / "experiment"
     conf.mkdir(parents=True)
     text = (REPO / "conf" / "experiment" / "eagle3_sweep.yaml").read_text()
@@ -85,7 +84,7 @@ def test_a_refused_experiment_name_keeps_the_review_under_outputs(tmp_path):
     cwd.mkdir()
     code, out, err = specc("--config-dir", tmp_path / "conf", "+experiment=bad", "engine=sim",
                            cwd=cwd)
-    assert code == 2 and "experiment" in err, err
-    reviews = list(tmp_path.rglob("review.md"))
-    assert reviews and all(cwd / "outputs" in r.parents for r in reviews), reviews
-    shutil.rmtree(cwd / "outputs")
+    assert code == 2 and "experiment" in err and "nothing written" in err, err
+    assert not list(tmp_path.parent.glob("escaped*")) and not list(tmp_path.rglob("escaped*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "work"]
+    assert list(cwd.iterdir()) == []   # Hydra's run dir and the folders it made, removed

@@ -246,13 +246,20 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
         benchmarks=benchmarks, diagnostics=tuple(d.to_json() for d in diags),
         dropped=matrix.dropped,
         engine_info=engine.info(),
-        facts={"target": first.target.to_json(),
-               "draft": first.draft.to_json() if first.draft else None},
+        facts=_facts(first, matrix.servers),
         estimates={"servers_s": estimates,
                    "wall_s": estimate.wall_seconds((s.wave, estimates[s.id]) for s in plan_servers),
                    "note": estimate.note(first)},
         fail_fast=bool(cfg.get("fail_fast")))
     return plan, diags, params
+
+
+def _facts(first, servers) -> dict:
+    """The model facts the plan states: the first server's target, and the draft of the first
+    server that loads one (the first server is the baseline, which loads none)."""
+    draft = next((e.spec.draft for e in servers if e.spec.uses_draft_model and e.spec.draft),
+                 None)
+    return {"target": first.target.to_json(), "draft": draft.to_json() if draft else None}
 
 
 def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:

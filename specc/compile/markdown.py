@@ -5,11 +5,16 @@ from __future__ import annotations
 from tabulate import tabulate
 
 
+def one_line(text: str) -> str:
+    """A value as text that cannot break a line or a table (newlines, pipes in values)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r") \
+        .replace("|", "\\|")
+
+
 def table(rows, headers) -> str:
     """A GitHub table whose cells cannot break the layout (newlines, pipes in values)."""
     def cell(x):
-        return str(x).replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|") \
-            if isinstance(x, str) else x
+        return one_line(x) if isinstance(x, str) else x
     return tabulate([[cell(x) for x in r] for r in rows], headers=headers, tablefmt="github")
 
 

@@ -156,7 +156,18 @@ def baseline_of(sections: dict) -> dict:
 
 
 def server_key(sections: dict) -> str:
-    return canonical({k: sections[k] for k in SERVER_SECTIONS if k != "readiness"})
+    return canonical({k: _without_facts_for(sections[k]) if k == "model_pair" else sections[k]
+                      for k in SERVER_SECTIONS if k != "readiness"})
+
+
+def _without_facts_for(pair):
+    """The model pair less each model's `facts_for` (which model its facts describe): it
+    changes nothing a server runs, and server ids stay what they were before it existed
+    (run dirs resume, compare matches)."""
+    if not isinstance(pair, dict):
+        return pair
+    return {k: {f: v for f, v in m.items() if f != "facts_for"}
+            if k in ("target", "draft") and isinstance(m, dict) else m for k, m in pair.items()}
 
 
 def _num_prompts(bench: dict) -> int:

@@ -81,6 +81,8 @@ def compile_config(config: dict) -> Compilation:
     """
     config, _, problems = secrets.scrub_config(config)
     diags = _secret_diagnostics(config, problems) + schema.validate(config)
+    if not has_errors(diags):
+        diags += schema.facts_for_missing(config)
     if has_errors(diags):
         return Compilation(config, None, diags)
     config = schema.with_defaults(schema.resolve_paths(config))

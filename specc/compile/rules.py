@@ -31,6 +31,45 @@ def _fact_path(which: str, key: str) -> str:
     return f"model_pair.{which}.facts.{key}"
 
 
+def _models(spec: ServerSpec):
+    """(which, facts) of the models this server loads."""
+    yield "target", spec.target
+    if spec.uses_draft_model and spec.draft is not None:
+        yield "draft", spec.draft
+
+
+def model_path(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """A local model path exists and holds a config.json (the engine would fail minutes into
+    a launch otherwise, and specc would size the server from no model at all); a hub id is
+    not checked (specc fetches nothing; the review says so)."""
+    for which, facts in _models(spec):
+        if facts.path_problem:
+            yield error("MODEL_PATH", f"model_pair.{which}.path", facts.path_problem,
+                        f"point model_pair.{which}.path at a model directory (the one holding "
+                        "its config.json), or give a hub id such as org/name")
+
+
+def facts_dropped(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
+    """A config group's facts describe the model they were written for (facts_for): when the
+    path is another model, they are left out, and said so."""
+    for which, facts in _models(spec):
+        if facts.dropped_facts_for is not None:
+            yield info("FACTS_DROPPED", f"model_pair.{which}.facts",
+                       f"model_pair.{which}.facts describe {facts.dropped_facts_for}, not "
+                       f"{facts.path}: none of them is used",
+                       "facts come from the path's own config.json; to state facts for it, "
+                       "write your own model pair (docs/your-models.md)")
+
+
+def _facts_hint(which: str, key: str, facts) -> str:
+    if facts.dropped_facts_for is not None:
+        return (f"write your own model pair for {facts.path} stating {key} in its facts "
+                "(docs/your-models.md)")
+    source = ("model.safetensors.index.json" if key == "weight_gb" else "config.json")
+    local = f"add it to {facts.path}/{source}, or " if facts.location == "local" else ""
+    return f"{local}declare model_pair.{which}.facts.{key} (docs/your-models.md)"
+
+
 def facts_present(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """Every fact a later rule needs is known, from config.json or conf."""
     if spec.uses_draft_model and spec.draft is None:
@@ -42,18 +81,21 @@ def facts_present(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         models.append(("draft", spec.draft, _REQUIRED_DRAFT))
     for which, facts, keys in models:
         invalid = {key for key, _ in facts.problems}   # reported once, by facts_valid
-        if "" in invalid:
+        if "" in invalid or facts.path_problem:       # or by model_path
             continue
-        where = f"{facts.path}/config.json is not readable"
+        where = (f"not in {facts.path}/config.json" if facts.location == "local"
+                 else f"{facts.path} is a hub id, not read here")
+        if facts.dropped_facts_for is not None:
+            where += f"; the config group's facts describe {facts.dropped_facts_for}"
         if facts.context_length is None and not invalid & set(CONTEXT_KEYS):
             yield error("FACTS_MISSING", _fact_path(which, "max_position_embeddings"),
                         f"the {which}'s context length is unknown ({where})",
-                        f"declare model_pair.{which}.facts.max_position_embeddings")
+                        _facts_hint(which, "max_position_embeddings", facts))
         for key in keys:
             if facts.get(key) is None and key not in invalid:
                 yield error("FACTS_MISSING", _fact_path(which, key),
                             f"the {which}'s {key} is unknown ({where})",
-                            f"declare model_pair.{which}.facts.{key}")
+                            _facts_hint(which, key, facts))
 
 
 def facts_valid(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -282,7 +324,7 @@ def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     if note:
         yield warning("ENGINE_VERSION_UNVERIFIED", "engine.version", note,
                       f"use engine.version={engine.pinned_version}, or check the launch commands "
-                      f"on the node with `inv doctor --plan PATH`")
+                      f"on the node with `specc doctor --plan PATH`")
 
 
 def readiness_probe(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -644,7 +686,7 @@ def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagn
                    "start from a warm prefix cache)")
 
 
-SERVER_RULES = (facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
+SERVER_RULES = (model_path, facts_dropped, facts_valid, facts_present, draft_context, served_context, spec_params_all_or_none,
                 spec_tokens_required, spec_algorithm_knobs, ngram_knobs, topk1_draft_tokens, draft_tokens_limit, engine_tree_knobs,
                 draft_architecture, draft_shapes, topology, engine_version, readiness_probe,
                 readiness_budgets, readiness_deadline, memory_weights)
@@ -689,6 +731,11 @@ CLIENT_RULE_READS = {
 
 
 def check_server(spec: ServerSpec, engine: Engine) -> list[Diagnostic]:
+    """Every server rule; only MODEL_PATH when a model cannot be found (the other rules
+    would judge a model that is not there)."""
+    missing = list(model_path(spec, engine))
+    if missing:
+        return missing
     return [d for rule in SERVER_RULES for d in rule(spec, engine)]
 
 

@@ -26,10 +26,8 @@ def _hydra_error_line(exc: BaseException, argv=()) -> str:
     if isinstance(exc, MissingConfigException):
         missing = exc.missing_cfg_file or ""
         group, _, option = missing.rpartition("/")
-        options = ", ".join(exc.options or []) if exc.options else ""
         if group:
-            return (f"error CONFIG_UNKNOWN_OPTION at {group}: no option '{option}'"
-                    + (f" (fix: use one of: {options})" if options else ""))
+            return unknown_option_line(group, option, exc.options or [])
         return f"error CONFIG_UNKNOWN_GROUP at {missing}: {str(exc).splitlines()[0]}"
     if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
         return (f"error NAME_TOO_LONG at hydra.run.dir: cannot create the run dir: "
@@ -57,14 +55,46 @@ def _hydra_error_line(exc: BaseException, argv=()) -> str:
             if key.startswith("engine.") and key.count(".") == 1 else None
         if other is not None:
             return other.line()
-        return (f"error CONFIG_UNKNOWN_KEY at {key}: no such config key "
-                f"(fix: check the spelling, or `+{key}=...` to add a new key)")
+        return (f"error CONFIG_UNKNOWN_KEY at {key}: no such config key (fix: "
+                f"{schema.unknown_key_hint(key) or 'check the spelling: `specc --cfg job` shows every key'})")
     if "Could not find" in msg or "Could not load" in msg:
         group = msg.split("'")[1] if "'" in msg else "?"
         return f"error CONFIG_UNKNOWN_GROUP at {group}: {msg} (fix: list groups with --help)"
     if any(s in msg for s in ("while scanning", "while parsing", "mapping values", "yaml")):
         return f"error CONFIG_YAML at <yaml>: {msg} (fix: correct the YAML syntax)"
     return f"error CONFIG_INVALID at <overrides>: {msg or type(exc).__name__}"
+
+
+#: What Hydra writes into a run dir before the job runs (hydra.output_subdir=.hydra).
+_HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}
+
+
+def discard_new_run_dir(run_dir: Path) -> None:
+    """Remove a run dir holding nothing but Hydra's saved config (made for this job), and
+    the folders above it that are left empty, up to the working directory. A run dir with
+    anything else in it (an earlier plan, a running executor's files) is left as it is."""
+    import shutil
+
+    hydra_dir = run_dir / ".hydra"
+    try:
+        if {p.name for p in run_dir.iterdir()} - {".hydra"} or (
+                hydra_dir.exists() and {p.name for p in hydra_dir.iterdir()} - _HYDRA_FILES):
+            return
+        shutil.rmtree(run_dir)
+        cwd, parent = Path.cwd().resolve(), run_dir.resolve().parent
+        while parent != cwd and cwd in parent.parents:
+            parent.rmdir()   # OSError once one holds anything
+            parent = parent.parent
+    except OSError:
+        pass
+
+
+def unknown_option_line(group: str, option: str, options) -> str:
+    """A config group option that does not exist: the closest one, and every one."""
+    options = list(options) or _available(group).split(", ")
+    close = schema.did_you_mean(option, options)
+    fix = (f"did you mean {close}? " if close else "") + f"options: {', '.join(options)}"
+    return f"error CONFIG_UNKNOWN_OPTION at {group}: no option '{option}' (fix: {fix})"
 
 
 def _scrub_saved_configs(files, values) -> None:
@@ -300,6 +330,8 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
             _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
             print(secrets.redact(f"error CONFIG_INTERPOLATION at <config>: "
                                  f"{' '.join(str(exc).split())}", seen), file=sys.stderr)
+            if str(hc.mode) != "RunMode.MULTIRUN":
+                discard_new_run_dir(run_dir)
             codes.append(2)
             return 2
         plain.pop("hydra", None)
@@ -340,9 +372,6 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
         return 2
     except Exception as exc:
         line = _hydra_error_line(exc, argv)
-        if "CONFIG_UNKNOWN_OPTION" in line and "use one of" not in line:
-            group = line.split(" at ")[1].split(":")[0]
-            line += f" (fix: use one of: {_available(group)})"
         print(secrets.redact(line, seen), file=sys.stderr)
         return 2
     finally:

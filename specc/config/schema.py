@@ -73,6 +73,8 @@ _FACTS = _obj({
 _MODEL = _obj({
     "path": _ARG_PATH,
     "trust_remote_code": _BOOL,
+    # the model path `facts` were written for: they apply only while `path` is that model
+    "facts_for": _nullable(_ARG_PATH),
     "facts": _FACTS,
 }, required=("path",))
 
@@ -390,7 +392,8 @@ def _diagnostics(err) -> list[Diagnostic]:
             found = None
             if path == "engine":
                 found = other_engine_key(err.instance.get("name"), key, where, err.instance.get(key))
-            out.append(found or error(code, where, "unknown key", _hint(err)))
+            out.append(found or error(code, where, "unknown key",
+                                      unknown_key_hint(where) or _hint(err)))
         return out
     message, hint = err.message, _hint(err)
     if path in _OWN_WORDS and err.validator in ("minimum", "exclusiveMinimum"):
@@ -507,6 +510,61 @@ def validate_value(path: str, value) -> str | None:
     return errs[0].message if errs else None
 
 
+def _keys_under(node: dict, prefix: str):
+    for key, sub in (node.get("properties") or {}).items():
+        path = f"{prefix}{key}"
+        yield path
+        for part in [sub] + list(sub.get("anyOf") or ()):   # a nullable section
+            if isinstance(part, dict) and part.get("type") == "object":
+                yield from _keys_under(part, path + ".")
+
+
+@lru_cache(maxsize=1)
+def config_keys() -> tuple[str, ...]:
+    """Every dotted key a config may set (the schema's, each engine's own included)."""
+    keys = list(_keys_under(SCHEMA, ""))
+    for engine in ENGINE_SCHEMAS.values():
+        keys += _keys_under(engine, "engine.")
+    return tuple(dict.fromkeys(keys))
+
+
+def did_you_mean(word: str, choices, cutoff: float = 0.75) -> str | None:
+    """The choice closest to a mistyped `word` (a key, a config option), None if none is close."""
+    import difflib
+
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def unknown_key_hint(key: str) -> str | None:
+    """"did you mean KEY?" for a dotted key no config has, None if no key is close: in a known
+    section, the closest of its keys by name; else the closest whole key (a mistyped
+    section)."""
+    parent, _, name = key.rpartition(".")
+    keys = config_keys()
+    if parent == "" or parent in keys:
+        siblings = {k.rpartition(".")[2]: k for k in keys if k.rpartition(".")[0] == parent}
+        close = siblings.get(did_you_mean(name, siblings) or "")
+    else:
+        close = did_you_mean(key, keys, cutoff=0.85)
+    return f"did you mean {close}?" if close and close != key else None
+
+
+def facts_for_missing(config: dict) -> list[Diagnostic]:
+    """Facts written in a config group say which model they describe (`facts_for`): without
+    it, a path overridden to another model would be sized with these facts."""
+    pair = config.get("model_pair") if isinstance(config.get("model_pair"), dict) else {}
+    out = []
+    for which in ("target", "draft"):
+        model = pair.get(which)
+        if isinstance(model, dict) and model.get("facts") and model.get("facts_for") is None:
+            out.append(error("FACTS_FOR", f"model_pair.{which}.facts_for",
+                             f"model_pair.{which}.facts are given without the model they "
+                             "describe", f"add facts_for: {model.get('path')} next to them "
+                             "(the facts are used only while path is that model)"))
+    return out
+
+
 # --- defaults ----------------------------------------------------------------------------
 
 #: Sections whose keys a config may leave out, and the shipped option that says each key's
@@ -576,6 +634,8 @@ def _file_path(path):
 #: Paths read at compile time and again at run time (by the server, the load generator,
 #: plan.sh from the run dir): resolved once, here, so both read the same file.
 RESOLVED_PATHS = {"model_pair.target.path": _model_path, "model_pair.draft.path": _model_path,
+                  "model_pair.target.facts_for": _model_path,
+                  "model_pair.draft.facts_for": _model_path,
                   "benchmark.dataset_path": _file_path}
 
 

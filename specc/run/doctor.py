@@ -1,4 +1,4 @@
-"""Preflight (`inv doctor --plan PATH`): is the engine a plan targets the one installed where
+"""Preflight (`specc doctor --plan PATH`): is the engine a plan targets the one installed where
 its servers will run, and does that engine's own parser accept every launch command?
 
 For each engine program the plan launches, on this machine (run it where the
@@ -101,7 +101,7 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S,
     remote = sorted({s.host for s in plan.servers if connect_host(s.host) != "127.0.0.1"})
     for host in remote:
         out.append(error("DOCTOR_REMOTE_HOST", "hardware.host",
-                         f"servers run on {host}: run `inv doctor` there (specc checks this machine)",
+                         f"servers run on {host}: run `specc doctor` there (specc checks this machine)",
                          "run the doctor on the node that launches the servers"))
     groups: dict[str, list] = {}
     for s in plan.servers:

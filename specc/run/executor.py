@@ -79,7 +79,7 @@ class Executor:
         if note:
             self.progress.log(f"{server.id}: {note}")
         if problems:
-            return "; ".join(problems) + " (free them, or `inv down` a previous run)"
+            return "; ".join(problems) + " (free them, or `specc down` a previous run)"
         return None
 
     def _fail_points(self, server: Server, reason: str) -> None:
