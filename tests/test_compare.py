@@ -96,7 +96,8 @@ def test_a_rerun_flags_nothing(tmp_path):
 
 def test_a_worse_configuration_is_flagged_with_its_interval_and_name(tmp_path):
     a = _write_run(tmp_path / "a", seed=1)
-    b = _write_run(tmp_path / "b", seed=2, ids="y", slower={"EAGLE3 s1": 1.25})
+    # 1.6x the latency: throughput down 37.5%, beyond the default between-run floor
+    b = _write_run(tmp_path / "b", seed=2, ids="y", slower={"EAGLE3 s1": 1.6})
     p = _compare(a, b)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "regressed: EAGLE3 s1 @ c=1, EAGLE3 s1 @ c=4" in p.stdout
@@ -105,12 +106,12 @@ def test_a_worse_configuration_is_flagged_with_its_interval_and_name(tmp_path):
     assert not any(ln.startswith("baseline") and "REGRESSION" in ln
                    for ln in p.stdout.splitlines())
     # the same change under a threshold larger than it is not a regression
-    assert _compare(a, b, "--threshold", "0.5").returncode == 0
+    assert _compare(a, b, "--threshold", "0.7").returncode == 0
 
 
 def test_without_request_records_the_runs_own_intervals_are_compared(tmp_path):
     a = _write_run(tmp_path / "a", requests=False)
-    b = _write_run(tmp_path / "b", ids="y", requests=False, slower={"EAGLE3 s1": 1.25})
+    b = _write_run(tmp_path / "b", ids="y", requests=False, slower={"EAGLE3 s1": 1.6})
     p = _compare(a, b, "--json")
     assert p.returncode == 1
     pts = {r["point"]: r for r in json.loads(p.stdout)["comparisons"][0]["points"]}
@@ -284,7 +285,9 @@ def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines
             _as_the_executor_writes(r)
         text = next((runs[1] / "requests").iterdir()).read_text()
         assert columns._read_fast(text) is not None
-    got = compare.compare_runs(runs)["comparisons"][0]
+    # the fixed 5% threshold the golden file was written with (the verdict's default floor
+    # is docs/compare.md's measured one); this test is about the changes and intervals
+    got = compare.compare_runs(runs, threshold=0.05)["comparisons"][0]
     want = json.loads(GOLDEN.read_text())
     assert [p["point"] for p in got["points"]] == [p["point"] for p in want["points"]]
     assert got["missing"] == want["missing"] and got["regressed"] == want["regressed"]
@@ -294,8 +297,15 @@ def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines
             h = g["figures"][name]
             assert h["basis"] == f["basis"] and h["regression"] == f["regression"], (
                 g["point"], name)
-            for k in ("change", "lo", "hi"):
-                assert h[k] == pytest.approx(f[k], rel=1e-6, abs=1e-9), (g["point"], name, k)
+            # the change is a ratio of float64 sums: the same to 1e-6. The bounds are
+            # percentiles of float32 resamples (a BLAS product of float32 columns), whose
+            # last bits differ between numpy/OpenBLAS builds (numpy 2.4.6: 1.2e-7 apart):
+            # the same to 2e-6, some 16 float32 ulps of a ratio near 1 -- a wrong draw,
+            # seed or percentile rule moves them by 1e-3 and more
+            assert h["change"] == pytest.approx(f["change"], rel=1e-6, abs=1e-9), (
+                g["point"], name)
+            for k in ("lo", "hi"):
+                assert h[k] == pytest.approx(f[k], abs=2e-6), (g["point"], name, k)
 
 
 def test_the_fast_reader_reads_what_json_reads(tmp_path):

@@ -50,8 +50,10 @@ def test_history_shows_each_run_oldest_first_with_intervals(tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"indexed {new} (4 points)" in p.stdout
     listed = _history(db)["configs"]
-    assert sorted(c["label"] for c in listed) == ["EAGLE3 s1 @ c=1", "EAGLE3 s1 @ c=4",
-                                                 "baseline @ c=1", "baseline @ c=4"]
+    # each label carries its model pair (target + draft; the baseline has no draft)
+    assert sorted(c["label"] for c in listed) == [
+        "EAGLE3 s1 @ c=1 (t + d)", "EAGLE3 s1 @ c=4 (t + d)", "baseline @ c=1 (t)",
+        "baseline @ c=4 (t)"]
     assert all(c["runs"] == 2 for c in listed)
     h = _history(db, "--point", "EAGLE3 s1 @ c=4")
     assert h["metric"] == "output_throughput"

@@ -152,7 +152,8 @@ def test_a_bad_manifest_is_one_line_naming_file_and_field_and_exit_2(tmp_path, e
     assert read_manifest(d).to_json() == good   # what is written reads back
     bad = edit(good)
     path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
-    for args in (["report", str(d)], ["compare", str(FIX / "run_a"), str(d)]):
+    ref = Path(shutil.copytree(FIX / "run_a", tmp_path / "reference"))   # never the checkout's
+    for args in (["report", str(d)], ["compare", str(ref), str(d)]):
         res = subprocess.run([sys.executable, "-m", "specc", *args], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
