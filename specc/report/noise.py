@@ -26,20 +26,36 @@ DEFAULT_FLOOR = {"output_throughput": 0.25, "speedup": 0.25, "ttft": 1.5, "itl":
 DEFAULT_FROM = "default floor (docs/compare.md)"
 #: Earlier runs of a configuration needed before its own spread is the floor.
 MIN_RUNS = 3
-#: 95% of the differences of two draws from one normal: 1.96 * sqrt(2) standard deviations.
-SPREAD_Z = 1.959963984540054 * math.sqrt(2)
+#: A floor from history is never below this: earlier runs that agree to the last digit
+#: (a deterministic figure, a run indexed twice) say nothing of the next run's noise.
+MIN_FLOOR = 0.02
+#: Student's t, 97.5th percentile, by degrees of freedom (2..10); beyond, its expansion.
+_T975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228}
+_Z975 = 1.959963984540054
+
+
+def t975(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom."""
+    if df in _T975:
+        return _T975[df]
+    z = _Z975
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
 def spread_floor(values: list[float], higher_is_better: bool) -> float | None:
     """The worse-direction change that 95% of pairs of identical runs stay within, from
-    earlier runs' values of one figure (the standard deviation of their logs); None with
-    fewer than MIN_RUNS positive values."""
+    earlier runs' values of one figure: the difference of two runs' logs has standard
+    deviation sqrt(2) s (s: the standard deviation of the earlier runs' logs), bounded with
+    Student's t on n - 1 degrees of freedom -- a few runs say little about their spread,
+    so the floor is wide until there are more. None with fewer than MIN_RUNS positive
+    values."""
     logs = [math.log(v) for v in values if isinstance(v, (int, float)) and v > 0
             and math.isfinite(v)]
     if len(logs) < MIN_RUNS:
         return None
-    bound = SPREAD_Z * statistics.stdev(logs)
-    return 1 - math.exp(-bound) if higher_is_better else math.exp(bound) - 1
+    bound = t975(len(logs) - 1) * math.sqrt(2) * statistics.stdev(logs)
+    return max(MIN_FLOOR, 1 - math.exp(-bound) if higher_is_better else math.exp(bound) - 1)
 
 
 def history_values(db: Path | None, keys: list[str], exclude: list[Path],
