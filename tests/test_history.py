@@ -161,3 +161,36 @@ def test_a_simulator_run_adds_itself_and_a_broken_index_never_fails_a_run(guard,
     warn = [ln for ln in err.splitlines() if "results index" in ln]
     assert len(warn) == 1 and warn[0].startswith("warning: ") and "specc index" in warn[0]
     assert (tmp_path / "unindexed" / "report.md").is_file()
+
+
+def test_each_project_keeps_its_own_index_beside_its_run_dirs(tmp_path):
+    """Without $SPECC_INDEX, runs go into the index of the outputs/ folder that holds them,
+    and `specc history` reads the one of the project it is run in: two projects, two
+    histories; a folder with none says so."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECC_INDEX"}
+
+    def specc(*args, cwd=REPO):
+        return subprocess.run([PY, "-m", "specc", *map(str, args)], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    old, new = _two_runs(one / "outputs" / "t")
+    other = _write_run(two / "outputs" / "t" / "r", target="org/Llama-3.1-8B")
+    for run, project in ((old, one), (new, one), (other, two)):
+        p = specc("index", run)
+        assert p.returncode == 0 and f"index: {project / 'outputs' / 'specc-index.sqlite'}" in (
+            p.stdout), p.stdout + p.stderr
+    seen = {}
+    for project in (one, two, one / "outputs" / "t"):
+        p = specc("history", "--json", cwd=project)
+        assert p.returncode == 0, p.stderr
+        seen[project] = json.loads(p.stdout)
+    assert seen[one]["db"] == str(one / "outputs" / "specc-index.sqlite")
+    assert seen[one / "outputs" / "t"] == seen[one]   # from below, too
+    assert {c["runs"] for c in seen[one]["configs"]} == {2}
+    assert sorted(c["label"] for c in seen[two]["configs"]) == [
+        "EAGLE3 s1 @ c=1 (Llama-3.1-8B + d)", "EAGLE3 s1 @ c=4 (Llama-3.1-8B + d)",
+        "baseline @ c=1 (Llama-3.1-8B)", "baseline @ c=4 (Llama-3.1-8B)"]
+    (tmp_path / "three").mkdir()
+    p = specc("history", cwd=tmp_path / "three")
+    assert p.returncode == 2 and "no results index yet" in p.stderr, p.stderr

@@ -22,7 +22,7 @@ from pathlib import Path
 #: shared with other jobs, load 6-11, 3 runs as it was and 3 beside two `yes` loops; the
 #: largest change of any point between any two runs, rounded up with a margin). Numbers
 #: and how they were taken: docs/compare.md, "When a change is a regression".
-DEFAULT_FLOOR = {"output_throughput": 0.25, "speedup": 0.25, "ttft": 1.5, "itl": 0.5}
+DEFAULT_FLOOR = {"output_throughput": 0.20, "speedup": 0.20, "ttft": 3.0, "itl": 0.15}
 DEFAULT_FROM = "default floor (docs/compare.md)"
 #: Earlier runs of a configuration needed before its own spread is the floor.
 MIN_RUNS = 3
