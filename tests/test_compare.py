@@ -256,6 +256,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
 #: The flagship experiment on a smaller grid: the baseline and EAGLE3 s3 k1 d4 at
 #: concurrency 4, shorter outputs (the README's job runs 20 points of 128 tokens).
 FLAGSHIP = ["+experiment=eagle3_sweep", "engine=sim", "benchmark.output_len=64",
+            "engine.sim.time_scale=0.002",   # startup phases only: shorter loading
             "+sweep={speculation.num_steps:[3],speculation.topk:[1],"
             "speculation.num_draft_tokens:[4],benchmark.concurrency:[4]}"]
 
@@ -266,6 +267,7 @@ def _flagship(guard, run_dir: Path, *extra, env=None) -> subprocess.Popen:
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.timeout(600)   # two sweeps one after the other (150 s at load 8-14 on 2 cores)
 def test_on_the_simulator_a_rerun_beside_busy_loops_flags_nothing_and_a_worse_draft_is_flagged(
         guard, tmp_path):
     """The flagship experiment twice, identical: once with the machine as it is, once
