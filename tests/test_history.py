@@ -70,6 +70,7 @@ def test_history_shows_each_run_oldest_first_with_intervals(tmp_path):
     lines = table.splitlines()
     assert lines[0].startswith("EAGLE3 s1 @ c=4 (") and "oldest first" in lines[0]
     assert str(old) in lines[3] and str(new) in lines[4] and lines[3].count("[") == 1
+    assert h["floor"] is None   # two runs: too few for compare's between-run floor
 
 
 def test_indexing_again_replaces_a_run_and_rebuild_gives_the_same_answer(tmp_path):
@@ -108,8 +109,12 @@ def test_runs_indexed_at_once_all_get_in(tmp_path):
              for r in runs]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 5, outs
-    assert [r["run"] for r in _history(db, "--point", "baseline @ c=4")["runs"]] == list(
-        map(str, runs))
+    h = _history(db, "--point", "baseline @ c=4")
+    assert [r["run"] for r in h["runs"]] == list(map(str, runs))
+    # five runs of one configuration: the spread compare's verdict takes as its floor
+    assert 0.02 <= h["floor"] < 0.1
+    table = _specc("history", "--db", db, "--point", "baseline @ c=4").stdout
+    assert f"between-run noise floor: {100 * h['floor']:.1f}%" in table
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):

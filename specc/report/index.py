@@ -268,7 +268,20 @@ def history(db: Path, point: str = "", metric: str = "output_throughput") -> dic
                      "engine_release": _dig(m, "engine", "reported_release"),
                      "gpu": _dig(m, "gpu", "name"), "commit": _dig(m, "specc", "commit")})
     return {"db": str(db), "config": {"id": cid, "label": label, "key": json.loads(key)},
-            "metric": name, "runs": runs}
+            "metric": name, "runs": runs, "floor": _floor(name, runs)}
+
+
+def _floor(metric: str, runs: list[dict]) -> float | None:
+    """The between-run noise floor these runs give `specc compare` for a figure (the
+    spread of its ok values: noise.spread_floor); None for a metric compare does not
+    judge, or fewer than noise.MIN_RUNS runs."""
+    from specc.report import noise
+
+    higher = {m: h for h, m in FIGURES.values()}.get(metric)
+    if higher is None:
+        return None
+    return noise.spread_floor([r["value"] for r in runs if r["status"] == "ok"
+                               and r["value"] is not None], higher)
 
 
 def _dig(obj, *path):
@@ -294,6 +307,9 @@ def render_history(result: dict) -> str:
              else ("failed" if r["status"] != "ok" else "no interval"),
              r["engine_release"] or "-", r["gpu"] or "-"] for r in result["runs"]]
     c = result["config"]
+    floor = result.get("floor")
     return (f"{c['label']} ({c['id']}): {result['metric']}, oldest first\n"
             + tabulate(rows, headers=["finished", "run", "value", "95% interval",
-                                      "engine release", "GPU"], tablefmt="simple"))
+                                      "engine release", "GPU"], tablefmt="simple")
+            + ("" if floor is None else f"\nbetween-run noise floor: {100 * floor:.1f}% "
+               f"(specc compare flags a change of this figure only beyond it)"))
