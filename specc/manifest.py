@@ -75,6 +75,34 @@ class Launch(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class LoadRange(Record):
+    min: float
+    median: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess(Record):
+    pid: int
+    name: str
+    memory_mib: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MachineState(Record):
+    """The machine while the run measured (specc/run/machine.py samples it)."""
+    samples: int
+    cpus: int | None
+    #: The 1-minute load average over the samples; None where it cannot be read.
+    load_avg: LoadRange | None
+    #: Fraction of CPU time the hypervisor took (/proc/stat steal); None: not readable.
+    cpu_steal: float | None
+    #: Compute processes on the GPUs other than the run's servers; None: not readable
+    #: (no nvidia-smi: a machine without GPUs).
+    gpu_other_processes: tuple[GpuProcess, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest(Record):
     version: int
     experiment: str | None
@@ -90,6 +118,10 @@ class Manifest(Record):
     plan_sha256: str | None
     plan_digest: str | None
     launch: tuple[Launch, ...]
+    #: None (not written) for a run made before specc sampled the machine.
+    machine: MachineState | None = None
+
+    OMITTED_AT_DEFAULT = ("machine",)
 
     def _check(self):
         return [] if self.version == MANIFEST_VERSION else [

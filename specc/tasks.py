@@ -268,11 +268,13 @@ def report(c, run):
 @task(iterable=["runs"],
       help={"runs": "run dirs: the first is the reference, each later one is compared to it",
             "threshold": "a change worse than this fraction (and outside noise) is a "
-                         "regression (default 0.05)",
+                         "regression, for every figure (default: the between-run noise "
+                         "floor: from the project's earlier runs, else measured; "
+                         "docs/compare.md)",
             "figures": "comma-separated figures that can flag a regression: "
                        "output_throughput, speedup, ttft, itl (default: all; all are shown)",
             "json": "print the comparison as JSON"})
-def compare(c, runs, threshold=0.05, figures="", json=False):
+def compare(c, runs, threshold="", figures="", json=False):
     """`specc compare RUN_A RUN_B [...]`: point by point, changes with 95% intervals,
     regressions flagged (exit 1), provenance differences first; exit 2 for bad input
     (docs/compare.md)."""
@@ -282,7 +284,7 @@ def compare(c, runs, threshold=0.05, figures="", json=False):
 
     try:
         gated = tuple(f.strip() for f in figures.split(",") if f.strip()) if figures else None
-        result = compare_runs(list(runs), threshold=float(threshold),
+        result = compare_runs(list(runs), threshold=float(threshold) if threshold else None,
                               **({"figures": gated} if gated is not None else {}))
     except ValueError as e:   # CompareError, or a threshold that is not a number
         raise Exit(f"error COMPARE: {e}", code=2)
@@ -292,10 +294,12 @@ def compare(c, runs, threshold=0.05, figures="", json=False):
         raise Exit(code=1)
 
 
-def _index_db(db: str) -> Path:
+def _index_db(db: str, runs=()) -> Path:
+    """--db, else the project's index: that of the run dirs given, else the one found from
+    here (docs/history.md)."""
     from specc.report.index import ENV, default_path
 
-    path = Path(db).expanduser() if db else default_path()
+    path = Path(db).expanduser() if db else default_path(runs[0] if runs else None)
     if path is None:
         raise Exit(f"error INDEX: ${ENV} is off; give the index with --db PATH", code=2)
     return path
@@ -305,14 +309,14 @@ def _index_db(db: str) -> Path:
       help={"runs": "run dirs, or folders holding run dirs (e.g. outputs/)",
             "rebuild": "start the index afresh: the runs it held that are still on disk, "
                        "and those given",
-            "db": "the index file (default: $SPECC_INDEX, else "
-                  "~/.local/share/specc/index.sqlite)"})
+            "db": "the index file (default: $SPECC_INDEX, else the project's: "
+                  "specc-index.sqlite in the outputs/ folder holding the runs)"})
 def index(c, runs, rebuild=False, db=""):
     """`specc index RUN...`: add run dirs to the results index `specc history` reads (a
     finished run adds itself); the run dirs stay the source of truth (docs/history.md)."""
     from specc.report.index import IndexDbError, index_runs
 
-    path = _index_db(db)
+    path = _index_db(db, list(runs))
     try:
         out = index_runs(list(runs), path, rebuild=rebuild)
     except IndexDbError as e:
@@ -328,8 +332,8 @@ def index(c, runs, rebuild=False, db=""):
                      "d4 @ c=2' (default: list the configurations)",
             "metric": "output_throughput (default), speedup, ttft, itl, or any results.jsonl "
                       "metric name",
-            "db": "the index file (default: $SPECC_INDEX, else "
-                  "~/.local/share/specc/index.sqlite)",
+            "db": "the index file (default: $SPECC_INDEX, else the project's: "
+                  "specc-index.sqlite in ./outputs/ or a folder above)",
             "json": "print it as JSON"})
 def history(c, point="", metric="output_throughput", db="", json=False):
     """`specc history --point P`: one figure of one configuration over the indexed runs,

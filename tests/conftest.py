@@ -18,7 +18,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 # Every run a test makes adds itself to the results index: into a throw-away one, never
-# the user's (~/.local/share/specc/index.sqlite). Subprocesses inherit it.
+# the project's (outputs/specc-index.sqlite beside the run dirs). Subprocesses inherit it.
 os.environ["SPECC_INDEX"] = os.path.join(tempfile.mkdtemp(prefix="specc-index-"), "index.sqlite")
 
 REPO = Path(__file__).resolve().parent.parent

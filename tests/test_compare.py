@@ -5,6 +5,7 @@ command, on run dirs written as the executor writes them, and on the simulator."
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import subprocess
@@ -12,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from executor_helpers import PY, REPO, SMALL
+from executor_helpers import PY, REPO
 
 N = 16
 
 
 def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str = "x",
                points=("baseline", "EAGLE3 s1"), concurrency=(1, 4), skip=(),
-               manifest: dict | None = None, requests: bool = True) -> Path:
+               manifest: dict | None = None, requests: bool = True,
+               target: str = "t") -> Path:
     """A run dir as the executor leaves it: plan.json, results.jsonl, requests/.
     ``slower``: label -> factor on every latency (a worse configuration). Ids differ
     between runs (``ids``), as they do between specc versions."""
@@ -32,7 +34,7 @@ def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str =
         sid = f"{label.replace(' ', '-')}-{ids}"
         spec = label != "baseline"
         servers.append({"id": sid, "label": label, "host": "localhost", "port": 30000,
-                        "params": {"target": "t", "draft": "d" if spec else None,
+                        "params": {"target": target, "draft": "d" if spec else None,
                                    "algorithm": "EAGLE3" if spec else None,
                                    "num_steps": 1 if spec else None}})
         for c in concurrency:
@@ -75,9 +77,9 @@ def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str =
     return d
 
 
-def _compare(*args) -> subprocess.CompletedProcess:
+def _compare(*args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "specc", "compare", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_a_rerun_flags_nothing(tmp_path):
@@ -96,7 +98,8 @@ def test_a_rerun_flags_nothing(tmp_path):
 
 def test_a_worse_configuration_is_flagged_with_its_interval_and_name(tmp_path):
     a = _write_run(tmp_path / "a", seed=1)
-    b = _write_run(tmp_path / "b", seed=2, ids="y", slower={"EAGLE3 s1": 1.25})
+    # 1.6x the latency: throughput down 37.5%, beyond the default between-run floor
+    b = _write_run(tmp_path / "b", seed=2, ids="y", slower={"EAGLE3 s1": 1.6})
     p = _compare(a, b)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "regressed: EAGLE3 s1 @ c=1, EAGLE3 s1 @ c=4" in p.stdout
@@ -105,12 +108,12 @@ def test_a_worse_configuration_is_flagged_with_its_interval_and_name(tmp_path):
     assert not any(ln.startswith("baseline") and "REGRESSION" in ln
                    for ln in p.stdout.splitlines())
     # the same change under a threshold larger than it is not a regression
-    assert _compare(a, b, "--threshold", "0.5").returncode == 0
+    assert _compare(a, b, "--threshold", "0.7").returncode == 0
 
 
 def test_without_request_records_the_runs_own_intervals_are_compared(tmp_path):
     a = _write_run(tmp_path / "a", requests=False)
-    b = _write_run(tmp_path / "b", ids="y", requests=False, slower={"EAGLE3 s1": 1.25})
+    b = _write_run(tmp_path / "b", ids="y", requests=False, slower={"EAGLE3 s1": 1.6})
     p = _compare(a, b, "--json")
     assert p.returncode == 1
     pts = {r["point"]: r for r in json.loads(p.stdout)["comparisons"][0]["points"]}
@@ -146,6 +149,72 @@ def test_provenance_differences_come_first(tmp_path):
     assert lines[0].startswith("Provenance differs")
     assert "engine release: 0.5.23 -> 0.5.24" in p.stdout
     assert "datasets:" in p.stdout and "GPU" not in p.stdout
+
+
+def _machine(load: float, steal: float | None = 0.0, gpu_others=None) -> dict:
+    return {"samples": 6, "cpus": 2, "load_avg": {"min": load * 0.9, "median": load,
+                                                  "max": load * 1.1},
+            "cpu_steal": steal, "gpu_other_processes": gpu_others}
+
+
+def test_a_changed_machine_and_the_config_keys_that_differ_are_named(tmp_path):
+    """The machine's load during each run (manifest.json machine), CPU steal and other
+    processes on the GPUs, and the saved configs' differing keys, not only their hash."""
+    base = _full_manifest({"name": "sim"}, {"name": "none", "count": 0}, [])
+    quiet = {**base, "machine": _machine(0.4, 0.0, [])}
+    busy = {**base, "machine": _machine(3.9, 0.08, [{"pid": 4242, "name": "python",
+                                                     "memory_mib": 40000.0}])}
+    a = _write_run(tmp_path / "a", manifest=quiet)
+    b = _write_run(tmp_path / "b", ids="y", manifest=busy)
+    for run, c in ((a, 8), (b, 16)):
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "config.yaml").write_text(
+            f"experiment: t\nbenchmark:\n  concurrency: {c}\n  seed: 0\n"
+            "model_pair:\n  target: t\n")
+    p = _compare(a, b)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "config benchmark.concurrency: 8 -> 16" in p.stdout
+    assert "benchmark.seed" not in p.stdout   # only the keys that differ
+    lines = p.stdout.splitlines()
+    i = lines.index("Machine state differed (a likely cause: no interval within a run "
+                    "covers it):")
+    assert lines[i + 1].strip() == ("machine load differed: load avg 0.4 vs 3.9 during the "
+                                    "run (median of its samples; 2 CPUs)")
+    assert "CPU steal differed: 0.0% vs 8.0%" in p.stdout
+    assert "other processes on the GPUs differed: none vs python (pid 4242)" in p.stdout
+    # the same load: nothing said about the machine
+    c = _write_run(tmp_path / "c", ids="z", manifest={**base, "machine": _machine(0.5)})
+    d = _write_run(tmp_path / "d", ids="w", manifest={**base, "machine": _machine(0.4)})
+    assert "Machine state differed" not in _compare(c, d).stdout
+
+
+def test_the_floor_comes_from_the_projects_earlier_runs(tmp_path):
+    """Three earlier runs of the same configuration in the project's index, steady to a
+    percent: their spread is the floor, and a 10% drop in throughput is flagged, which
+    the default floor (measured on a busy simulator host) lets pass."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECC_INDEX"}
+    outputs = tmp_path / "project" / "outputs"
+    for i in range(3):
+        _write_run(outputs / "t" / f"earlier{i}", seed=10 + i, ids=f"e{i}")
+    p = subprocess.run([PY, "-m", "specc", "index", str(outputs)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and f"index: {outputs / 'specc-index.sqlite'}" in p.stdout, (
+        p.stdout + p.stderr)
+    a = _write_run(outputs / "t" / "a", seed=1)
+    b = _write_run(outputs / "t" / "b", seed=2, ids="y", slower={"EAGLE3 s1": 1.12})
+    p = _compare(a, b, "--json", env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    (cmp,) = json.loads(p.stdout)["comparisons"]
+    assert cmp["regressed"] == ["EAGLE3 s1 @ c=1", "EAGLE3 s1 @ c=4"]
+    f = cmp["points"][0]["figures"]["output_throughput"]
+    assert f["floor_from"] == "history, 3 runs" and 0 < f["floor"] < 0.05, f
+    assert f["regression"] and -0.12 < f["change"] < -0.09
+    assert "history, 3 runs: itl, output_throughput, ttft" in _compare(a, b, env=env).stdout
+    # without the project's history: the default floor, and the drop is within it
+    p = _compare(a, b, "--json", env={**env, "SPECC_INDEX": "off"})
+    assert p.returncode == 0, p.stdout
+    f = json.loads(p.stdout)["comparisons"][0]["points"][0]["figures"]["output_throughput"]
+    assert f["floor_from"].startswith("default") and not f["regression"]
 
 
 def test_a_half_finished_run_compares_what_both_have_and_names_the_rest(tmp_path):
@@ -184,41 +253,80 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
 
 
 # ----------------------------------------------------------------------- on the simulator
-SIM = [*SMALL, "benchmark.num_prompts=8", "benchmark.output_len=48", "baseline=true",
-       "speculation.num_steps=3", "speculation.topk=1", "speculation.num_draft_tokens=4",
-       "+sweep={benchmark.concurrency:[2]}"]
+#: The flagship experiment on a smaller grid: the baseline and EAGLE3 s3 k1 d4 at
+#: concurrency 4, shorter outputs (the README's job runs 20 points of 128 tokens).
+FLAGSHIP = ["+experiment=eagle3_sweep", "engine=sim", "benchmark.output_len=64",
+            "engine.sim.time_scale=0.002",   # startup phases only: shorter loading
+            "+sweep={speculation.num_steps:[3],speculation.topk:[1],"
+            "speculation.num_draft_tokens:[4],benchmark.concurrency:[4]}"]
 
 
-def _sweep(guard, run_dir: Path, *extra) -> subprocess.Popen:
-    return guard.spawn([PY, "-m", "specc", *SIM, *extra, f"engine.base_port={guard.port(2)}",
-                        "execute=true", f"hydra.run.dir={run_dir}"], cwd=REPO,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+def _flagship(guard, run_dir: Path, *extra, env=None) -> subprocess.Popen:
+    return guard.spawn([PY, "-m", "specc", *FLAGSHIP, *extra, f"engine.base_port={guard.port(2)}",
+                        "execute=true", f"hydra.run.dir={run_dir}"], cwd=REPO, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_on_the_simulator_a_rerun_passes_and_a_worse_draft_is_flagged(guard, tmp_path):
-    a, b, worse = tmp_path / "a", tmp_path / "b", tmp_path / "worse"
-    procs = [_sweep(guard, a), _sweep(guard, b), _sweep(guard, worse, "engine.sim.acceptance=0.3")]
-    assert [p.wait(300) for p in procs] == [0, 0, 0]
-    # provenance: what produced each run, on a machine without GPUs
+@pytest.mark.timeout(600)   # two sweeps one after the other (150 s at load 8-14 on 2 cores)
+def test_on_the_simulator_a_rerun_beside_busy_loops_flags_nothing_and_a_worse_draft_is_flagged(
+        guard, tmp_path):
+    """The flagship experiment twice, identical: once with the machine as it is, once
+    beside two busy loops (and a third sweep). No interval within a run covers what that
+    load does to latency (TTFT moved 41-59% between identical runs on the 2-core machine,
+    docs/compare.md): the old verdict (interval excludes 0 and worse than 5%) flagged it;
+    the between-run floor does not. A draft of acceptance 0.3 against the default 0.7
+    still is, named, with its interval. The runs add themselves to their project's index
+    (outputs/ here, no $SPECC_INDEX): one run of the configuration besides the two
+    compared is too few for a floor of its own, so the measured default holds."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECC_INDEX"}
+    out = tmp_path / "project" / "outputs" / "eagle3_sweep"
+    a, b, worse = out / "a", out / "b", out / "worse"
+    first = _flagship(guard, a, env=env)
+    text, _ = first.communicate(timeout=280)
+    assert first.returncode == 0, text
+    loops = [guard.spawn(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        procs = [_flagship(guard, b, env=env),
+                 _flagship(guard, worse, "engine.sim.acceptance=0.3", env=env)]
+        texts = [p.communicate(timeout=280)[0] for p in procs]
+    finally:
+        for x in loops:
+            x.kill()
+            x.wait()
+    assert [p.returncode for p in procs] == [0, 0], texts
+    index = tmp_path / "project" / "outputs" / "specc-index.sqlite"
+    assert f"indexed: {index} (specc history)" in text and index.is_file()
+    # provenance: what produced each run, on a machine without GPUs, and its load
     m = json.loads((a / "manifest.json").read_text())
     assert m["engine"]["name"] == "sim" and m["engine"]["reported_release"] == "0.5.23"
     assert m["engine"]["pinned_release"] == "0.5.23"
     assert m["datasets"][0]["sha256"] and len(m["config_sha256"]) == 64
     assert len(m["launch"]) == 2 and all(x["argv"] for x in m["launch"])
     assert json.loads((a / "report.json").read_text())["manifest"] == m
-    # Three sweeps at once on a busy 2-core machine: latencies move between runs far more
-    # than any GPU run's (TTFT by tens of percent), which no interval within a run can see;
-    # the gate here is the throughput figures, with a threshold for this machine's noise.
-    gate = ["--threshold", "0.15", "--figures", "output_throughput,speedup"]
-    rerun = _compare(a, b, *gate)
+    machine = m["machine"]
+    assert machine["samples"] == 2 + 2 * 2   # start, before and after each point, end
+    load = machine["load_avg"]
+    assert 0 <= load["min"] <= load["median"] <= load["max"]
+    assert machine["gpu_other_processes"] is None   # no nvidia-smi here: not readable
+    assert machine["cpu_steal"] is None or 0 <= machine["cpu_steal"] < 1
+    rerun = _compare(a, b, "--json", env=env)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    p = _compare(a, worse, *gate, "--json")
+    (cmp,) = json.loads(rerun.stdout)["comparisons"]
+    assert len(cmp["points"]) == 2 and not cmp["regressed"]
+    assert all(f["floor_from"].startswith("default") for p in cmp["points"]
+               for f in p["figures"].values())
+    # the worse draft: flagged (throughput down about 40%), the baseline untouched
+    p = _compare(a, worse, "--json", env=env)
     assert p.returncode == 1, p.stdout + p.stderr
-    (cmp,) = json.loads(p.stdout)["comparisons"]
-    assert cmp["regressed"] == ["EAGLE3 s3 k1 d4 @ c=2"]
-    f = cmp["points"][1]["figures"]["output_throughput"] if cmp["points"][1][
-        "point"].startswith("EAGLE3") else cmp["points"][0]["figures"]["output_throughput"]
-    assert f["regression"] and f["hi"] < -0.15 and f["basis"].startswith("paired")
+    got = json.loads(p.stdout)
+    (cmp,) = got["comparisons"]
+    assert cmp["regressed"] == ["EAGLE3 s3 k1 d4 @ c=4"]
+    pts = {x["point"]: x for x in cmp["points"]}
+    f = pts["EAGLE3 s3 k1 d4 @ c=4"]["figures"]["output_throughput"]
+    assert f["regression"] and f["hi"] < -f["floor"] and f["basis"].startswith("paired")
+    assert not pts["baseline @ c=4"]["regressed"]
+    # the config key that differs is named, not only the hash
+    assert {"field": "config engine.sim.acceptance", "values": [None, 0.3]} in got["provenance"]
 
 
 def test_the_batched_bootstrap_is_the_per_point_one():
@@ -284,7 +392,9 @@ def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines
             _as_the_executor_writes(r)
         text = next((runs[1] / "requests").iterdir()).read_text()
         assert columns._read_fast(text) is not None
-    got = compare.compare_runs(runs)["comparisons"][0]
+    # the fixed 5% threshold the golden file was written with (the verdict's default floor
+    # is docs/compare.md's measured one); this test is about the changes and intervals
+    got = compare.compare_runs(runs, threshold=0.05)["comparisons"][0]
     want = json.loads(GOLDEN.read_text())
     assert [p["point"] for p in got["points"]] == [p["point"] for p in want["points"]]
     assert got["missing"] == want["missing"] and got["regressed"] == want["regressed"]
@@ -294,8 +404,15 @@ def test_the_intervals_are_those_of_the_reference_implementation(tmp_path, lines
             h = g["figures"][name]
             assert h["basis"] == f["basis"] and h["regression"] == f["regression"], (
                 g["point"], name)
-            for k in ("change", "lo", "hi"):
-                assert h[k] == pytest.approx(f[k], rel=1e-6, abs=1e-9), (g["point"], name, k)
+            # the change is a ratio of float64 sums: the same to 1e-6. The bounds are
+            # percentiles of float32 resamples (a BLAS product of float32 columns), whose
+            # last bits differ between numpy/OpenBLAS builds (numpy 2.4.6: 1.2e-7 apart):
+            # the same to 2e-6, some 16 float32 ulps of a ratio near 1 -- a wrong draw,
+            # seed or percentile rule moves them by 1e-3 and more
+            assert h["change"] == pytest.approx(f["change"], rel=1e-6, abs=1e-9), (
+                g["point"], name)
+            for k in ("lo", "hi"):
+                assert h[k] == pytest.approx(f[k], abs=2e-6), (g["point"], name, k)
 
 
 def test_the_fast_reader_reads_what_json_reads(tmp_path):

@@ -50,8 +50,10 @@ def test_history_shows_each_run_oldest_first_with_intervals(tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"indexed {new} (4 points)" in p.stdout
     listed = _history(db)["configs"]
-    assert sorted(c["label"] for c in listed) == ["EAGLE3 s1 @ c=1", "EAGLE3 s1 @ c=4",
-                                                 "baseline @ c=1", "baseline @ c=4"]
+    # each label carries its model pair (target + draft; the baseline has no draft)
+    assert sorted(c["label"] for c in listed) == [
+        "EAGLE3 s1 @ c=1 (t + d)", "EAGLE3 s1 @ c=4 (t + d)", "baseline @ c=1 (t)",
+        "baseline @ c=4 (t)"]
     assert all(c["runs"] == 2 for c in listed)
     h = _history(db, "--point", "EAGLE3 s1 @ c=4")
     assert h["metric"] == "output_throughput"
@@ -68,6 +70,7 @@ def test_history_shows_each_run_oldest_first_with_intervals(tmp_path):
     lines = table.splitlines()
     assert lines[0].startswith("EAGLE3 s1 @ c=4 (") and "oldest first" in lines[0]
     assert str(old) in lines[3] and str(new) in lines[4] and lines[3].count("[") == 1
+    assert h["floor"] is None   # two runs: too few for compare's between-run floor
 
 
 def test_indexing_again_replaces_a_run_and_rebuild_gives_the_same_answer(tmp_path):
@@ -106,8 +109,12 @@ def test_runs_indexed_at_once_all_get_in(tmp_path):
              for r in runs]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 5, outs
-    assert [r["run"] for r in _history(db, "--point", "baseline @ c=4")["runs"]] == list(
-        map(str, runs))
+    h = _history(db, "--point", "baseline @ c=4")
+    assert [r["run"] for r in h["runs"]] == list(map(str, runs))
+    # five runs of one configuration: the spread compare's verdict takes as its floor
+    assert 0.02 <= h["floor"] < 0.1
+    table = _specc("history", "--db", db, "--point", "baseline @ c=4").stdout
+    assert f"between-run noise floor: {100 * h['floor']:.1f}%" in table
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
@@ -159,3 +166,36 @@ def test_a_simulator_run_adds_itself_and_a_broken_index_never_fails_a_run(guard,
     warn = [ln for ln in err.splitlines() if "results index" in ln]
     assert len(warn) == 1 and warn[0].startswith("warning: ") and "specc index" in warn[0]
     assert (tmp_path / "unindexed" / "report.md").is_file()
+
+
+def test_each_project_keeps_its_own_index_beside_its_run_dirs(tmp_path):
+    """Without $SPECC_INDEX, runs go into the index of the outputs/ folder that holds them,
+    and `specc history` reads the one of the project it is run in: two projects, two
+    histories; a folder with none says so."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECC_INDEX"}
+
+    def specc(*args, cwd=REPO):
+        return subprocess.run([PY, "-m", "specc", *map(str, args)], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    old, new = _two_runs(one / "outputs" / "t")
+    other = _write_run(two / "outputs" / "t" / "r", target="org/Llama-3.1-8B")
+    for run, project in ((old, one), (new, one), (other, two)):
+        p = specc("index", run)
+        assert p.returncode == 0 and f"index: {project / 'outputs' / 'specc-index.sqlite'}" in (
+            p.stdout), p.stdout + p.stderr
+    seen = {}
+    for project in (one, two, one / "outputs" / "t"):
+        p = specc("history", "--json", cwd=project)
+        assert p.returncode == 0, p.stderr
+        seen[project] = json.loads(p.stdout)
+    assert seen[one]["db"] == str(one / "outputs" / "specc-index.sqlite")
+    assert seen[one / "outputs" / "t"] == seen[one]   # from below, too
+    assert {c["runs"] for c in seen[one]["configs"]} == {2}
+    assert sorted(c["label"] for c in seen[two]["configs"]) == [
+        "EAGLE3 s1 @ c=1 (Llama-3.1-8B + d)", "EAGLE3 s1 @ c=4 (Llama-3.1-8B + d)",
+        "baseline @ c=1 (Llama-3.1-8B)", "baseline @ c=4 (Llama-3.1-8B)"]
+    (tmp_path / "three").mkdir()
+    p = specc("history", cwd=tmp_path / "three")
+    assert p.returncode == 2 and "no results index yet" in p.stderr, p.stderr

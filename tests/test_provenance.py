@@ -152,10 +152,60 @@ def test_a_bad_manifest_is_one_line_naming_file_and_field_and_exit_2(tmp_path, e
     assert read_manifest(d).to_json() == good   # what is written reads back
     bad = edit(good)
     path.write_text(bad if isinstance(bad, str) else json.dumps(bad))
-    for args in (["report", str(d)], ["compare", str(FIX / "run_a"), str(d)]):
+    ref = Path(shutil.copytree(FIX / "run_a", tmp_path / "reference"))   # never the checkout's
+    for args in (["report", str(d)], ["compare", str(ref), str(d)]):
         res = subprocess.run([sys.executable, "-m", "specc", *args], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 2, (args, res.stdout, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0] and str(d) in lines[0], res.stderr
         assert "Traceback" not in res.stderr
+
+
+# ----------------------------------------------------------------------- the machine's state
+#: `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits`
+#: on a node where the run's server (pid given at test time) and someone else's job share GPUs
+APPS = "{ours}, python3, 71234\n999999999, /usr/bin/python, 40512\n"
+
+
+def test_other_processes_on_the_gpus_are_named_and_the_runs_own_are_not(monkeypatch, tmp_path):
+    from specc.run import machine
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '%s' \"$APPS\"\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("APPS", APPS.format(ours=os.getpid()))
+    ours = {os.getpgid(0)}   # the run's servers are process groups; this test's is one
+    assert machine.gpu_others(ours) == [{"pid": 999999999, "name": "/usr/bin/python",
+                                         "memory_mib": 40512.0}]
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))   # no nvidia-smi: not readable
+    assert machine.gpu_others(ours) is None
+
+
+def test_the_manifest_summarizes_the_runs_samples(tmp_path):
+    """Load average min/median/max over the samples; CPU steal between consecutive samples
+    of one boot (a reboot's counters start again: that span is skipped); other GPU
+    processes as seen, null where never readable."""
+    from specc.run import machine
+
+    d = _plan_dir(tmp_path)
+    samples = [
+        {"host": "n1", "cpus": 2, "load": [0.5, 0, 0], "cpu": [100, 10_000], "gpu_others": None},
+        {"host": "n1", "cpus": 2, "load": [3.5, 0, 0], "cpu": [150, 11_000], "gpu_others": None},
+        {"host": "n1", "cpus": 2, "load": [1.0, 0, 0], "cpu": [250, 12_000], "gpu_others": None},
+        {"host": "n1", "cpus": 2, "load": [0.9, 0, 0], "cpu": [5, 500], "gpu_others": None},
+    ]
+    (d / machine.SAMPLES).write_text("".join(json.dumps(s) + "\n" for s in samples)
+                                     + "{torn line\n")
+    m = json.loads(provenance.write_manifest(d, gpus={"name": "none", "count": 0}).read_text())
+    assert m["machine"] == {"samples": 4, "cpus": 2,
+                            "load_avg": {"min": 0.5, "median": 0.95, "max": 3.5},
+                            "cpu_steal": 150 / 2000, "gpu_other_processes": None}
+    assert read_manifest(d).to_json() == m   # what is written reads back
+    # a live sample of this machine: its load, and /proc/stat's counters on Linux
+    machine.record(d, when="now")
+    s = machine.read_samples(d)[-1]
+    assert s["when"] == "now" and len(s["load"]) == 3 and s["cpus"] >= 1
+    if os.path.exists("/proc/stat"):
+        assert s["cpu"][1] > s["cpu"][0] >= 0

@@ -5,7 +5,10 @@ speculative setting, and the client parameters -- never by ids. Per matched poin
 relative change (B / A - 1) of output throughput, speedup, mean TTFT and mean ITL, each
 with a 95% interval: paired by prompt where both runs sent the same prompts (their
 requests/ records), else from each run's own intervals, taken as independent. A change is
-a regression only when its interval excludes zero and it is worse than the threshold.
+a regression only beyond both the noise within the runs (its interval excludes zero) and
+the noise between runs (it is worse than the floor: specc/report/noise.py). Beside the
+provenance, the likely causes: the machine's state and the config keys that differ
+(specc/report/causes.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 from specc import stats
 from specc.manifest import ManifestError, parse_manifest, read_manifest
-from specc.report import columns
+from specc.report import causes, columns
 from specc.results import read_rows
 
 #: Client parameters that change how many requests a point sends, or how long it may
@@ -31,7 +34,8 @@ FIGURES = {"output_throughput": (True, "output_throughput"),
            "speedup": (True, "speedup"),
            "ttft": (False, "mean_ttft_ms"),
            "itl": (False, "mean_tpot_ms")}
-DEFAULT_THRESHOLD = 0.05
+#: --threshold: None, the noise floor (history's or the default: specc/report/noise.py).
+DEFAULT_THRESHOLD = None
 #: Points bootstrapped together: a (points x resamples) block stays some 8-32 MiB.
 CHUNK = 1024
 #: The provenance fields compared first: the usual cause of a change.
@@ -348,25 +352,30 @@ def _independent(pa: Point, pb: Point, metric: str) -> dict | None:
             "hi": math.exp(math.log(vb / va) + 1.96 * s) - 1, "basis": "independent"}
 
 
-def _flag(figs: dict, threshold: float, gated=tuple(FIGURES)) -> list[str]:
+def _flag(figs: dict, threshold, gated=tuple(FIGURES)) -> list[str]:
     """Which of the ``gated`` figures regressed: the interval excludes zero and the change
-    is worse than the threshold (lower throughput or speedup, higher TTFT or ITL)."""
+    is worse (lower throughput or speedup, higher TTFT or ITL) than the floor: ``threshold``
+    a fraction for every figure, or {figure: (floor, where it comes from)}."""
     out = []
     for name, f in figs.items():
+        floor, source = threshold.get(name, (0.0, "")) if isinstance(threshold, dict) else (
+            threshold, "--threshold")
+        f["floor"], f["floor_from"] = floor, source
         if name not in gated:
             f["regression"] = False
             continue
         worse = -f["change"] if FIGURES[name][0] else f["change"]
         excludes_zero = f["lo"] is not None and (f["lo"] > 0 or f["hi"] < 0)
-        f["regression"] = bool(excludes_zero and worse > threshold)
+        f["regression"] = bool(excludes_zero and worse > floor)
         if f["regression"]:
             out.append(name)
     return out
 
 
-def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float,
+def compare_pair(ra: Run, rb: Run, keys: list[str], threshold,
                  gated=tuple(FIGURES)) -> list[dict]:
-    """Every matched point of two runs: each figure's change, interval, regression."""
+    """Every matched point of two runs: each figure's change, interval, regression.
+    ``threshold``: a fraction, or {key: {figure: (floor, where from)}} (noise.floors)."""
     import numpy as np
 
     figs = {k: {} for k in keys}
@@ -394,7 +403,9 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold: float,
                 if got is not None:
                     figs[k][name] = got
         out.append({"point": pa.label, "a": pa.benchmark, "b": pb.benchmark,
-                    "figures": figs[k], "regressed": _flag(figs[k], threshold, gated)})
+                    "figures": figs[k], "regressed": _flag(
+                        figs[k], threshold[k] if isinstance(threshold, dict) else threshold,
+                        gated)})
     return out
 
 
@@ -406,7 +417,7 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
     if unknown or not figures:
         raise CompareError(f"--figures: {', '.join(unknown) or 'none given'} unknown; choose "
                            f"from {', '.join(FIGURES)}")
-    if not 0 <= threshold < 1:
+    if threshold is not None and not 0 <= threshold < 1:
         raise CompareError(f"--threshold {threshold}: a fraction in [0, 1) (0.05 = 5%)")
     if len(paths) < 2:
         raise CompareError("compare needs two run dirs or more: specc compare RUN_A RUN_B")
@@ -419,7 +430,9 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
     a = runs[0]
     out = {"threshold": threshold, "figures": list(figures),
            "runs": [str(r.path) for r in runs],
-           "provenance": provenance_diff(runs), "comparisons": [], "warnings": []}
+           "provenance": provenance_diff(runs) + causes.config_diff(resolved),
+           "machine": causes.machine_diff([r.manifest for r in runs]),
+           "comparisons": [], "warnings": []}
     for r in runs:
         out["warnings"] += [f"{r.path}: {w}" for w in r.warnings]
     for b in runs[1:]:
@@ -435,11 +448,22 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
             f"{r.path.name} {'has no result' if k not in r.points else 'failed'}"
             for r in (a, b) if k not in r.points or r.points[k].status != "ok")
             for k in shared if k not in done_set]
-        rows = compare_pair(a, b, done, threshold, figures)
+        rows = compare_pair(a, b, done, _floors(a, b, done, threshold), figures)
         out["comparisons"].append({"a": str(a.path), "b": str(b.path), "points": rows,
                                    "missing": missing,
                                    "regressed": [r["point"] for r in rows if r["regressed"]]})
     return out
+
+
+def _floors(a: Run, b: Run, keys: list[str], threshold):
+    """The floor a change must pass to be flagged: --threshold for every figure when given,
+    else per point and figure the spread over the project index's earlier runs of it, or
+    the measured default (noise.floors)."""
+    if threshold is not None:
+        return threshold
+    from specc.report import indexpath, noise
+
+    return noise.floors(keys, [a.path, b.path], FIGURES, indexpath.for_run(a.path))
 
 
 # --------------------------------------------------------------------------- text
@@ -465,9 +489,9 @@ def render(result: dict) -> str:
             lines.append(f"  {d['field']}: " + " -> ".join(str(v) for v in d["values"]))
     else:
         lines.append("Provenance: no difference recorded")
+    lines += _machine_lines(result.get("machine") or [])
     for c in result["comparisons"]:
-        lines.append(f"\n{c['a']} -> {c['b']}  (regression: interval excludes 0 and worse "
-                     f"than {100 * result['threshold']:.0f}%)")
+        lines.append(f"\n{c['a']} -> {c['b']}  ({_verdict_rule(result['threshold'], c)})")
         rows = []
         for p in c["points"]:
             cells = [p["point"]]
@@ -486,3 +510,26 @@ def render(result: dict) -> str:
     for w in result["warnings"]:
         lines.append(f"warning: {w}")
     return "\n".join(lines)
+
+
+def _machine_lines(diffs: list[dict]) -> list[str]:
+    if not diffs:
+        return []
+    return ["Machine state differed (a likely cause: no interval within a run covers it):",
+            *(f"  {d['cause']}" for d in diffs)]
+
+
+def _verdict_rule(threshold, comparison: dict) -> str:
+    """The rule the table's REGRESSION marks follow, and where its floor came from."""
+    if threshold is not None:
+        return f"regression: interval excludes 0 and worse than {100 * threshold:.0f}%"
+    seen: dict[str, set] = {}
+    for p in comparison["points"]:
+        for name, f in p["figures"].items():
+            if "floor" in f:
+                seen.setdefault(f["floor_from"], set()).add(
+                    name if f["floor_from"].startswith("history") else
+                    f"{name} {100 * f['floor']:.0f}%")
+    where = "; ".join(f"{src}: {', '.join(sorted(v))}" for src, v in sorted(seen.items()))
+    return ("regression: interval excludes 0 and worse than the between-run noise floor"
+            + (f" -- {where}" if where else ""))

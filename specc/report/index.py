@@ -15,15 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from pathlib import Path
 
+from specc.report import indexpath
 from specc.report.compare import FIGURES, CompareError, load_run
 
-#: Where the index lives unless --db says: $SPECC_INDEX (a file; `off`: runs do not add
-#: themselves), else $XDG_DATA_HOME/specc/index.sqlite (~/.local/share by default).
-ENV = "SPECC_INDEX"
+#: Where the index lives unless --db says: specc/report/indexpath.py (beside the run dirs).
+ENV = indexpath.ENV
 SCHEMA = 1
 BUSY_MS = 30_000
 _TABLES = """
@@ -48,14 +47,23 @@ class IndexDbError(ValueError):
     """Input the index cannot use (exit 2); the message is one line with the fix."""
 
 
-def default_path() -> Path | None:
-    """The index file runs add themselves to; None when $SPECC_INDEX is `off`."""
-    env = os.environ.get(ENV, "").strip()
-    if env:
-        return None if env.lower() == "off" else Path(env).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"),
-                                                           ".local", "share")
-    return Path(base) / "specc" / "index.sqlite"
+def default_path(run_dir: Path | str | None = None) -> Path | None:
+    """The index a run dir goes into (``run_dir``), or the one `specc history` reads here
+    (none given): the project's, beside its run dirs (indexpath); None when $SPECC_INDEX
+    is `off`."""
+    return indexpath.for_run(run_dir) if run_dir is not None else indexpath.for_here()
+
+
+def pair_label(key: str, label: str) -> str:
+    """A configuration's label with its model pair, so that two pairs never share one:
+    `EAGLE3 s3 k1 d4 @ c=2 (Kimi-K2.5 + Kimi-K25-eagle3)`."""
+    try:
+        server = json.loads(key)[0]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return label
+    names = [str(server.get(k)).rstrip("/").rsplit("/", 1)[-1] for k in ("target", "draft")
+             if isinstance(server, dict) and server.get(k)]
+    return f"{label} ({' + '.join(names)})" if names else label
 
 
 def _rebuild_hint(db: Path) -> str:
@@ -136,10 +144,11 @@ def add_run(conn, run_dir: Path | str) -> int:
         rid = cur.lastrowid
         for key, p in run.points.items():
             cid = config_id(key)
+            label = pair_label(key, p.label)
             conn.execute("INSERT INTO configs (id, key, label) VALUES (?, ?, ?) "
-                         "ON CONFLICT(id) DO UPDATE SET label = excluded.label", (cid, key, p.label))
+                         "ON CONFLICT(id) DO UPDATE SET label = excluded.label", (cid, key, label))
             conn.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?)",
-                         (rid, cid, p.benchmark, p.label, p.status, p.finished_at or when))
+                         (rid, cid, p.benchmark, label, p.status, p.finished_at or when))
             for metric, value in p.metrics.items():
                 v = _finite(value)
                 if v is None:
@@ -259,7 +268,20 @@ def history(db: Path, point: str = "", metric: str = "output_throughput") -> dic
                      "engine_release": _dig(m, "engine", "reported_release"),
                      "gpu": _dig(m, "gpu", "name"), "commit": _dig(m, "specc", "commit")})
     return {"db": str(db), "config": {"id": cid, "label": label, "key": json.loads(key)},
-            "metric": name, "runs": runs}
+            "metric": name, "runs": runs, "floor": _floor(name, runs)}
+
+
+def _floor(metric: str, runs: list[dict]) -> float | None:
+    """The between-run noise floor these runs give `specc compare` for a figure (the
+    spread of its ok values: noise.spread_floor); None for a metric compare does not
+    judge, or fewer than noise.MIN_RUNS runs."""
+    from specc.report import noise
+
+    higher = {m: h for h, m in FIGURES.values()}.get(metric)
+    if higher is None:
+        return None
+    return noise.spread_floor([r["value"] for r in runs if r["status"] == "ok"
+                               and r["value"] is not None], higher)
 
 
 def _dig(obj, *path):
@@ -285,6 +307,9 @@ def render_history(result: dict) -> str:
              else ("failed" if r["status"] != "ok" else "no interval"),
              r["engine_release"] or "-", r["gpu"] or "-"] for r in result["runs"]]
     c = result["config"]
+    floor = result.get("floor")
     return (f"{c['label']} ({c['id']}): {result['metric']}, oldest first\n"
             + tabulate(rows, headers=["finished", "run", "value", "95% interval",
-                                      "engine release", "GPU"], tablefmt="simple"))
+                                      "engine release", "GPU"], tablefmt="simple")
+            + ("" if floor is None else f"\nbetween-run noise floor: {100 * floor:.1f}% "
+               f"(specc compare flags a change of this figure only beyond it)"))

@@ -212,7 +212,9 @@ class Executor:
                     break
                 self.state.update(server.id, status="benchmarking", point=bench.id)
                 self.progress.point_started(bench.id, f"{server.label} @ c={bench.params.concurrency}")
+                await self._sample_machine(f"before {bench.id}")
                 row = await self._watched_point(running, bench)
+                await self._sample_machine(f"after {bench.id}")
                 if row is None:   # its records could not be written: the sweep stops
                     break
                 if (row.get("cache_flush") or "").startswith("not flushed") and not warned_flush:
@@ -239,6 +241,14 @@ class Executor:
                 await self._stop_async(server, "failed", reason=f"died mid-run (exit code {code})")
             else:
                 await self._stop_async(server, "stopped")
+
+    async def _sample_machine(self, when: str) -> None:
+        """The machine's load, CPU steal and other GPU processes now, into machine.jsonl
+        (the manifest's `machine`); in a thread: nvidia-smi may take a while."""
+        from specc.run import machine
+
+        ours = {r.pid for r in self.running.values()}
+        await asyncio.to_thread(machine.record, self.run_dir, ours, when=when)
 
     def _backfill_speedups(self) -> None:
         """Packed servers finish in any order: a speculative point that finished before its
@@ -301,6 +311,7 @@ class Executor:
         for _, line in lifecycle.stop_leftovers(self.state, grace_s=self.grace_s):
             self.progress.log(f"left by an earlier run: {line}")
         self.state.set_executor(pid=os.getpid(), started_at=time.time())
+        await self._sample_machine("start")
         for b in self.plan.benchmarks:
             if self.results.finished(b.id):   # counted as what it was (ok/failed), not rerun
                 self.progress.point_finished(b.id, self.results.get(b.id)["status"],
@@ -317,6 +328,7 @@ class Executor:
                 await asyncio.gather(*(self.run_server(s) for s in wave))
         self._backfill_speedups()   # rows of an earlier run, too
         self._writes_ok()
+        await self._sample_machine("end")
         return exit_code(self.plan, self.results, write_error=self.write_error, servers=chosen)
 
     def teardown_all(self) -> None:

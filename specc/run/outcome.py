@@ -72,7 +72,7 @@ def remember(run_dir) -> str | None:
     try:
         from specc.report import index
 
-        db = index.default_path()
+        db = index.default_path(run_dir)
         if db is None or not (Path(run_dir) / "results.jsonl").is_file():
             return None   # SPECC_INDEX=off, or no point finished: nothing to remember
         conn = index.connect(db)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from specc.files import atomic_write
 from specc.manifest import (MANIFEST, MANIFEST_VERSION, DatasetHash, EngineRelease, GpuInfo,
-                            Launch, Manifest, SpeccInfo)
+                            GpuProcess, Launch, LoadRange, MachineState, Manifest, SpeccInfo)
 #: The prompt set specc ships (dataset=specc): the file a `specc` point's prompts come from.
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts.jsonl"
 
@@ -161,6 +161,21 @@ def engine_info(plan: dict, state: dict) -> dict:
             "reported_by_server": reported}
 
 
+def machine_state(run_dir: Path) -> MachineState | None:
+    """The run dir's machine samples (machine.jsonl), summarized; None without any."""
+    from specc.run import machine
+
+    got = machine.summarize(machine.read_samples(run_dir))
+    if got is None:
+        return None
+    procs = got["gpu_other_processes"]
+    return MachineState(
+        samples=got["samples"], cpus=got["cpus"],
+        load_avg=LoadRange(**got["load_avg"]) if got["load_avg"] else None,
+        cpu_steal=got["cpu_steal"],
+        gpu_other_processes=None if procs is None else tuple(GpuProcess(**p) for p in procs))
+
+
 def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> Manifest:
     """The manifest of ``run_dir`` (plan.json required; state.json optional)."""
     run_dir = Path(run_dir)
@@ -190,7 +205,8 @@ def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> Manifest
         plan_digest=plan.get("digest"),
         launch=tuple(Launch(server=x["server"], label=x["label"], argv=tuple(x["argv"]),
                             env=x["env"], secrets=tuple(x["secrets"]))
-                     for x in launch_commands(plan.get("servers") or [])))
+                     for x in launch_commands(plan.get("servers") or [])),
+        machine=machine_state(run_dir))
 
 
 def write_manifest(run_dir: Path | str, **kw) -> Path | None:
