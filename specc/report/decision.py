@@ -17,10 +17,15 @@ def lines(d: dict, label=lambda sid: sid) -> list[str]:
     out = ["## Decision", "",
            f"search=tune: {d.get('server_starts')} server starts of the grid's "
            f"{d.get('grid_server_starts')} (budget {d.get('max_starts')}); stopped: "
-           f"{d.get('stopped') or 'interrupted'}.", "",
-           "| concurrency | deploy | speedup [95%] | tied |", "|---|---|---|---|"]
+           f"{d.get('stopped') or 'interrupted'}.", ""]
+    if d.get("no_decision"):
+        out += [f"**No decision: {d['no_decision']}.** Every speedup is paired with the "
+                "baseline, so without it no setting is chosen and no crossover is drawn.", ""]
+    out += ["| concurrency | deploy | speedup [95%] | tied |", "|---|---|---|---|"]
     for c, e in (d.get("best") or {}).items():
-        if e.get("baseline"):
+        if e.get("no_decision"):
+            out.append(f"| {c} | no decision | {e['no_decision']} | |")
+        elif e.get("baseline"):
             spec = e.get("best_speculative")
             why = (f"best speculative {_setting(spec)} {_iv(spec)}" if spec
                    else "no speculative point measured")

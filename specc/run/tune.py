@@ -93,6 +93,7 @@ def feed(search, plan, row_of, run_dir: Path, server_id: str) -> None:
         if not row or row.get("status") != "ok":
             if row:
                 reasons.append(row.get("reason") or "failed")
+                search.miss(server_id, b.params.concurrency, reasons[-1][:200])
             continue
         figs = _figures(run_dir, row, row_of(b.baseline) if b.baseline else None)
         iv = figs.get("speedup")
