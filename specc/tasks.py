@@ -16,10 +16,29 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 
+#: What `--run latest` means, in every task's help.
+LATEST = "run dir, or `latest`: the one under ./outputs/ last compiled into or run"
+
+
+def _named_run(run: str, flag: str = "--run") -> Path:
+    """`--run DIR`, or `--run latest`: the run dir under ./outputs/ last compiled into or
+    run (its lock's time), said on stderr so the user sees which."""
+    if run != "latest":
+        return Path(run)
+    from specc.run import rundir
+
+    found = rundir.latest()
+    if found is None:
+        raise Exit(f"error RUN_DIR_INVALID at {flag}: no run dir under ./{rundir.OUTPUTS}/ for "
+                   "'latest' (fix: run this where you ran `specc`, or give the run dir)", code=2)
+    print(f"run dir: {rundir.shown(found)} (latest)", file=sys.stderr)
+    return found
+
+
 def _run_dir(run: str) -> Path:
     """A run dir is a folder holding the plan.json specc compiled into it: anything else
     (`--run /tmp`, a typo) is refused before a file is read or written there."""
-    d = Path(run)
+    d = _named_run(run)
     if not d.is_dir():
         raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
     if not os.path.lexists(d / "plan.json"):   # a FIFO there is refused when read
@@ -56,7 +75,8 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
         raise Exit(code=result.exited)
 
 
-@task(help={"plan": "path to a reviewed plan.json (its folder is the run dir)",
+@task(help={"plan": "path to a reviewed plan.json (its folder is the run dir), or `latest`: "
+                    "that of the run dir under ./outputs/ last compiled into or run",
             "retry_failed": "forget failed points first so they run again",
             "accept_edited": "run a plan.json edited since it was compiled and reviewed"})
 def run(c, plan, retry_failed=False, accept_edited=False):
@@ -64,7 +84,7 @@ def run(c, plan, retry_failed=False, accept_edited=False):
     from specc.run.executor import execute_plan
     from specc.plan import OLD_JOBS_FILE, Plan
 
-    path = Path(plan)
+    path = _named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan)
     try:
         p, digest, unedited = Plan.load_checked(path)
     except (OSError, ValueError) as e:   # PlanError is a ValueError
@@ -92,7 +112,7 @@ def run(c, plan, retry_failed=False, accept_edited=False):
         raise Exit(code=code)
 
 
-@task(help={"run": "run dir"})
+@task(help={"run": LATEST})
 def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
     from tabulate import tabulate
@@ -136,7 +156,7 @@ def status(c, run):
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 
 
-@task(help={"run": "run dir", "server": "server id (default: all)", "lines": "lines per log",
+@task(help={"run": LATEST, "server": "server id (default: all)", "lines": "lines per log",
             "follow": "keep printing new lines"})
 def logs(c, run, server="", lines=40, follow=False):
     """Print the last lines of each server's log (the log knows)."""
@@ -184,7 +204,7 @@ def doctor(c, plan, python=""):
           "command(s)" + ("" if p.engine != "sim" else " (the simulator's parser)"))
 
 
-@task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})
+@task(help={"run": LATEST, "grace": "seconds between SIGTERM and SIGKILL"})
 def down(c, run, grace=10.0):
     """Stop every server this run started (from state.json) and verify they are gone."""
     from specc import exits
@@ -238,12 +258,12 @@ def down(c, run, grace=10.0):
     print("nothing running" if not stopped else f"{len(stopped)} server(s) stopped; verified gone")
 
 
-@task(help={"run": "run dir (a multirun sweep dir combines its jobs)"})
+@task(help={"run": LATEST + " (a multirun sweep dir combines its jobs)"})
 def report(c, run):
     """Write report.md/.csv/.json and plots from results.jsonl, and print the tables."""
     from specc.report import ReportError, combine_reports, render_terminal, write_report
 
-    d = Path(run)
+    d = _named_run(run)
     if not d.is_dir():
         raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
     if (d / "plan.json").exists():

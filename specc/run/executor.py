@@ -353,7 +353,16 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
                   f"(mkdir NEW && cp {run_dir / 'plan.json'} NEW/ && specc run --plan "
                   "NEW/plan.json)", file=sys.stderr)
             return exits.INVALID
-    return exits.INTERRUPTED if stopper.stopping and code != exits.INVALID else code
+    if stopper.stopping and code != exits.INVALID:
+        interrupted(run_dir)
+        return exits.INTERRUPTED
+    return code
+
+
+def interrupted(run_dir: Path) -> None:
+    """The last line of an interrupted run: the one command that carries it on."""
+    print(f"interrupted: finished points are kept; resume with: "
+          f"{rundir.resume_command(run_dir)}", file=sys.stderr)
 
 
 def _engine_problems(plan: Plan, run_dir: Path) -> list[str]:

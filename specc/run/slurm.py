@@ -425,6 +425,10 @@ def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> i
         print(f"error RUN_DIR_UNWRITABLE: {e}", file=sys.stderr)
         return exits.INVALID
     _report(run_dir)
+    if code == exits.INTERRUPTED:
+        from specc.run.executor import interrupted
+
+        interrupted(run_dir)
     return code
 
 
