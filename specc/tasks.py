@@ -181,7 +181,7 @@ def logs(c, run, server="", lines=40, follow=False):
         c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
 
 
-@task(help={"plan": "path to a plan.json",
+@task(help={"plan": "path to a plan.json, or `latest` (as in `specc run`)",
             "python": "the engine's Python (default: the one each launch command runs under)"})
 def doctor(c, plan, python=""):
     """Preflight: check the installed engine release and its parser against a plan.
@@ -193,7 +193,7 @@ def doctor(c, plan, python=""):
     from specc.run.doctor import check_plan
 
     try:
-        p = Plan.load(Path(plan))
+        p = Plan.load(_named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
     problems = check_plan(p, python=python or None)
