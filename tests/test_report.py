@@ -1,6 +1,7 @@
 """The report over fixture run dirs (tests/fixtures/report/, see make_fixtures.py there)."""
 
 import csv
+import re
 import json
 import shutil
 from pathlib import Path
@@ -285,3 +286,57 @@ def test_any_results_render(tmp_path_factory, results, tail):
     assert len(rep.rows) == 8
     assert R.render_markdown(rep) and R.render_terminal(rep)
     report_tables._csv_text([r.flat() for r in rep.rows])
+
+
+def _rewrite_row(run_dir, benchmark, **fields):
+    p = run_dir / "results.jsonl"
+    lines = [json.loads(x) for x in p.read_text().splitlines()[:-1]]   # the cut last line
+    for row in lines:
+        if row["benchmark"] == benchmark:
+            row.update(fields)
+    p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_a_grid_report_opens_with_its_decision(run_a, capsys):
+    """The answer first, in report.md, report.html and the terminal: per concurrency what to
+    deploy with its interval and ties, where nothing pays, and the crossover."""
+    R.write_report(run_a)
+    md = (run_a / "report.md").read_text()
+    assert md.index("## Decision") < md.index("Run dir:") < md.index("## Concurrency 1 ")
+    decision = md.split("## Decision")[1].split("Run dir:")[0]
+    assert "| 1 | EAGLE3 s3 k4 d8 | 2.00x | - |" in decision   # no intervals: no ties
+    assert "| 16 | EAGLE3 s3 k1 d4 | 1.40x | - |" in decision
+    assert "Crossover: speculation pays up to the top of the ladder." in decision
+    html = (run_a / "report.html").read_text()
+    assert html.index("<h2>Decision</h2>") < html.index("<h2>Concurrency 1 ")
+    text = R.render_terminal(R.build_report(run_a))
+    lines = text.splitlines()
+    assert lines[2] == "Decision" and "Concurrency 1 " in text.split("Crossover:")[1]
+    assert re.search(r"^16 +EAGLE3 s3 k1 d4 +1\.40x +-$", text, re.M), text
+
+    # at 16 the only finished setting is slower than the baseline: deploy the baseline
+    _rewrite_row(run_a, "kimi-eagle3-s3-k1-d4-3f9a2c-c16",
+                 metrics={"output_throughput": 880.0, "speedup": 0.8})
+    md = R.render_markdown(R.build_report(run_a))
+    assert "| 16 | baseline (no setting pays) | best speculative EAGLE3 s3 k1 d4 0.80x | |" in md
+    assert ("Crossover: speculation stops paying at concurrency 16 (between 1 and 16 on the "
+            "ladder).") in md
+
+
+def test_a_grid_whose_baseline_failed_decides_nothing_there(run_a):
+    _rewrite_row(run_a, "kimi-base-1a2b3c-c16", status="failed", metrics={},
+                 reason="server failed: crashed in load_weights")
+    md = R.render_markdown(R.build_report(run_a))
+    decision = md.split("## Decision")[1].split("Run dir:")[0]
+    assert ("| 16 | no decision | the baseline failed (server failed: crashed in "
+            "load_weights) | |") in decision
+    assert "| 1 | EAGLE3 s3 k4 d8 | 2.00x |" in decision
+    assert ("Crossover: speculation pays up to concurrency 1; above it no decision at "
+            "concurrency 16.") in decision
+    assert "no setting pays" not in decision
+    _rewrite_row(run_a, "kimi-base-1a2b3c-c1", status="failed", metrics={},
+                 reason="server failed: crashed in load_weights")
+    decision = R.render_markdown(R.build_report(run_a)).split("## Decision")[1].split(
+        "Run dir:")[0]
+    assert "Crossover: no decision: the baseline failed (server failed: crashed" in decision
+    assert "pays" not in decision
