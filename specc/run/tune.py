@@ -73,7 +73,8 @@ async def run(ex) -> set[str]:
     try:
         while not ex.stop_all:
             sid = tuner.next_server()
-            if sid is None:
+            if sid is None:   # nothing more will run: the progress stops counting on it
+                ex.progress.plan(0, servers=0, earlier=ex.progress.earlier)
                 break
             await ex.run_server(ex.plan.server(sid))
             tuner.feed(sid)
