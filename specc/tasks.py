@@ -137,7 +137,7 @@ def status(c, run):
     for sid, s in ({} if slurm_run else state.get("servers", {})).items():
         alive = is_leftover(s)
         since = s.get("phase_started_at")
-        rows.append([sid, s.get("status"), s.get("phase", ""),
+        rows.append([sid, s.get("status"), _phase(s, alive),
                      f"{time.time() - since:.0f}s" if since and alive else "",
                      s.get("pid"), "yes" if alive else "no", s.get("port"),
                      (s.get("reason") or "")[:80]])
@@ -154,6 +154,40 @@ def status(c, run):
             raise Exit(f"error RUN_DIR_FILE: {e} (move it aside)", code=2)
         ok = sum(r["status"] == "ok" for r in res.values())
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
+
+
+def _phase(entry: dict, alive: bool) -> str:
+    """What a server is doing now: its startup phase while its process lives; once it is
+    gone, how it ended (a stopped server is not in `warmup`, whatever it last logged)."""
+    phase = entry.get("phase") or ""
+    if alive:
+        return phase
+    code = entry.get("exit_code")
+    stop = entry.get("stop")
+    if stop == "gone" and _exit_text(code):   # it had exited before the stop: say how
+        stop = None
+    end = ", ".join(x for x in (stop, _exit_text(code)) if x)
+    status = entry.get("status")
+    if status == "stopped":
+        return f"stopped ({end})" if end else "stopped"
+    if status == "failed":
+        where = f" in {phase}" if phase and phase not in ("ready", "failed") else ""
+        return f"failed{where}" + (f" ({end})" if end else "")
+    return f"not running (last {phase or status or 'seen'}; its executor is gone)"
+
+
+def _exit_text(code) -> str:
+    """A process's return code as people say it: exit code 1, signal SIGTERM."""
+    if not isinstance(code, int) or isinstance(code, bool):
+        return ""
+    if code < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
 
 
 @task(help={"run": LATEST, "server": "server id (default: all)", "lines": "lines per log",

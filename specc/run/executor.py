@@ -121,7 +121,7 @@ class Executor:
         if running is None:
             return
         how = lifecycle.stop(running, grace_s=self.grace_s)
-        self._stopped(server, status, how, **fields)
+        self._stopped(server, status, how, exit_code=running.proc.returncode, **fields)
 
     async def _stop_async(self, server: Server, status: str, **fields) -> None:
         """_stop in a worker thread: a teardown (SIGTERM, grace, port check) must not freeze
@@ -131,7 +131,7 @@ class Executor:
             return
         how = await asyncio.to_thread(lifecycle.stop, running, grace_s=self.grace_s)
         if self.running.pop(server.id, None) is not None:
-            self._stopped(server, status, how, **fields)
+            self._stopped(server, status, how, exit_code=running.proc.returncode, **fields)
 
     def _stopped(self, server: Server, status: str, how: str, **fields) -> None:
         self.state.update(server.id, status=status, stopped_at=time.time(), stop=how, **fields)
