@@ -229,20 +229,28 @@ def test_combine_reports(tmp_path, run_a, run_b):
     assert "+experiment=eagle3_llama engine=sim" in md
     assert "no plan.json" in md
     c1 = md.split("## Concurrency 1 ")[1].split("## ")[0]
-    c1_rows = [l for l in c1.splitlines() if l.startswith("| run_")]
-    # each job's rows together, baseline first
-    assert [l.split("|")[1:3] for l in c1_rows][:1] == [[" run_a (eagle3_sweep) ", " baseline        "]]
-    assert "| run_b (eagle3_llama) | EAGLE3 s5 k1 d6 |" in c1
-    assert "| run_a (eagle3_sweep) | EAGLE3 s3 k4 d8 |" in c1
+    c1_rows = [l for l in c1.splitlines() if l.startswith("| run_") or l.startswith("| +")]
+    # each job's rows together, baseline first; a job is named by the overrides that set it
+    # apart (run_b's), else by its folder
+    assert [[c.strip() for c in l.split("|")[1:3]] for l in c1_rows][:1] == [
+        ["run_a (eagle3_sweep)", "baseline"]]
+    assert re.search(r"\| \+experiment=eagle3_llama engine=sim +\| EAGLE3 s5 k1 d6 +\|", c1)
+    assert re.search(r"\| run_a \(eagle3_sweep\) +\| EAGLE3 s3 k4 d8 +\|", c1)
     best = md.split("## Best speculative setting per concurrency (all jobs)")[1].split("## ")[0]
-    assert "EAGLE3 s5 k1 d6 [run_b (eagle3_llama)]" in best and "2.25x" in best
+    assert "EAGLE3 s5 k1 d6 [+experiment=eagle3_llama engine=sim]" in best and "2.25x" in best
     assert "[run_a (eagle3_sweep)] EAGLE3 s2 k4 d8 @ concurrency 16" in md
-    assert "- server [run_a] EAGLE3 s2 k4 d8" in md
+    # the answer first, and the same page as HTML
+    assert md.index("## Decision") < md.index("## Jobs") < md.index("## Concurrency 1 ")
+    decision = md.split("## Decision")[1].split("## Jobs")[0]
+    assert "| 1 | EAGLE3 s5 k1 d6 [+experiment=eagle3_llama engine=sim] | 2.25x |" in decision
+    html = (sweep / "report.html").read_text()
+    assert html.index("<h2>Decision</h2>") < html.index("<h2>Jobs</h2>")
+    assert "- server [run_a] EAGLE3 s2 k4 d8" in md   # no overrides: its folder
     with open(sweep / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 10
     assert [r["job"] for r in rows][:1] == ["run_a"]
-    assert list(rows[0])[:2] == ["job", "experiment"]
+    assert list(rows[0])[:3] == ["job", "job_label", "experiment"]
     assert {r["experiment"] for r in rows} == {"eagle3_sweep", "eagle3_llama"}
 
 
@@ -340,3 +348,30 @@ def test_a_grid_whose_baseline_failed_decides_nothing_there(run_a):
         "Run dir:")[0]
     assert "Crossover: no decision: the baseline failed (server failed: crashed" in decision
     assert "pays" not in decision
+
+
+def test_multirun_jobs_are_named_by_the_override_that_differs(tmp_path, run_a, run_b):
+    """`specc -m ... engine=sglang,vllm`: the jobs are `engine=sglang` and `engine=vllm`
+    everywhere a job is named, not `0` and `1`; overrides they share are not repeated."""
+    from specc.report.combine import job_labels
+
+    sweep = tmp_path / "sweep"
+    jobs = []
+    for name, src, engine in (("0", run_a, "sglang"), ("1", run_b, "vllm")):
+        d = shutil.copytree(src, sweep / name)
+        (d / ".hydra").mkdir()
+        (d / ".hydra" / "overrides.yaml").write_text(
+            f"- +experiment=eagle3_sweep\n- engine={engine}\n- hardware.tp=8\n")
+        jobs.append(d)
+    md = R.combine_reports(sweep, jobs).read_text()
+    assert re.search(r"^\| 0 \(`engine=sglang`\) +\| eagle3_sweep ", md, re.M)
+    assert re.search(r"^\| 1 \(`engine=vllm`\) +\| eagle3_llama ", md, re.M)
+    assert re.search(r"^\| engine=vllm \(eagle3_llama\) +\| EAGLE3 s5 k1 d6 ", md, re.M)
+    assert "[engine=vllm (eagle3_llama)]" in md.split("## Decision")[1].split("## Jobs")[0]
+    assert "[0]" not in md and "[1]" not in md   # no line names a job by its number alone
+    assert "- server [engine=sglang] EAGLE3 s2 k4 d8" in md
+    assert json.loads((sweep / "report.json").read_text())["jobs"][1]["label"] == "engine=vllm"
+    assert job_labels({"0": [], "1": []}) == {"0": "0", "1": "1"}
+    assert job_labels({"0": ["a=1", "b=2"], "1": ["a=1", "b=2"]}) == {"0": "0", "1": "1"}
+    assert job_labels({"0": ["a=1", "+b=2"], "1": ["a=1", "b=3"], "2": ["a=2"]}) == {
+        "0": "a=1 +b=2", "1": "a=1 b=3", "2": "a=2"}

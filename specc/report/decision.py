@@ -75,12 +75,12 @@ def grid_decision(groups) -> list[dict]:
     out = []
     for g in groups:
         spec = [r for r in g.rows if not r.is_baseline]
-        bases = {r.benchmark: r for r in g.rows if r.is_baseline}
+        bases = {(r.job, r.benchmark): r for r in g.rows if r.is_baseline}   # per job
         if not spec:
             continue
         paired = [r for r in spec if r.status == "ok" and (
-            not r.baseline_benchmark or getattr(bases.get(r.baseline_benchmark), "status",
-                                                None) == "ok")]
+            not r.baseline_benchmark or getattr(bases.get((r.job, r.baseline_benchmark)),
+                                                "status", None) == "ok")]
         if bases and not any(r.baseline_benchmark for r in paired):
             down = [b for b in bases.values() if b.status != "ok"]
             if down:   # the baseline is what every speedup is paired with

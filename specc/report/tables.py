@@ -133,7 +133,7 @@ def _status_line(rows: list[PointRow]) -> str:
 def _failure_lines(rows: list[PointRow], server_failures: list[dict], with_job: bool = False) -> list[str]:
     lines = []
     for s in server_failures:
-        job = f"[{s['job']}] " if with_job and s.get("job") else ""
+        job = f"[{s.get('job_label') or s['job']}] " if with_job and s.get("job") else ""
         lines.append(f"- server {job}{s['label']} (`{s['server']}`): {s['reason']}")
     for r in rows:
         if r.status == "failed":
