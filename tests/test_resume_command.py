@@ -104,3 +104,27 @@ def test_a_finished_or_failed_run_is_not_offered_for_resume(tmp_path):
     (runs / "a" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     fourth = _specc([*SEQUENTIAL, f"hydra.run.dir={runs / 'd'}"], tmp_path)
     assert fourth.returncode == 0 and "unfinished run" not in fourth.stdout
+
+
+def test_latest_is_the_run_dir_last_compiled_into_or_run(tmp_path):
+    """By its lock's time (every compile, executor and `specc down` rewrites it), not by its
+    name: a resumed run is the latest though a newer folder exists beside it."""
+    import os
+
+    from specc.run.rundir import latest
+
+    out = tmp_path / "outputs"
+    dirs = {name: out / name for name in ("x/2026-01-02", "x/2026-01-01",
+                                          "multirun/2026-01-03/0")}
+    for i, d in enumerate(dirs.values()):
+        d.mkdir(parents=True)
+        (d / "plan.json").write_text("{}")
+        (d / ".lock").write_text("")
+        os.utime(d / ".lock", (1000 + i, 1000 + i))
+    assert latest(out) == dirs["multirun/2026-01-03/0"]
+    os.utime(dirs["x/2026-01-01"] / ".lock", (2000, 2000))   # resumed
+    assert latest(out) == dirs["x/2026-01-01"]
+    deep = dirs["x/2026-01-02"] / "requests" / "a" / "b"   # never a run dir
+    deep.mkdir(parents=True)
+    (deep / "plan.json").write_text("{}")
+    assert latest(out) == dirs["x/2026-01-01"] and latest(tmp_path / "none") is None

@@ -203,12 +203,13 @@ def _last_used(run_dir: Path) -> float:
 
 
 def latest(root: Path | str = OUTPUTS) -> Path | None:
-    """The run dir under `root` (any depth: outputs/<experiment>/<stamp>, a multirun's
+    """The run dir under `root` (up to three deep: outputs/<experiment>/<stamp>, a multirun's
     outputs/multirun/<stamp>/<job>) last compiled into or run; None when there is none."""
     root = Path(root)
     if not root.is_dir():
         return None
-    found = [p.parent for p in root.glob("**/plan.json") if p.is_file()]
+    found = [p.parent for depth in ("*", "*/*", "*/*/*")   # never into requests/ and such
+             for p in root.glob(f"{depth}/plan.json") if p.is_file()]
     return max(found, key=lambda d: (_last_used(d), str(d)), default=None)
 
 
