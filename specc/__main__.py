@@ -63,6 +63,10 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
         print(text)
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
           f"review: {run_dir / 'review.md'}")
+    if not hydra_info.get("multirun") and config.get("resume") is not False:
+        run_dir, code = _unfinished(result.plan, run_dir, config)
+        if code is not None:
+            return code
     if config.get("execute") and result.plan.cluster:
         from specc.run.slurm import execute_slurm
 
@@ -87,6 +91,39 @@ def _invalid(result, run_dir: Path | None, written: str) -> int:
     print(f"invalid: {sum(d.severity == 'error' for d in result.diagnostics)} error(s); "
           f"{written}", file=sys.stderr)
     return exits.INVALID
+
+
+def _unfinished(plan, run_dir: Path, config: dict) -> tuple[Path, int | None]:
+    """The same command again (same plan digest) while a run of that plan is unfinished
+    beside this one: say so and offer the command that resumes it, run nothing (resume
+    unset), or carry it on (resume=true). Returns (the run dir to run in, an exit code
+    when nothing more is to be done)."""
+    from specc.run import rundir
+
+    digest = rundir.recorded_digest(run_dir / "plan.json")
+    found = rundir.unfinished_runs(run_dir, digest, plan) if digest else []
+    if not found:
+        return run_dir, None
+    old, left, holder = found[0]
+    if holder:   # being run now: neither resumed nor run twice
+        print(f"a run of this plan is running now in {rundir.shown(old)} ({left}); follow it "
+              f"with: specc status --run {rundir.shown(old)}")
+        if config.get("execute"):
+            print(f"error RUN_DIR_BUSY at resume: run dir {old} is in use by {holder}; "
+                  "nothing was run here (fix: wait for it, or resume=false to start afresh)",
+                  file=sys.stderr)
+            return run_dir, exits.BUSY
+        return run_dir, exits.OK
+    if config.get("execute") and config.get("resume"):
+        print(f"resuming the unfinished run in {rundir.shown(old)} ({left}); this compile "
+              f"only wrote its review in {rundir.shown(run_dir)}")
+        return old, None
+    print(f"unfinished run of this plan: {rundir.shown(old)} ({left})\n"
+          f"resume it with: {rundir.resume_command(old)}  (or add resume=true; "
+          "resume=false starts afresh)")
+    if config.get("execute"):
+        print(f"nothing was run: this compile is only reviewed in {rundir.shown(run_dir)}")
+    return run_dir, exits.OK
 
 
 def _combine(sweep_dir, run_dirs):

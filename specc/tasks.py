@@ -16,10 +16,29 @@ from pathlib import Path
 from invoke import Collection, Exit, task
 
 
+#: What `--run latest` means, in every task's help.
+LATEST = "run dir, or `latest`: the one under ./outputs/ last compiled into or run"
+
+
+def _named_run(run: str, flag: str = "--run") -> Path:
+    """`--run DIR`, or `--run latest`: the run dir under ./outputs/ last compiled into or
+    run (its lock's time), said on stderr so the user sees which."""
+    if run != "latest":
+        return Path(run)
+    from specc.run import rundir
+
+    found = rundir.latest()
+    if found is None:
+        raise Exit(f"error RUN_DIR_INVALID at {flag}: no run dir under ./{rundir.OUTPUTS}/ for "
+                   "'latest' (fix: run this where you ran `specc`, or give the run dir)", code=2)
+    print(f"run dir: {rundir.shown(found)} (latest)", file=sys.stderr)
+    return found
+
+
 def _run_dir(run: str) -> Path:
     """A run dir is a folder holding the plan.json specc compiled into it: anything else
     (`--run /tmp`, a typo) is refused before a file is read or written there."""
-    d = Path(run)
+    d = _named_run(run)
     if not d.is_dir():
         raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
     if not os.path.lexists(d / "plan.json"):   # a FIFO there is refused when read
@@ -56,7 +75,8 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
         raise Exit(code=result.exited)
 
 
-@task(help={"plan": "path to a reviewed plan.json (its folder is the run dir)",
+@task(help={"plan": "path to a reviewed plan.json (its folder is the run dir), or `latest`: "
+                    "that of the run dir under ./outputs/ last compiled into or run",
             "retry_failed": "forget failed points first so they run again",
             "accept_edited": "run a plan.json edited since it was compiled and reviewed"})
 def run(c, plan, retry_failed=False, accept_edited=False):
@@ -64,7 +84,7 @@ def run(c, plan, retry_failed=False, accept_edited=False):
     from specc.run.executor import execute_plan
     from specc.plan import OLD_JOBS_FILE, Plan
 
-    path = Path(plan)
+    path = _named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan)
     try:
         p, digest, unedited = Plan.load_checked(path)
     except (OSError, ValueError) as e:   # PlanError is a ValueError
@@ -92,7 +112,7 @@ def run(c, plan, retry_failed=False, accept_edited=False):
         raise Exit(code=code)
 
 
-@task(help={"run": "run dir"})
+@task(help={"run": LATEST})
 def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
     from tabulate import tabulate
@@ -117,7 +137,7 @@ def status(c, run):
     for sid, s in ({} if slurm_run else state.get("servers", {})).items():
         alive = is_leftover(s)
         since = s.get("phase_started_at")
-        rows.append([sid, s.get("status"), s.get("phase", ""),
+        rows.append([sid, s.get("status"), _phase(s, alive),
                      f"{time.time() - since:.0f}s" if since and alive else "",
                      s.get("pid"), "yes" if alive else "no", s.get("port"),
                      (s.get("reason") or "")[:80]])
@@ -136,7 +156,41 @@ def status(c, run):
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 
 
-@task(help={"run": "run dir", "server": "server id (default: all)", "lines": "lines per log",
+def _phase(entry: dict, alive: bool) -> str:
+    """What a server is doing now: its startup phase while its process lives; once it is
+    gone, how it ended (a stopped server is not in `warmup`, whatever it last logged)."""
+    phase = entry.get("phase") or ""
+    if alive:
+        return phase
+    code = entry.get("exit_code")
+    stop = entry.get("stop")
+    if stop == "gone" and _exit_text(code):   # it had exited before the stop: say how
+        stop = None
+    end = ", ".join(x for x in (stop, _exit_text(code)) if x)
+    status = entry.get("status")
+    if status == "stopped":
+        return f"stopped ({end})" if end else "stopped"
+    if status == "failed":
+        where = f" in {phase}" if phase and phase not in ("ready", "failed") else ""
+        return f"failed{where}" + (f" ({end})" if end else "")
+    return f"not running (last {phase or status or 'seen'}; its executor is gone)"
+
+
+def _exit_text(code) -> str:
+    """A process's return code as people say it: exit code 1, signal SIGTERM."""
+    if not isinstance(code, int) or isinstance(code, bool):
+        return ""
+    if code < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+@task(help={"run": LATEST, "server": "server id (default: all)", "lines": "lines per log",
             "follow": "keep printing new lines"})
 def logs(c, run, server="", lines=40, follow=False):
     """Print the last lines of each server's log (the log knows)."""
@@ -161,7 +215,7 @@ def logs(c, run, server="", lines=40, follow=False):
         c.run(shlex.join(["tail", "-n", "0", "-F", *map(str, files)]), pty=False, warn=True)
 
 
-@task(help={"plan": "path to a plan.json",
+@task(help={"plan": "path to a plan.json, or `latest` (as in `specc run`)",
             "python": "the engine's Python (default: the one each launch command runs under)"})
 def doctor(c, plan, python=""):
     """Preflight: check the installed engine release and its parser against a plan.
@@ -173,7 +227,7 @@ def doctor(c, plan, python=""):
     from specc.run.doctor import check_plan
 
     try:
-        p = Plan.load(Path(plan))
+        p = Plan.load(_named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
     found: list = []
@@ -188,7 +242,7 @@ def doctor(c, plan, python=""):
           + ("" if p.engine != "sim" else " (the simulator's parser)"))
 
 
-@task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})
+@task(help={"run": LATEST, "grace": "seconds between SIGTERM and SIGKILL"})
 def down(c, run, grace=10.0):
     """Stop every server this run started (from state.json) and verify they are gone."""
     from specc import exits
@@ -242,12 +296,12 @@ def down(c, run, grace=10.0):
     print("nothing running" if not stopped else f"{len(stopped)} server(s) stopped; verified gone")
 
 
-@task(help={"run": "run dir (a multirun sweep dir combines its jobs)"})
+@task(help={"run": LATEST + " (a multirun sweep dir combines its jobs)"})
 def report(c, run):
     """Write report.md/.csv/.json and plots from results.jsonl, and print the tables."""
     from specc.report import ReportError, combine_reports, render_terminal, write_report
 
-    d = Path(run)
+    d = _named_run(run)
     if not d.is_dir():
         raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
     if (d / "plan.json").exists():

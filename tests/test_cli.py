@@ -284,3 +284,6 @@ def test_multirun_writes_one_run_dir_per_job_and_a_combined_review(runs):
     combined = (sweep_dir / "review.md").read_text()
     assert "2 job(s)" in combined and "INVALID" not in combined
     assert "(engine: sglang)" in combined and "(engine: sim)" in combined
+    # each job named by the override that sets it apart, not only by its number
+    assert "## job 0: engine=sglang" in combined and "## job 1: engine=sim" in combined
+    assert "- [1](1/review.md) (`engine=sim`): valid" in combined

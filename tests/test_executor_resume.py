@@ -50,8 +50,13 @@ def _resume_and_check(run_dir, before):
             assert r["finished_at"] == old["finished_at"]
             assert {k: v for k, v in r["metrics"].items() if k != "speedup"} == \
                 {k: v for k, v in old["metrics"].items() if k != "speedup"}
-    assert f"done: {len(rows)}/{len(rows)} points ({len(rows)} ok, 0 failed)" in res.stderr
-    assert res.stderr.count("finished in an earlier run") == len(done)
+    # the progress counts what this run ran: the points left, not those kept
+    left = len(rows) - len(done)
+    assert (f"resuming: {len(done)} of {len(rows)} points finished in an earlier run "
+            f"({len(done)} ok, 0 failed) are kept, not rerun; {left} to run") in res.stderr
+    assert f"[1/{left}] start " in res.stderr and f"/{len(rows)}]" not in res.stderr
+    assert (f"done: {left}/{left} points ({left} ok, 0 failed) in ") in res.stderr
+    assert f"; {len(done)} finished in an earlier run" in res.stderr
     return rows
 
 

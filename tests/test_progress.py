@@ -151,3 +151,43 @@ def test_format_duration():
     assert format_duration(5.4) == "5s"
     assert format_duration(185) == "3m05s"
     assert format_duration(3723) == "1h02m03s"
+
+
+def test_counts_and_eta_cover_only_what_will_run():
+    """A resumed run counts the points left, not those an earlier run kept; skipped points
+    leave the total; the ETA adds the start-ups of the servers still to start."""
+    buf, clock = io.StringIO(), FakeClock()
+    p = SweepProgress(52, stream=buf, clock=clock)
+    p.plan(6, servers=2, earlier=46, note="resuming: 46 of 52 kept")
+    p.server_phase("s1", "launch")
+    clock.tick(40)
+    p.server_phase("s1", "ready")
+    p.point_started("b1", "p1")
+    clock.tick(10)
+    p.point_finished("b1", "ok")
+    # 5 points left at 10 s, and one more server to start at 40 s
+    assert p.eta() == pytest.approx(5 * 10 + 40)
+    p.skip(["b2", "b3"], "server failed: crash", "EAGLE3 s3")
+    assert p.eta() == pytest.approx(3 * 10 + 40)
+    p.close()
+    got = [strip(x) for x in lines(buf)]
+    assert got[0] == "resuming: 46 of 52 kept"
+    assert "[1/6] ok p1 in 10s (ETA 1m30s)" in got
+    assert "skip 2 point(s) of EAGLE3 s3: server failed: crash" in got
+    assert got[-1] == ("done: 1/4 points (1 ok, 0 failed) in 50s; 2 skipped; 46 finished in "
+                       "an earlier run")
+
+
+def test_an_upper_bound_is_shown_as_one_and_shrinks_when_the_search_stops():
+    buf, clock = io.StringIO(), FakeClock()
+    p = SweepProgress(52, stream=buf, clock=clock)
+    p.plan(16, servers=4, at_most=True)
+    p.point_started("b1", "baseline @ c=1")
+    clock.tick(5)
+    p.point_finished("b1", "ok")
+    p.plan(0, servers=0)   # the search stopped: nothing more runs
+    assert p.eta() == 0
+    p.close()
+    got = [strip(x) for x in lines(buf)]
+    assert got[0] == "[1/≤16] start baseline @ c=1" and got[1].startswith("[1/≤16] ok ")
+    assert got[-1].startswith("done: 1/1 points (1 ok, 0 failed)")

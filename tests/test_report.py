@@ -1,6 +1,7 @@
 """The report over fixture run dirs (tests/fixtures/report/, see make_fixtures.py there)."""
 
 import csv
+import re
 import json
 import shutil
 from pathlib import Path
@@ -228,20 +229,28 @@ def test_combine_reports(tmp_path, run_a, run_b):
     assert "+experiment=eagle3_llama engine=sim" in md
     assert "no plan.json" in md
     c1 = md.split("## Concurrency 1 ")[1].split("## ")[0]
-    c1_rows = [l for l in c1.splitlines() if l.startswith("| run_")]
-    # each job's rows together, baseline first
-    assert [l.split("|")[1:3] for l in c1_rows][:1] == [[" run_a (eagle3_sweep) ", " baseline        "]]
-    assert "| run_b (eagle3_llama) | EAGLE3 s5 k1 d6 |" in c1
-    assert "| run_a (eagle3_sweep) | EAGLE3 s3 k4 d8 |" in c1
+    c1_rows = [l for l in c1.splitlines() if l.startswith("| run_") or l.startswith("| +")]
+    # each job's rows together, baseline first; a job is named by the overrides that set it
+    # apart (run_b's), else by its folder
+    assert [[c.strip() for c in l.split("|")[1:3]] for l in c1_rows][:1] == [
+        ["run_a (eagle3_sweep)", "baseline"]]
+    assert re.search(r"\| \+experiment=eagle3_llama engine=sim +\| EAGLE3 s5 k1 d6 +\|", c1)
+    assert re.search(r"\| run_a \(eagle3_sweep\) +\| EAGLE3 s3 k4 d8 +\|", c1)
     best = md.split("## Best speculative setting per concurrency (all jobs)")[1].split("## ")[0]
-    assert "EAGLE3 s5 k1 d6 [run_b (eagle3_llama)]" in best and "2.25x" in best
+    assert "EAGLE3 s5 k1 d6 [+experiment=eagle3_llama engine=sim]" in best and "2.25x" in best
     assert "[run_a (eagle3_sweep)] EAGLE3 s2 k4 d8 @ concurrency 16" in md
-    assert "- server [run_a] EAGLE3 s2 k4 d8" in md
+    # the answer first, and the same page as HTML
+    assert md.index("## Decision") < md.index("## Jobs") < md.index("## Concurrency 1 ")
+    decision = md.split("## Decision")[1].split("## Jobs")[0]
+    assert "| 1 | EAGLE3 s5 k1 d6 [+experiment=eagle3_llama engine=sim] | 2.25x |" in decision
+    html = (sweep / "report.html").read_text()
+    assert html.index("<h2>Decision</h2>") < html.index("<h2>Jobs</h2>")
+    assert "- server [run_a] EAGLE3 s2 k4 d8" in md   # no overrides: its folder
     with open(sweep / "report.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 10
     assert [r["job"] for r in rows][:1] == ["run_a"]
-    assert list(rows[0])[:2] == ["job", "experiment"]
+    assert list(rows[0])[:3] == ["job", "job_label", "experiment"]
     assert {r["experiment"] for r in rows} == {"eagle3_sweep", "eagle3_llama"}
 
 
@@ -285,3 +294,84 @@ def test_any_results_render(tmp_path_factory, results, tail):
     assert len(rep.rows) == 8
     assert R.render_markdown(rep) and R.render_terminal(rep)
     report_tables._csv_text([r.flat() for r in rep.rows])
+
+
+def _rewrite_row(run_dir, benchmark, **fields):
+    p = run_dir / "results.jsonl"
+    lines = [json.loads(x) for x in p.read_text().splitlines()[:-1]]   # the cut last line
+    for row in lines:
+        if row["benchmark"] == benchmark:
+            row.update(fields)
+    p.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def test_a_grid_report_opens_with_its_decision(run_a, capsys):
+    """The answer first, in report.md, report.html and the terminal: per concurrency what to
+    deploy with its interval and ties, where nothing pays, and the crossover."""
+    R.write_report(run_a)
+    md = (run_a / "report.md").read_text()
+    assert md.index("## Decision") < md.index("Run dir:") < md.index("## Concurrency 1 ")
+    decision = md.split("## Decision")[1].split("Run dir:")[0]
+    assert "| 1 | EAGLE3 s3 k4 d8 | 2.00x | - |" in decision   # no intervals: no ties
+    assert "| 16 | EAGLE3 s3 k1 d4 | 1.40x | - |" in decision
+    assert "Crossover: speculation pays up to the top of the ladder." in decision
+    html = (run_a / "report.html").read_text()
+    assert html.index("<h2>Decision</h2>") < html.index("<h2>Concurrency 1 ")
+    text = R.render_terminal(R.build_report(run_a))
+    lines = text.splitlines()
+    assert lines[2] == "Decision" and "Concurrency 1 " in text.split("Crossover:")[1]
+    assert re.search(r"^16 +EAGLE3 s3 k1 d4 +1\.40x +-$", text, re.M), text
+
+    # at 16 the only finished setting is slower than the baseline: deploy the baseline
+    _rewrite_row(run_a, "kimi-eagle3-s3-k1-d4-3f9a2c-c16",
+                 metrics={"output_throughput": 880.0, "speedup": 0.8})
+    md = R.render_markdown(R.build_report(run_a))
+    assert "| 16 | baseline (no setting pays) | best speculative EAGLE3 s3 k1 d4 0.80x | |" in md
+    assert ("Crossover: speculation stops paying at concurrency 16 (between 1 and 16 on the "
+            "ladder).") in md
+
+
+def test_a_grid_whose_baseline_failed_decides_nothing_there(run_a):
+    _rewrite_row(run_a, "kimi-base-1a2b3c-c16", status="failed", metrics={},
+                 reason="server failed: crashed in load_weights")
+    md = R.render_markdown(R.build_report(run_a))
+    decision = md.split("## Decision")[1].split("Run dir:")[0]
+    assert ("| 16 | no decision | the baseline failed (server failed: crashed in "
+            "load_weights) | |") in decision
+    assert "| 1 | EAGLE3 s3 k4 d8 | 2.00x |" in decision
+    assert ("Crossover: speculation pays up to concurrency 1; above it no decision at "
+            "concurrency 16.") in decision
+    assert "no setting pays" not in decision
+    _rewrite_row(run_a, "kimi-base-1a2b3c-c1", status="failed", metrics={},
+                 reason="server failed: crashed in load_weights")
+    decision = R.render_markdown(R.build_report(run_a)).split("## Decision")[1].split(
+        "Run dir:")[0]
+    assert "Crossover: no decision: the baseline failed (server failed: crashed" in decision
+    assert "pays" not in decision
+
+
+def test_multirun_jobs_are_named_by_the_override_that_differs(tmp_path, run_a, run_b):
+    """`specc -m ... engine=sglang,vllm`: the jobs are `engine=sglang` and `engine=vllm`
+    everywhere a job is named, not `0` and `1`; overrides they share are not repeated."""
+    from specc.report.combine import job_labels
+
+    sweep = tmp_path / "sweep"
+    jobs = []
+    for name, src, engine in (("0", run_a, "sglang"), ("1", run_b, "vllm")):
+        d = shutil.copytree(src, sweep / name)
+        (d / ".hydra").mkdir()
+        (d / ".hydra" / "overrides.yaml").write_text(
+            f"- +experiment=eagle3_sweep\n- engine={engine}\n- hardware.tp=8\n")
+        jobs.append(d)
+    md = R.combine_reports(sweep, jobs).read_text()
+    assert re.search(r"^\| 0 \(`engine=sglang`\) +\| eagle3_sweep ", md, re.M)
+    assert re.search(r"^\| 1 \(`engine=vllm`\) +\| eagle3_llama ", md, re.M)
+    assert re.search(r"^\| engine=vllm \(eagle3_llama\) +\| EAGLE3 s5 k1 d6 ", md, re.M)
+    assert "[engine=vllm (eagle3_llama)]" in md.split("## Decision")[1].split("## Jobs")[0]
+    assert "[0]" not in md and "[1]" not in md   # no line names a job by its number alone
+    assert "- server [engine=sglang] EAGLE3 s2 k4 d8" in md
+    assert json.loads((sweep / "report.json").read_text())["jobs"][1]["label"] == "engine=vllm"
+    assert job_labels({"0": [], "1": []}) == {"0": "0", "1": "1"}
+    assert job_labels({"0": ["a=1", "b=2"], "1": ["a=1", "b=2"]}) == {"0": "0", "1": "1"}
+    assert job_labels({"0": ["a=1", "+b=2"], "1": ["a=1", "b=3"], "2": ["a=2"]}) == {
+        "0": "a=1 +b=2", "1": "a=1 b=3", "2": "a=2"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -75,7 +76,23 @@ def test_inv_status_on_a_finished_run(finished):
     for s in finished["plan"].servers:
         line = next(ln for ln in res.stdout.splitlines() if ln.startswith(s.id))
         assert "stopped" in line and str(s.port) in line
+        # how it ended, not the last startup phase it logged
+        assert re.search(r" stopped +stopped \(terminated, (exit code 0|signal SIGTERM)\) ",
+                         line), line
+        assert "warmup" not in line and " no " in line
     assert "points: 2/2 finished (2 ok, 0 failed)" in res.stdout
+
+
+def test_status_of_a_server_that_crashed_names_where_and_how(tmp_path, guard):
+    from executor_helpers import execute, set_server_env
+
+    run_dir = tmp_path / "run"
+    plan = compile_plan(run_dir, ["baseline=false"], port=guard.port(1),
+                        edit=lambda p: set_server_env(p, 0, SPECC_SIM_FAULT="crash@load_weights"))
+    assert execute(plan, run_dir) == 3
+    res = run_inv(["status", "--run", str(run_dir)])
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith(plan.servers[0].id))
+    assert re.search(r" failed +failed in load_weights \(exit code 1\) ", line), line
 
 
 def test_inv_logs_on_a_finished_run(finished):

@@ -4,6 +4,7 @@ run on the simulator (real servers, HTTP, files), then a resume that starts noth
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -114,3 +115,31 @@ def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path,
     tune2 = json.loads((run_dir / "tune.json").read_text())
     assert tune2["best"] == tune["best"] and tune2["server_starts"] == tune["server_starts"]
     assert all("earlier run" in s["reason"] for s in tune2["starts"])
+
+
+def test_a_baseline_that_fails_to_start_gives_no_decision(tmp_path, guard, capsys):
+    """The incident: the baseline never started, and the report said "deploy baseline (no
+    setting pays)" and "speculation pays up to the top of the ladder" with nothing measured."""
+    from executor_helpers import compile_plan, execute, set_server_env
+
+    def crash_baseline(plan):
+        i = next(i for i, s in enumerate(plan["servers"])
+                 if s["id"] == plan["search"]["baseline"])
+        set_server_env(plan, i, SPECC_SIM_FAULT="crash@load_weights")
+
+    plan = compile_plan(tmp_path, ["+experiment=llama3_tune"] + SMALL, port=guard.port(5),
+                        edit=crash_baseline)
+    code = execute(plan, tmp_path)
+    out = capsys.readouterr().out
+    assert code == 3
+    tune = json.loads((tmp_path / "tune.json").read_text())
+    assert tune["server_starts"] == 1 and tune["no_decision"].startswith("the baseline failed (")
+    assert all(e == {"no_decision": tune["no_decision"]} for e in tune["best"].values())
+    report = (tmp_path / "report.md").read_text()
+    assert "| 8 | no decision | the baseline failed (" in report
+    assert re.search(r"^8 +no decision +the baseline failed \(", out, re.M), out
+    for text in (report, out):   # report.md and what the terminal printed
+        assert "No decision: the baseline failed (server failed: " in text
+        assert "Crossover: no decision: the baseline failed (" in text
+        assert "no setting pays" not in text and "speculation pays" not in text
+    assert "No decision: the baseline failed" in (tmp_path / "report.html").read_text()

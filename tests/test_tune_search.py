@@ -241,3 +241,48 @@ def test_a_failed_candidate_is_not_started_again():
     search.fail(rec.probe, "server failed: stall")
     nxt = search.next_action(2.0)
     assert isinstance(nxt, Start) and nxt.server != rec.probe
+
+
+def test_a_baseline_that_never_ran_decides_nothing():
+    """The incident: a failed baseline read as "deploy the baseline" and "speculation pays up
+    to the top of the ladder", with nothing measured."""
+    from specc.report.decision import lines
+
+    search = Search(record(), model_step)
+    search.started("base", 0.0)
+    search.fail("base", "server failed: crashed in load_weights")
+    assert isinstance(search.next_action(1.0), Stop)
+    d = search.decision()
+    why = "the baseline failed (server failed: crashed in load_weights)"
+    assert d["no_decision"] == why
+    assert d["best"] == {str(c): {"no_decision": why} for c in LADDER}
+    assert d["crossover"]["concurrency"] is None and why in d["crossover"]["note"]
+    text = "\n".join(lines(d))
+    assert f"No decision: {why}" in text
+    assert "no setting pays" not in text and "speculation pays" not in text
+    assert "| 8 | no decision | " + why in text
+
+
+def test_a_baseline_that_failed_at_one_concurrency_decides_the_others():
+    world = World(0.7)
+    rec = record(ladder=(1, 8, 32), max_starts=2)
+    search = Search(rec, model_step)
+    search.started("base", 0.0)
+    for c in (1, 8):
+        search.observe(world.point("base", None, c))
+    search.miss("base", 32, "server died mid-run (exit code 1)")
+    search.started(rec.probe, 1.0)
+    shape = next((c.num_steps, c.topk, c.num_draft_tokens) for c in rec.candidates
+                 if c.server == rec.probe)
+    for c in (1, 8):
+        search.observe(world.point(rec.probe, shape, c))
+    search.observe(Point(rec.probe, 32))   # ran, but nothing to pair it with
+    d = search.decision()
+    assert "no_decision" not in d
+    assert d["best"]["1"]["server"] == rec.probe and d["best"]["8"]["server"] == rec.probe
+    assert d["best"]["32"] == {"no_decision": "the baseline failed (server died mid-run "
+                                              "(exit code 1))"}
+    # it pays at 1 and 8; at 32 nothing is known: never "pays up to the top of the ladder"
+    assert d["crossover"]["concurrency"] is None and d["crossover"]["between"] == [8, None]
+    assert d["crossover"]["note"].startswith("speculation pays up to concurrency 8; above "
+                                             "it no decision at concurrency 32")

@@ -173,6 +173,7 @@ SCHEMA = _obj({
     "experiment": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                    "maxLength": NAME_MAX},
     "execute": _BOOL,
+    "resume": _nullable(_BOOL),
     "baseline": _BOOL,
     "fail_fast": _BOOL,
     "max_points": _POS_INT,

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 from specc.files import STATE_BYTES, atomic_write, read_text
+from specc.report.decision import grid_lines
+from specc.report.html import render_html
 from specc.report.model import DASH, PointRow, ReportError, _best, _groups, _plain
 from specc.report.read import build_report
 from specc.report.tables import (NOTES, _best_table, _csv_text, _failure_lines, _group_table,
@@ -30,10 +32,12 @@ def nest_headings(markdown: str, levels: int = 2) -> str:
 
 
 def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
+    labels = job_labels({d.name: _overrides(d) for d in run_dirs})
     lines = [f"# specc multirun: {len(run_dirs)} job(s)", ""]
     for d in run_dirs:
         ok = (d / "plan.json").exists()
-        lines.append(f"- [{d.name}]({d.name}/review.md): {'valid' if ok else 'INVALID'}")
+        lines.append(f"- [{d.name}]({d.name}/review.md) {_said(d.name, labels)}: "
+                     f"{'valid' if ok else 'INVALID'}")
     lines.append("")
     for d in run_dirs:
         try:
@@ -41,7 +45,8 @@ def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
         except (OSError, ValueError):
             body = None
         if body is not None:
-            lines += [f"## job {d.name}", "", body, ""]
+            lines += [f"## job {d.name}: {labels[d.name]}" if labels[d.name] != d.name
+                      else f"## job {d.name}", "", body, ""]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(sweep_dir / "review.md", "\n".join(lines))
     executed = [d for d in run_dirs if (d / "results.jsonl").exists()]
@@ -58,16 +63,40 @@ def _job_name(sweep_dir: Path, run_dir: Path) -> str:
         return run_dir.name
 
 
-def _job_overrides(run_dir: Path) -> str:
+def _overrides(run_dir: Path) -> list[str]:
+    """The job's command-line overrides as Hydra saved them (.hydra/overrides.yaml)."""
     p = run_dir / ".hydra" / "overrides.yaml"
     if not p.exists():
-        return ""
+        return []
     try:
         import yaml
         items = yaml.safe_load(read_text(p, STATE_BYTES)) or []
-        return " ".join(str(x) for x in items) if isinstance(items, list) else ""
+        return [str(x) for x in items] if isinstance(items, list) else []
     except Exception:
-        return ""
+        return []
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def job_labels(overrides: dict[str, list[str]]) -> dict[str, str]:
+    """Each job named by the overrides that set it apart from the others (`engine=vllm`), in
+    the order given; the job's folder name where none does, or to keep two apart."""
+    values = {name: {_key(o): o for o in items} for name, items in overrides.items()}
+    keys = {k for v in values.values() for k in v}
+    differ = {k for k in keys if len({v.get(k) for v in values.values()}) > 1}
+    out = {name: " ".join(o for o in overrides[name] if _key(o) in differ) or name
+           for name in overrides}
+    seen: dict[str, int] = {}
+    for label in out.values():
+        seen[label] = seen.get(label, 0) + 1
+    return {name: (f"{label} [{name}]" if seen[label] > 1 and label != name else label)
+            for name, label in out.items()}
+
+
+def _said(name: str, labels: dict[str, str]) -> str:
+    return f"(`{labels[name]}`)" if labels.get(name, name) != name else ""
 
 
 def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
@@ -78,10 +107,13 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
     rows: list[PointRow] = []
     server_failures: list[dict] = []
     warnings: list[str] = []
+    names = {Path(rd): _job_name(sweep_dir, Path(rd)) for rd in run_dirs}
+    labels = job_labels({names[Path(rd)]: _overrides(Path(rd)) for rd in run_dirs})
     for rd in run_dirs:
         rd = Path(rd)
-        job = _job_name(sweep_dir, rd)
-        info = {"job": job, "run_dir": str(rd), "overrides": _job_overrides(rd)}
+        job = names[rd]
+        info = {"job": job, "label": labels[job], "run_dir": str(rd),
+                "overrides": " ".join(_overrides(rd))}
         try:
             rep = build_report(rd)
         except ReportError as e:
@@ -92,19 +124,26 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
                     ok=rep.count("ok"), failed=rep.count("failed"), pending=rep.count("pending"))
         jobs.append(info)
         for r in rep.rows:
-            r.job, r.experiment = job, rep.experiment
+            r.job, r.experiment, r.job_label = job, rep.experiment, labels[job]
             rows.append(r)
         for s in rep.server_failures:
-            server_failures.append({**s, "job": job})
-        warnings += [f"[{job}] {w}" for w in rep.warnings]
+            server_failures.append({**s, "job": job, "job_label": labels[job]})
+        warnings += [f"[{labels[job]}] {w}" for w in rep.warnings]
 
     groups = _groups(rows)
     multi_workload = len({g.workload for g in groups}) > 1
-    out = [f"# Combined report: {len(jobs)} job(s)", "", f"Sweep dir: `{sweep_dir}`  ",
-           _status_line(rows) + ".", "", "## Jobs", ""]
+    out = [f"# Combined report: {len(jobs)} job(s)", ""]
+    decision = grid_lines(groups, with_job=True)
+    if decision:   # the answer first; each job's setting judged against its own baseline
+        out += decision[:2] + ["Speedups are each against the baseline of the same job.",
+                               ""] + decision[2:]
+    out += [f"Sweep dir: `{sweep_dir}`  ", _status_line(rows) + ".", "", "## Jobs", ""]
     job_rows = []
     for j in jobs:
-        job_rows.append([j["job"], j["experiment"], j["engine"], j.get("overrides") or DASH,
+        label = j.get("label") or j["job"]
+        job_rows.append([j["job"] if label == j["job"] else f"{j['job']} (`{label}`)",
+                         j["experiment"], j["engine"],
+                         j.get("overrides") or DASH,
                          str(j.get("ok", DASH)), str(j.get("failed", DASH)),
                          str(j.get("pending", DASH)), j.get("error", "")])
     out += [_table(job_rows, ["job", "experiment", "engine", "overrides", "ok", "failed", "pending", "note"],
@@ -128,7 +167,8 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
     for r in rows:
         fr = r.flat()
         jobinfo = next((j for j in jobs if j["job"] == r.job), {})
-        fr = {"job": r.job, "experiment": jobinfo.get("experiment"), **{k: v for k, v in fr.items() if k != "job"}}
+        fr = {"job": r.job, "job_label": r.job_label, "experiment": jobinfo.get("experiment"),
+              **{k: v for k, v in fr.items() if k != "job"}}
         flat.append(fr)
     atomic_write(sweep_dir / "report.csv", _csv_text(flat))
     atomic_write(sweep_dir / "report.json", json.dumps(_plain({
@@ -138,5 +178,7 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
                     "server_failures": server_failures, "warnings": warnings},
         "rows": flat}), indent=2) + "\n")
     md = sweep_dir / "report.md"
-    atomic_write(md, "\n".join(out))
+    text = "\n".join(out)
+    atomic_write(md, text)
+    atomic_write(sweep_dir / "report.html", render_html(text, sweep_dir))
     return md

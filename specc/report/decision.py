@@ -17,10 +17,15 @@ def lines(d: dict, label=lambda sid: sid) -> list[str]:
     out = ["## Decision", "",
            f"search=tune: {d.get('server_starts')} server starts of the grid's "
            f"{d.get('grid_server_starts')} (budget {d.get('max_starts')}); stopped: "
-           f"{d.get('stopped') or 'interrupted'}.", "",
-           "| concurrency | deploy | speedup [95%] | tied |", "|---|---|---|---|"]
+           f"{d.get('stopped') or 'interrupted'}.", ""]
+    if d.get("no_decision"):
+        out += [f"**No decision: {d['no_decision']}.** Every speedup is paired with the "
+                "baseline, so without it no setting is chosen and no crossover is drawn.", ""]
+    out += ["| concurrency | deploy | speedup [95%] | tied |", "|---|---|---|---|"]
     for c, e in (d.get("best") or {}).items():
-        if e.get("baseline"):
+        if e.get("no_decision"):
+            out.append(f"| {c} | no decision | {e['no_decision']} | |")
+        elif e.get("baseline"):
             spec = e.get("best_speculative")
             why = (f"best speculative {_setting(spec)} {_iv(spec)}" if spec
                    else "no speculative point measured")
@@ -49,4 +54,122 @@ def lines(d: dict, label=lambda sid: sid) -> list[str]:
                                   if v is not None) or "-"
         out.append(f"| {_setting(row)} | {'yes' if row.get('started') else 'no'} | "
                    f"{fmt(row.get('predicted'))} | {fmt(row.get('measured'))} |")
+    return out + [""]
+
+
+# -- a grid run (and a multirun's jobs): the same answer from the report's own tables ----
+def _reaches(r) -> bool:
+    """The point's speedup interval reaches 1.0 (its value, without an interval)."""
+    iv = r.speedup_iv
+    hi = iv.hi if iv is not None and iv.hi is not None else r.speedup
+    return hi is not None and hi >= 1.0
+
+
+def grid_decision(groups) -> list[dict]:
+    """Per table (concurrency, workload): what to deploy, judged only against baselines that
+    were measured. Entries: {group, row (the best speculative point) or None, ties, pays,
+    no_decision (why nothing can be said, else None)}."""
+    from specc.report.intervals import tied
+    from specc.report.model import Group, _best
+
+    out = []
+    for g in groups:
+        spec = [r for r in g.rows if not r.is_baseline]
+        bases = {(r.job, r.benchmark): r for r in g.rows if r.is_baseline}   # per job
+        if not spec:
+            continue
+        paired = [r for r in spec if r.status == "ok" and (
+            not r.baseline_benchmark or getattr(bases.get((r.job, r.baseline_benchmark)),
+                                                "status", None) == "ok")]
+        if bases and not any(r.baseline_benchmark for r in paired):
+            down = [b for b in bases.values() if b.status != "ok"]
+            if down:   # the baseline is what every speedup is paired with
+                b = down[0]
+                why = (f"the baseline failed ({b.reason})" if b.status == "failed" and b.reason
+                       else "the baseline failed" if b.status == "failed"
+                       else "the baseline was not measured")
+                out.append({"group": g, "row": None, "ties": [], "pays": None,
+                            "no_decision": why})
+                continue
+        sub = Group(g.workload, g.concurrency, paired + [b for b in bases.values()
+                                                         if b.status == "ok"])
+        best = _best(sub)
+        top, ties = tied(sub)
+        row = best.row
+        out.append({"group": g, "row": row, "by": best.by,
+                    "ties": [t for t in ties if t is not row] if top is row else [],
+                    "pays": (row.speedup >= 1.0) if row is not None and row.speedup is not None
+                    else None,
+                    "reaches": (any(_reaches(r) for r in paired)
+                                if any(r.speedup is not None for r in paired) else None),
+                    "no_decision": None})
+    return out
+
+
+def _crossover(entries) -> str | None:
+    """The lowest concurrency whose best speculative interval does not reach 1.0, as tune
+    says it; None with fewer than two concurrencies."""
+    from specc.report.model import _conc_text, _sort_num
+
+    ladder = sorted(entries, key=lambda e: _sort_num(e["group"].concurrency))
+    if len(ladder) < 2:
+        return None
+
+    prev, unknown = None, []   # unknown: (concurrency, its text) where nothing was decided
+    for e in ladder:
+        c = _conc_text(e["group"].concurrency)
+        if e["no_decision"] or e["row"] is None or e.get("reaches") is None:
+            unknown.append((_sort_num(e["group"].concurrency), c))
+            continue
+        if not e["reaches"]:
+            return f"speculation stops paying at concurrency {c}" + (
+                f" (between {prev[1]} and {c} on the ladder)" if prev else
+                " (already at the ladder's bottom)" if not unknown else
+                f" (below it no decision at concurrency {', '.join(t for _, t in unknown)})")
+        prev = (_sort_num(e["group"].concurrency), c)
+    if prev is None:   # nothing decided anywhere
+        why = next((e["no_decision"] for e in ladder if e["no_decision"]), None)
+        return f"no decision: {why}" if why else None
+    above = [t for v, t in unknown if v > prev[0]]
+    if above:
+        return (f"speculation pays up to concurrency {prev[1]}; above it no decision at "
+                f"concurrency {', '.join(above)}")
+    return "speculation pays up to the top of the ladder"
+
+
+def grid_lines(groups, with_job: bool = False) -> list[str]:
+    """Markdown lines: the answer first -- per concurrency what to deploy (with its 95%
+    interval and the settings tied with it), where no setting pays, where nothing can be
+    said (a failed baseline) -- and the crossover. Empty when the plan has no speculation."""
+    from specc.report.intervals import speedup_text
+    from specc.report.model import _conc_text, _workload_text
+
+    entries = grid_decision(groups)
+    if not entries:
+        return []
+    workloads = sorted({e["group"].workload for e in entries}, key=str)
+    label = (lambda r: f"{r.label} [{r.job_text}]" if with_job and r.job else r.label)
+    out = ["## Decision", "", "| concurrency | deploy | speedup [95%] | tied |",
+           "|---|---|---|---|"]
+    for e in entries:
+        c = _conc_text(e["group"].concurrency)
+        if len(workloads) > 1:
+            c = f"{c} ({_workload_text(e['group'].workload)})"
+        r = e["row"]
+        if e["no_decision"]:
+            out.append(f"| {c} | no decision | {e['no_decision']} | |")
+        elif r is None:
+            out.append(f"| {c} | baseline (no speculative point finished) | | |")
+        elif e["pays"] is False:
+            out.append(f"| {c} | baseline (no setting pays) | best speculative {label(r)} "
+                       f"{speedup_text(r)} | |")
+        else:
+            by = "" if e.get("by") == "speedup" else " (by output tok/s: speedup unknown)"
+            out.append(f"| {c} | {label(r)}{by} | {speedup_text(r)} | "
+                       f"{', '.join(label(t) for t in e['ties']) or '-'} |")
+    for w in workloads:
+        text = _crossover([e for e in entries if e["group"].workload == w])
+        if text:
+            where = f" ({_workload_text(w)})" if len(workloads) > 1 else ""
+            out += ["", f"Crossover{where}: {text}."]
     return out + [""]

@@ -100,6 +100,8 @@ class PointRow:
     speedup_computed: bool = False  # True when computed here, not read from the result line
     job: str | None = None  # set by combine_reports: the job's run dir, relative to the sweep dir
     experiment: str | None = None  # likewise
+    #: set by combine_reports: the overrides that set the job apart (`engine=vllm`)
+    job_label: str | None = None
     # the statistics (report/intervals.py): figure -> specc.stats.Interval, the paired
     # speedup's interval, per-category figures, and what they rest on
     intervals: dict = field(default_factory=dict)
@@ -114,7 +116,9 @@ class PointRow:
     def job_text(self) -> str:
         if self.job is None:
             return DASH
-        return f"{self.job} ({self.experiment})" if self.experiment else self.job
+        name = self.job_label or self.job
+        return (f"{name} ({self.experiment})" if self.experiment
+                and f"={self.experiment}" not in name else name)
 
     def metric(self, name: str) -> float | None:
         return _num(self.metrics.get(name))

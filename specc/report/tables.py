@@ -133,7 +133,7 @@ def _status_line(rows: list[PointRow]) -> str:
 def _failure_lines(rows: list[PointRow], server_failures: list[dict], with_job: bool = False) -> list[str]:
     lines = []
     for s in server_failures:
-        job = f"[{s['job']}] " if with_job and s.get("job") else ""
+        job = f"[{s.get('job_label') or s['job']}] " if with_job and s.get("job") else ""
         lines.append(f"- server {job}{s['label']} (`{s['server']}`): {s['reason']}")
     for r in rows:
         if r.status == "failed":
@@ -154,16 +154,39 @@ def _pending_lines(rows: list[PointRow], limit: int = 20, with_job: bool = False
     return lines
 
 
+def _decision(report: Report, groups: list[Group]) -> list[str]:
+    """The Decision section: search=tune's (tune.json), else the grid's from its tables."""
+    from specc.report.decision import grid_lines, lines
+
+    return lines(report.decision) if report.decision else grid_lines(groups)
+
+
+def _plain_tables(md: list[str]) -> list[str]:
+    """Markdown lines for a terminal: each pipe table as a plain one, headings bare, no
+    blank lines."""
+    out, block = [], []
+    for line in md + [""]:
+        if line.startswith("|"):
+            block.append([c.strip() for c in line.strip().strip("|").split("|")])
+            continue
+        if block:
+            body = [b for b in block[1:] if not all(set(c) <= set(":-") for c in b)]
+            out += tabulate(body, headers=block[0], tablefmt="simple",
+                            disable_numparse=True).splitlines()
+            block = []
+        if line:
+            out.append(line.lstrip("#").strip() if line.startswith("#") else
+                       line.replace("**", ""))
+    return out
+
+
 def render_markdown(report: Report) -> str:
     """report.md's text."""
     rows = report.rows
     groups = report.groups()
     multi_workload = len({g.workload for g in groups}) > 1
     out = [f"# Report: {report.experiment} (engine: {report.engine})", ""]
-    if report.decision:
-        from specc.report.decision import lines
-
-        out += lines(report.decision)
+    out += _decision(report, groups)   # the answer first
     out.append(f"Run dir: `{report.run_dir}`  ")
     out.append(_status_line(rows) + ".")
     if report.pending:
@@ -241,10 +264,8 @@ def render_terminal(report: Report) -> str:
     groups = report.groups()
     multi_workload = len({g.workload for g in groups}) > 1
     out = [f"{report.experiment} (engine: {report.engine}): {_status_line(rows)}", ""]
-    if report.decision:
-        from specc.report.decision import lines
-
-        out += [x for x in lines(report.decision) if x] + [""]
+    decision = _plain_tables(_decision(report, groups))
+    out += decision + ([""] if decision else [])
     for g in groups:
         out += [g.title(with_workload=True), _group_table(g, "simple"), iv.rests_on(g), ""]
     bests = report.best()

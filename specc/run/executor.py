@@ -83,11 +83,15 @@ class Executor:
         return None
 
     def _fail_points(self, server: Server, reason: str) -> None:
+        """The server's points that did not run get a failed row each; the progress counts
+        them out (skipped: they will not run)."""
+        skipped = []
         for b in self.plan.benchmarks_of(server.id):
             if not self.results.finished(b.id):
                 if not self._record(failed_row(b, reason)):
-                    return
-                self.progress.point_finished(b.id, "failed", reason[:120])
+                    break
+                skipped.append(b.id)
+        self.progress.skip(skipped, reason[:120], server.label)
 
     # -- the run dir ----------------------------------------------------------------
     def _record(self, row: dict) -> bool:
@@ -117,7 +121,7 @@ class Executor:
         if running is None:
             return
         how = lifecycle.stop(running, grace_s=self.grace_s)
-        self._stopped(server, status, how, **fields)
+        self._stopped(server, status, how, exit_code=running.proc.returncode, **fields)
 
     async def _stop_async(self, server: Server, status: str, **fields) -> None:
         """_stop in a worker thread: a teardown (SIGTERM, grace, port check) must not freeze
@@ -127,7 +131,7 @@ class Executor:
             return
         how = await asyncio.to_thread(lifecycle.stop, running, grace_s=self.grace_s)
         if self.running.pop(server.id, None) is not None:
-            self._stopped(server, status, how, **fields)
+            self._stopped(server, status, how, exit_code=running.proc.returncode, **fields)
 
     def _stopped(self, server: Server, status: str, how: str, **fields) -> None:
         self.state.update(server.id, status=status, stopped_at=time.time(), stop=how, **fields)
@@ -312,10 +316,7 @@ class Executor:
             self.progress.log(f"left by an earlier run: {line}")
         self.state.set_executor(pid=os.getpid(), started_at=time.time())
         await self._sample_machine("start")
-        for b in self.plan.benchmarks:
-            if self.results.finished(b.id):   # counted as what it was (ok/failed), not rerun
-                self.progress.point_finished(b.id, self.results.get(b.id)["status"],
-                                             "finished in an earlier run, not rerun")
+        plan_progress(self.plan, self.results, self.progress)
         chosen = None
         if self.plan.search is not None:   # search=tune: the search picks the servers
             from specc.run import tune
@@ -334,6 +335,33 @@ class Executor:
     def teardown_all(self) -> None:
         for sid in list(self.running):
             self._stop(self.running[sid].server, "stopped", stopped_by="interrupt")
+
+
+def plan_progress(plan: Plan, results: ResultLog, progress: SweepProgress) -> None:
+    """Tell the progress what this run will run: the points without a row (a point an
+    earlier run finished is kept, not rerun, and not counted), on the servers that have
+    such points; search=tune: at most the points of the `max_starts` largest of them, since
+    the search starts only some."""
+    earlier = [b for b in plan.benchmarks if results.finished(b.id)]
+    per_server: dict[str, int] = {}
+    for b in plan.benchmarks:
+        if not results.finished(b.id):
+            per_server[b.server] = per_server.get(b.server, 0) + 1
+    points, servers, at_most = sum(per_server.values()), len(per_server), False
+    if plan.search is not None:
+        most = sorted(per_server.values(), reverse=True)[:plan.search.max_starts]
+        at_most = sum(most) < points or plan.search.max_starts < len(per_server)
+        points, servers = sum(most), len(most)
+    note = ""
+    if earlier:
+        ok = sum(results.get(b.id).get("status") == "ok" for b in earlier)
+        note = (f"resuming: {len(earlier)} of {len(plan.benchmarks)} points finished in an "
+                f"earlier run ({ok} ok, {len(earlier) - ok} failed) are kept, not rerun; "
+                f"{'at most ' if at_most else ''}{points} to run")
+    if at_most:
+        note += ("; " if note else "") + (f"search=tune: at most {points} points on "
+                                          f"{servers} servers (the search starts only some)")
+    progress.plan(points, servers=servers, earlier=len(earlier), at_most=at_most, note=note)
 
 
 def _size(path: Path) -> int:
@@ -365,7 +393,16 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
                   f"(mkdir NEW && cp {run_dir / 'plan.json'} NEW/ && specc run --plan "
                   "NEW/plan.json)", file=sys.stderr)
             return exits.INVALID
-    return exits.INTERRUPTED if stopper.stopping and code != exits.INVALID else code
+    if stopper.stopping and code != exits.INVALID:
+        interrupted(run_dir)
+        return exits.INTERRUPTED
+    return code
+
+
+def interrupted(run_dir: Path) -> None:
+    """The last line of an interrupted run: the one command that carries it on."""
+    print(f"interrupted: finished points are kept; resume with: "
+          f"{rundir.resume_command(run_dir)}", file=sys.stderr)
 
 
 def _engine_problems(plan: Plan, run_dir: Path) -> list[str]:

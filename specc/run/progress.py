@@ -66,7 +66,10 @@ class _State:
     done: int = 0
     ok: int = 0
     failed: int = 0
+    skipped: int = 0                    # points that will not run after all (out of total)
+    earlier: int = 0                    # points finished by an earlier run (never in total)
     durations: list[float] = field(default_factory=list)
+    startups: list[float] = field(default_factory=list)   # launch -> ready, per server
     running: dict[str, _Point] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     servers: dict[str, _Server] = field(default_factory=dict)
@@ -79,6 +82,10 @@ class SweepProgress:
     def __init__(self, total_points: int, *, stream: TextIO | None = None, live: bool | None = None,
                  clock: Callable[[], float] = time.time):
         self.total = max(0, int(total_points))
+        #: total is an upper bound (search=tune: the points of the most servers it may start)
+        self.at_most = False
+        #: servers still to be started in this run (None: not known), for the ETA
+        self.servers_total: int | None = None
         self.stream = sys.stderr if stream is None else stream
         if live is None:
             isatty = getattr(self.stream, "isatty", None)
@@ -111,8 +118,35 @@ class SweepProgress:
         return self._st.done
 
     @property
+    def earlier(self) -> int:
+        return self._st.earlier
+
+    @property
     def closed(self) -> bool:
         return self._closed
+
+    def plan(self, points: int, *, servers: int | None = None, earlier: int = 0,
+             at_most: bool = False, note: str = "") -> None:
+        """What this run will run: `points` (not counting the `earlier` ones a previous run
+        finished), on `servers` started from here; `at_most`: an upper bound (the search may
+        stop before). Said in one line when anything is left out."""
+        with self._lock:
+            self.total = max(0, int(points)) + self._st.done
+            self.at_most, self.servers_total = at_most, servers
+            self._st.earlier = earlier
+        if note:
+            self.log(note)
+
+    def skip(self, bench_ids, why: str, label: str = "") -> None:
+        """Points that will not run after all (their server failed, the search stopped before
+        their server): out of the total, one line for all of them."""
+        ids = list(bench_ids)
+        if not ids:
+            return
+        with self._lock:
+            self.total = max(self._st.done, self.total - len(ids))
+            self._st.skipped += len(ids)
+        self.log(f"skip {len(ids)} point(s){f' of {label}' if label else ''}: {why}")
 
     def server_phase(self, server_id: str, phase: str, phase_started: float | None = None,
                      detail: str = "") -> None:
@@ -145,6 +179,7 @@ class SweepProgress:
             parts = [f"server {server_id}: {phase}"]
             if phase == "ready":
                 parts.append(f"after {format_duration(started - srv.first_seen)}")
+                st.startups.append(max(0.0, started - srv.first_seen))
             if detail:
                 parts.append(f"({detail})")
             if prev is not None:
@@ -160,7 +195,7 @@ class SweepProgress:
             st = self._st
             st.running[bench_id] = _Point(label, now)
             st.labels[bench_id] = label
-            line = f"[{st.done + len(st.running)}/{self.total}] start {label}"
+            line = f"[{st.done + len(st.running)}/{self._total_text()}] start {label}"
         self._emit(line, now)
 
     def point_finished(self, bench_id: str, status: str, summary: str = "") -> None:
@@ -181,7 +216,7 @@ class SweepProgress:
                 took = max(0.0, now - pt.started)
                 st.durations.append(took)
             word = "ok" if status == "ok" else status.upper()
-            parts = [f"[{st.done}/{self.total}] {word} {label}"]
+            parts = [f"[{st.done}/{self._total_text()}] {word} {label}"]
             if took is not None:
                 parts.append(f"in {format_duration(took)}")
             if summary:
@@ -197,9 +232,11 @@ class SweepProgress:
         self._emit(str(message), self._clock(), even_closed=True)
 
     def eta(self) -> float | None:
-        """Seconds left: mean duration of finished points x points not yet finished; None before
-        the first point finishes (points finished without a start, e.g. skipped because their
-        server failed, count as done but do not enter the mean)."""
+        """Seconds left: mean duration of finished points x points still to run, plus the mean
+        start-up (launch to ready) x servers still to start; None before the first point
+        finishes. Only what will run counts: points finished earlier or skipped are out of
+        the total; a point finished without a start does not enter the mean. Servers of a
+        packed wave start, and their points run, side by side: then it is an upper bound."""
         with self._lock:
             return self._eta_locked()
 
@@ -211,7 +248,9 @@ class SweepProgress:
             self._closed = True
             st = self._st
             line = (f"done: {st.done}/{self.total} points ({st.ok} ok, {st.failed} failed) "
-                    f"in {format_duration(self._clock() - self._t0)}")
+                    f"in {format_duration(self._clock() - self._t0)}"
+                    + (f"; {st.skipped} skipped" if st.skipped else "")
+                    + (f"; {st.earlier} finished in an earlier run" if st.earlier else ""))
             live, self._live = self._live, None
         if live is not None:
             try:
@@ -222,12 +261,19 @@ class SweepProgress:
 
     # ------------------------------------------------------------------ internals
 
+    def _total_text(self) -> str:
+        return f"≤{self.total}" if self.at_most else str(self.total)
+
     def _eta_locked(self) -> float | None:
         st = self._st
         if not st.durations:
             return None
         remaining = max(0, self.total - st.done)
-        return sum(st.durations) / len(st.durations) * remaining
+        eta = sum(st.durations) / len(st.durations) * remaining
+        if st.startups and self.servers_total is not None and remaining:
+            left = max(0, self.servers_total - len(st.servers))
+            eta += sum(st.startups) / len(st.startups) * left
+        return eta
 
     def _emit(self, line: str, now: float, even_closed: bool = False) -> None:
         if self._closed and not even_closed:
@@ -273,6 +319,7 @@ class SweepProgress:
                 key=lambda x: -x[4])[:_MAX_SERVER_ROWS]
             return {
                 "done": st.done, "ok": st.ok, "failed": st.failed, "total": self.total,
+                "total_text": self._total_text(),
                 "elapsed": now - self._t0, "eta": self._eta_locked(),
                 "running": [(p.label, now - p.started) for p in st.running.values()],
                 "servers": servers, "current": st.current_server,
@@ -295,7 +342,7 @@ class _View:
         grid.add_column()
         grid.add_column()
         bar = ProgressBar(total=max(1, s["total"]), completed=s["done"], width=30)
-        head = Text(f"{s['done']}/{s['total']} points  {s['ok']} ok")
+        head = Text(f"{s['done']}/{s['total_text']} points  {s['ok']} ok")
         if s["failed"]:
             head.append(f"  {s['failed']} failed", style="bold red")
         head.append(f"  elapsed {format_duration(s['elapsed'])}  ETA "

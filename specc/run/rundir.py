@@ -166,3 +166,120 @@ def claim_for_job(run_dir: Path | str, sweep_id: str, overrides: list[str]) -> s
 
     atomic_write(path, json.dumps({"sweep": sweep_id, "overrides": list(overrides)}) + "\n")
     return None
+
+
+# -- finding run dirs: `--run latest`, resume --------------------------------------------
+#: Where `specc` compiles to (hydra.run.dir's default, relative to the current directory).
+OUTPUTS = Path("outputs")
+
+
+def shown(path: Path | str) -> str:
+    """A path as a user would type it here: relative to the current directory when inside
+    it, shell-quoted."""
+    import shlex
+
+    p = Path(path)
+    try:
+        p = p.resolve().relative_to(Path.cwd().resolve())
+    except (OSError, ValueError):
+        pass
+    return shlex.quote(str(p))
+
+
+def resume_command(run_dir: Path | str) -> str:
+    """The one command that carries on a run where it stopped (finished points are kept)."""
+    return f"specc run --plan {shown(Path(run_dir) / 'plan.json')}"
+
+
+def _last_used(run_dir: Path) -> float:
+    """When the run dir was last compiled into or run: its lock file's time (every compile,
+    executor and `specc down` rewrites it), else its plan.json's."""
+    for name in (LOCK_NAME, "plan.json"):
+        try:
+            return os.stat(run_dir / name).st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
+def latest(root: Path | str = OUTPUTS) -> Path | None:
+    """The run dir under `root` (up to three deep: outputs/<experiment>/<stamp>, a multirun's
+    outputs/multirun/<stamp>/<job>) last compiled into or run; None when there is none."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = [p.parent for depth in ("*", "*/*", "*/*/*")   # never into requests/ and such
+             for p in root.glob(f"{depth}/plan.json") if p.is_file()]
+    return max(found, key=lambda d: (_last_used(d), str(d)), default=None)
+
+
+def recorded_digest(plan_file: Path) -> str | None:
+    """The digest plan.json's last line records, read from its tail only (a plan of 10^5
+    points is tens of MB); checked against the whole file only for a match."""
+    try:
+        with open(plan_file, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 200))
+            tail = f.read()
+    except OSError:
+        return None
+    at = tail.rfind(b'"digest":"')
+    return tail[at + 10:at + 10 + 71].decode("ascii", "replace") if at >= 0 else None
+
+
+def progress_of(run_dir: Path, plan) -> tuple[int, int, str | None]:
+    """(points finished, points that count, why the run is unfinished or None). An executor
+    must have started here (state.json or results.jsonl); search=tune counts the points of
+    the servers it started and is unfinished until its search stopped on its own."""
+    from specc.results import read_rows
+    from specc.state import StateError, read_state
+
+    run_dir = Path(run_dir)
+    try:
+        ran = bool(read_state(run_dir / "state.json").get("executor"))
+    except StateError:
+        ran = True   # something was started; the executor says what is wrong with it
+    if not ran and not (run_dir / "results.jsonl").exists():
+        return 0, len(plan.benchmarks), None
+    try:   # read only: another executor may be appending to it now
+        rows, _ = read_rows(run_dir / "results.jsonl")
+    except (OSError, ValueError):   # an unreadable results.jsonl: the executor names it
+        return 0, len(plan.benchmarks), "its results.jsonl cannot be read"
+    done = sum(b.id in rows for b in plan.benchmarks)
+    if plan.search is not None:
+        from specc.run.tune import read as read_tune
+
+        tune = read_tune(run_dir) or {}
+        if not tune.get("stopped"):
+            return done, len(plan.benchmarks), "the search had not finished"
+        return done, done, None
+    left = len(plan.benchmarks) - done
+    return done, len(plan.benchmarks), (f"{left} point(s) not run" if left else None)
+
+
+def unfinished_runs(run_dir: Path | str, digest: str, plan) -> list[tuple[Path, str, str | None]]:
+    """Other run dirs beside `run_dir` holding the same plan (same digest, unedited) whose
+    run did not finish, last used first: (dir, what is left, who runs it now or None)."""
+    from specc.plan import digest_check
+
+    run_dir = Path(run_dir)
+    here = os.path.realpath(run_dir)
+    try:
+        siblings = [d for d in run_dir.parent.iterdir()
+                    if d.is_dir() and os.path.realpath(d) != here]
+    except OSError:
+        return []
+    out = []
+    for d in siblings:
+        plan_file = d / "plan.json"
+        if not plan_file.is_file() or recorded_digest(plan_file) != digest:
+            continue
+        try:
+            recorded, unedited = digest_check(plan_file.read_bytes())
+        except OSError:
+            continue
+        if recorded != digest or not unedited:
+            continue
+        done, total, why = progress_of(d, plan)
+        if why is not None:
+            out.append((d, f"{done} of {total} points finished; {why}", busy(d)))
+    return sorted(out, key=lambda x: (_last_used(x[0]), str(x[0])), reverse=True)

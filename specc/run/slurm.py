@@ -301,7 +301,7 @@ class Driver:
                           + (f"; {len(a.points)} point(s) failed" if a.points else ""))
         for bid in a.points:
             self.results.append(failed_row(self.bench[bid], reason))
-            self.progress.point_finished(bid, "failed", reason[:120])
+        self.progress.skip(a.points, reason[:120], f"job {a.job}")
         for sid in a.servers:
             self._server(sid, status="failed", reason=reason, job_state=a.verdict)
         for sid in a.all_servers:
@@ -318,11 +318,8 @@ class Driver:
 
     # -- the run --------------------------------------------------------------------------
     def run(self, retry_failed: bool = False) -> int:
-        for b in self.plan.benchmarks:
-            row = self.results.get(b.id)
-            if row is not None:
-                self.progress.point_finished(b.id, row["status"], "finished in an earlier run, "
-                                             "not rerun")
+        from specc.run.executor import plan_progress
+
         for job in self.cluster.jobs:   # rows a job wrote while no driver was merging
             self.tracker.points_finished(self.merge(job.servers))
         t = self.tracker
@@ -331,6 +328,7 @@ class Driver:
         if retry_failed:
             self.drop_failed(keep={s for n in following for s in self.specs[n].servers})
             t.reopen(set(self.bench) - self._finished())
+        plan_progress(self.plan, self.results, self.progress)
         todo = [j for j in t.jobs if j.name not in following and not j.live and t.unfinished(j)]
         # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
         est = self.plan.estimates.get("servers_s", {})
@@ -383,6 +381,8 @@ class Driver:
                 for sid in job.spec.servers:
                     tuner.feed(sid)
         sid = tuner.next_server()
+        if sid is None:   # the search stopped: nothing more will run
+            self.progress.plan(0, servers=0, earlier=self.progress.earlier)
         return next((j.name for j in self.cluster.jobs if sid in j.servers), None) \
             if sid else None
 
@@ -425,6 +425,10 @@ def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> i
         print(f"error RUN_DIR_UNWRITABLE: {e}", file=sys.stderr)
         return exits.INVALID
     _report(run_dir)
+    if code == exits.INTERRUPTED:
+        from specc.run.executor import interrupted
+
+        interrupted(run_dir)
     return code
 
 

@@ -73,7 +73,8 @@ async def run(ex) -> set[str]:
     try:
         while not ex.stop_all:
             sid = tuner.next_server()
-            if sid is None:
+            if sid is None:   # nothing more will run: the progress stops counting on it
+                ex.progress.plan(0, servers=0, earlier=ex.progress.earlier)
                 break
             await ex.run_server(ex.plan.server(sid))
             tuner.feed(sid)
@@ -93,6 +94,7 @@ def feed(search, plan, row_of, run_dir: Path, server_id: str) -> None:
         if not row or row.get("status") != "ok":
             if row:
                 reasons.append(row.get("reason") or "failed")
+                search.miss(server_id, b.params.concurrency, reasons[-1][:200])
             continue
         figs = _figures(run_dir, row, row_of(b.baseline) if b.baseline else None)
         iv = figs.get("speedup")

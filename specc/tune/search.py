@@ -72,6 +72,8 @@ class Search:
         self.points: dict[tuple[str, int], Point] = {}
         self.starts: list[dict] = []          # {server, at, predicted}
         self.failed: dict[str, str] = {}
+        #: (server, concurrency) -> why that point failed (the server itself may have run)
+        self.missed: dict[tuple[str, int], str] = {}
         self.stop_reason: str | None = None
         self._cache: dict = {}                # predictions and evidence, until the next point
 
@@ -89,6 +91,10 @@ class Search:
     def fail(self, server: str, why: str) -> None:
         self.failed[server] = why
         self._cache.clear()
+
+    def miss(self, server: str, concurrency: int, why: str) -> None:
+        """One point of a started server failed (its other points may have finished)."""
+        self.missed[(server, concurrency)] = why
 
     # -- what it knows ---------------------------------------------------------------
     def measured(self, server: str) -> bool:
@@ -204,6 +210,18 @@ class Search:
                     worst = max(worst, abs(p.speedup / pred - 1.0))
         return worst
 
+    def baseline_problem(self, concurrency: int) -> str | None:
+        """Why nothing can be said at `concurrency` (every speedup is paired with the
+        baseline), or None when the baseline was measured there: its own point, or a
+        candidate's paired speedup, which needed it."""
+        base = self.rec.baseline
+        if (base, concurrency) in self.points or any(
+                p.speedup is not None for (s, c), p in self.points.items()
+                if c == concurrency and s != base):
+            return None
+        why = self.missed.get((base, concurrency)) or self.failed.get(base)
+        return f"the baseline failed ({why})" if why else "the baseline was not measured"
+
     def best_at(self, concurrency: int) -> Point | None:
         pts = [self.points[(s, concurrency)] for s in self._spec_measured()
                if (s, concurrency) in self.points
@@ -280,6 +298,10 @@ class Search:
         u = self.error()
         best: dict[str, dict] = {}
         for c in self.ladder:
+            problem = self.baseline_problem(c)
+            if problem:   # never "deploy the baseline" nor "speculation pays": unmeasured
+                best[str(c)] = {"no_decision": problem}
+                continue
             b = self.best_at(c)
             if b is None:
                 best[str(c)] = {"baseline": True, "measured": False}
@@ -299,19 +321,33 @@ class Search:
                "max_starts": self.rec.max_starts, "stopped": self.stop_reason,
                "prediction_error": _r(u), "best": best, "crossover": self.crossover(u),
                "starts": self.starts, "failed": self.failed,
+               **({"no_decision": nd} if (nd := self._no_decision()) else {}),
                "candidates": self._table()}
         if self.rec.slo:
             out["slo"] = self.slo()
         return out
 
+    def _no_decision(self) -> str | None:
+        """Why nothing at all can be decided (the baseline measured at no concurrency)."""
+        problems = [self.baseline_problem(c) for c in self.ladder]
+        return problems[0] if all(problems) else None
+
     def crossover(self, u: float) -> dict:
         """The lowest concurrency at which no candidate's speedup interval reaches 1.0
-        (an unstarted one: its prediction raised by the error)."""
+        (an unstarted one: its prediction raised by the error). Concurrencies at which the
+        baseline was not measured say nothing either way: they are named, never counted
+        as paying."""
         if len(self.ladder) < 2:
             return {"concurrency": None, "between": None,
                     "note": "one concurrency: the crossover is undefined"}
-        prev = None
+        nd = self._no_decision()
+        if nd:
+            return {"concurrency": None, "between": None, "note": f"no decision: {nd}"}
+        prev, unknown = None, []
         for c in self.ladder:
+            if self.baseline_problem(c):
+                unknown.append(c)
+                continue
             reaches = False
             for sid in self.cands:
                 p = self.points.get((sid, c))
@@ -321,10 +357,23 @@ class Search:
                     pred = self.predict(sid, c)
                     reaches |= pred is None or pred * (1 + u) >= 1.0
             if not reaches:
-                return {"concurrency": c, "between": [prev, c]}
+                out = {"concurrency": c, "between": [prev, c]}
+                if unknown and prev is None:
+                    out["note"] = (f"speculation does not pay at concurrency {c}; below it "
+                                   f"no decision at {_list(unknown)}: "
+                                   f"{self.baseline_problem(unknown[0])}")
+                return out
             prev = c
-        return {"concurrency": None, "between": [self.ladder[-1], None],
-                "note": "speculation pays up to the top of the ladder"}
+        out = {"concurrency": None, "between": [prev, None],
+               "note": "speculation pays up to the top of the ladder"}
+        above = [c for c in unknown if c > prev]
+        if above:
+            out["note"] = (f"speculation pays up to concurrency {prev}; above it no decision "
+                           f"at {_list(above)}: {self.baseline_problem(above[0])}")
+        elif unknown:
+            out["note"] += (f" (no decision at {_list(unknown)}: "
+                            f"{self.baseline_problem(unknown[0])})")
+        return out
 
     def slo(self) -> dict:
         """Per SLO key: the highest ladder concurrency at which the baseline and the best
@@ -338,7 +387,10 @@ class Search:
             entry = {"limit_ms": limit, "baseline": base,
                      "speculative": {"server": top, **spec[top]} if top else None}
             b, s = base["concurrency"], (spec[top]["concurrency"] if top else None)
-            if b and s:
+            problem = self.baseline_problem(self.ladder[0])
+            if problem:   # the capacity run starts at the bottom: nothing to compare with
+                entry["text"] = f"no decision: {problem}"
+            elif b and s:
                 entry["adds_percent"] = round((s / b - 1.0) * 100.0, 1)
                 entry["text"] = (f"speculation adds {entry['adds_percent']:g}% capacity at "
                                  f"{key} <= {limit:g}" if s >= b else
@@ -378,6 +430,10 @@ class Search:
                          "measured": {str(c): _r(p.speedup) for c in self.ladder
                                       if (p := self.points.get((sid, c))) is not None}})
         return rows
+
+
+def _list(cs: list[int]) -> str:
+    return "concurrency " + ", ".join(map(str, cs))
 
 
 def _overlap(a: Point, b: Point) -> bool:
