@@ -471,7 +471,11 @@ def _dig(obj, *path):
 
 
 def render_history(result: dict) -> str:
+    """The history as a table; every text from the index (a run dir's name, a label) on
+    one line with its control characters escaped."""
     from tabulate import tabulate
+
+    from specc.files import one_line
 
     skipped = (f"\n({result['skipped']} rows of the index skipped: not as specc writes them "
                f"(edited, or another program's); specc index --rebuild rewrites it)"
@@ -479,17 +483,19 @@ def render_history(result: dict) -> str:
     if "configs" in result:
         if not result["configs"]:
             return f"{result['db']}: no runs indexed yet (specc index RUN_DIR...){skipped}"
-        return tabulate([[c["id"], c["label"], c["runs"]] for c in result["configs"]],
+        return tabulate([[one_line(c["id"]), one_line(c["label"]), c["runs"]]
+                         for c in result["configs"]],
                         headers=["config", "point", "runs"], tablefmt="simple") + (
             "\n(specc history --point CONFIG_OR_LABEL [--metric NAME])") + skipped
     fmt = "{:.4g}".format
     rows = [[time.strftime("%Y-%m-%d %H:%M", time.localtime(r["finished_at"]))
-             if r["finished_at"] else "-", r["run"],
+             if r["finished_at"] else "-", one_line(r["run"]),
              "-" if r["value"] is None else fmt(r["value"]),
              f"[{fmt(r['lo'])}, {fmt(r['hi'])}]" if r["lo"] is not None and r["hi"] is not None
              else ("failed" if r["status"] != "ok" else "no interval"),
-             r["engine_release"] or "-", r["gpu"] or "-"] for r in result["runs"]]
+             one_line(r["engine_release"] or "-"), one_line(r["gpu"] or "-")]
+            for r in result["runs"]]
     c = result["config"]
-    return (f"{c['label']} ({c['id']}): {result['metric']}, oldest first\n"
+    return (f"{one_line(c['label'])} ({one_line(c['id'])}): {result['metric']}, oldest first\n"
             + tabulate(rows, headers=["finished", "run", "value", "95% interval",
                                       "engine release", "GPU"], tablefmt="simple") + skipped)
