@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 import subprocess
@@ -161,3 +162,173 @@ def test_edited_rows_are_skipped_with_a_count(tmp_path, run_dir, sql):
     assert "1 rows of the index skipped" in p.stdout
     j = json.loads(_specc("history", "--db", db, "--point", "baseline @ c=1", "--json").stdout)
     assert j["skipped"] == 1 and j["runs"] == []
+
+
+# --------------------------------------------------------------------------- B. compare
+
+def _pair(tmp_path) -> tuple[Path, Path]:
+    return _write_run(tmp_path / "a", seed=1), _write_run(tmp_path / "b", seed=2)
+
+
+def _strict(text: str):
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _edit_npz(path: Path, edit, keep_self: bool = True) -> None:
+    """Rewrite compare.npz with ``edit`` applied to its arrays, as a hand with numpy does."""
+    import io
+
+    import numpy as np
+
+    with np.load(path) as f:
+        arrays = {k: f[k].copy() for k in f.files}
+    edit(arrays)
+    if not keep_self:
+        arrays.pop("self", None)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    path.write_bytes(buf.getvalue())
+
+
+@pytest.mark.parametrize("edit", ["latency x3", "ttft nan", "self recomputed wrongly"])
+def test_a_hand_edited_copy_is_rebuilt_never_trusted(tmp_path, edit):
+    import numpy as np
+
+    a, b = _pair(tmp_path)
+    first = _specc("compare", a, b, "--json")
+    assert first.returncode == 0, first.stderr
+    npz = b / "compare.npz"
+    assert npz.is_file()
+    st = os.stat(npz)
+
+    def change(arrays):
+        if edit == "latency x3":
+            arrays["latency"] = arrays["latency"] * 3
+        elif edit == "ttft nan":
+            arrays["ttft"][0] = np.nan
+        else:
+            arrays["self"] = np.frombuffer(b"0" * 64, np.uint8)
+    _edit_npz(npz, change)
+    os.utime(npz, ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = _specc("compare", a, b, "--json")
+    assert again.returncode == 0, again.stdout + again.stderr   # no regression flagged
+    assert _strict(again.stdout)["comparisons"] == _strict(first.stdout)["comparisons"]
+
+
+def test_an_edited_source_with_its_old_mtime_put_back_makes_the_copy_stale(tmp_path):
+    from specc.report import columns
+
+    a, _ = _pair(tmp_path)
+    digest, _ = columns.listing_digest(a)
+    res = a / "results.jsonl"
+    st = os.stat(res)
+    res.write_text(res.read_text().replace('"ok"', '"failed"', 1))
+    os.utime(res, ns=(st.st_atime_ns, st.st_mtime_ns))   # same size? not needed: content
+    assert columns.listing_digest(a)[0] != digest
+    req = next((a / "requests").iterdir())
+    digest = columns.listing_digest(a)[0]
+    st = os.stat(req)
+    req.write_bytes(req.read_bytes())   # same bytes, same size, the mtime put back
+    os.utime(req, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert columns.listing_digest(a)[0] != digest   # its ctime moved
+
+
+def test_a_crafted_column_of_a_trillion_elements_allocates_nothing(tmp_path):
+    """An .npy header that claims 10^12 float64s over a few bytes: refused by its header
+    before numpy allocates (8 TB), under a 2 GiB address-space limit."""
+    a, b = _pair(tmp_path)
+    assert _specc("compare", a, b).returncode == 0
+    npz = b / "compare.npz"
+    import zipfile
+
+    with zipfile.ZipFile(npz) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    lat = members["latency.npy"]
+    header_end = lat.index(b"\n") + 1
+    fake = re.sub(rb"\(\d+,\)", b"(1000000000000,)", lat[:header_end - 1])
+    assert b"(1000000000000,)" in fake
+    fake = fake.ljust(header_end - 1) + b"\n"
+    members["latency.npy"] = fake + lat[header_end:]
+    with zipfile.ZipFile(npz, "w", zipfile.ZIP_STORED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30));"
+            "from specc.report import columns;"
+            f"d, _ = columns.listing_digest({str(b)!r});"
+            f"print(columns.read({str(b)!r}, d) is None)")
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "True", p.stderr
+    assert _specc("compare", a, b).returncode == 0
+
+
+def test_nan_in_the_result_is_strict_json_null_with_a_reason():
+    from specc.report.compare import strict_json
+
+    out = _strict(strict_json({"comparisons": [{"change": float("nan"), "lo": float("inf")}],
+                               "warnings": []}))
+    assert out["comparisons"] == [{"change": None, "lo": None}]
+    assert out["warnings"] == ["2 figures were not finite numbers (a NaN or infinity in the "
+                               "run's records): shown as null"]
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev-zero", "huge"])
+@pytest.mark.parametrize("name", ["report.json", "plan.json"])
+def test_run_dir_files_go_through_the_bounded_reader(tmp_path, what, name):
+    a, b = _pair(tmp_path)
+    target = b / name
+    target.unlink(missing_ok=True)
+    if what == "fifo":
+        os.mkfifo(target)
+    elif what == "dev-zero":
+        target.symlink_to("/dev/zero")
+    else:
+        with open(target, "wb") as f:
+            f.truncate((1 << 30) + 1)   # sparse: over the 1 GiB cap
+    db = tmp_path / "i.sqlite"
+    for args in (["compare", a, b], ["index", "--db", db, b]):
+        p = _specc(*args, timeout=60)
+        line = _one_line(p)
+        assert str(b) in line, line
+    if what == "fifo":
+        assert stat.S_ISFIFO(os.lstat(target).st_mode)
+
+
+# --------------------------------------------------------------------------- E. output
+
+def _named_run(tmp_path, name: str) -> Path:
+    return _write_run(tmp_path / name, seed=1)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    a, b = _pair(tmp_path)
+    db = tmp_path / "i.sqlite"
+    assert _specc("index", "--db", db, a, b).returncode == 0
+    for cmd in (f"history --db {db}", f"compare {a} {b}", f"compare {a} {b} --json"):
+        p = subprocess.run(f"{PY} -m specc {cmd} | head -c 1 >/dev/null; "
+                           "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert p.stderr == "", (cmd, p.stderr)
+        assert p.stdout.strip() in ("0", "141"), (cmd, p.stdout)
+
+
+def test_a_full_disk_on_stdout_is_one_line(tmp_path):
+    a, b = _pair(tmp_path)
+    with open("/dev/full", "w") as full:
+        p = _specc("compare", a, b, "--json", stdout=full)
+    _one_line(p, "error OUTPUT at stdout", "No space left on device")
+
+
+def test_terminal_escapes_from_a_run_dir_name_are_shown_not_obeyed(tmp_path):
+    evil = "r\x1b]0;owned\x07\x1b[2J\nfake line"
+    a = _named_run(tmp_path, evil)
+    b = _write_run(tmp_path / "b", seed=2)
+    db = tmp_path / "i.sqlite"
+    outs = [_specc("index", "--db", db, a, b), _specc("compare", a, b),
+            _specc("history", "--db", db, "--point", "baseline @ c=1")]
+    for p in outs:
+        assert p.returncode == 0, p.stderr
+        assert "\x1b" not in p.stdout and "\x07" not in p.stdout, p.stdout
+        assert "\\x1b]0;owned\\x07" in p.stdout
+        assert not any(ln.startswith("fake line") for ln in p.stdout.splitlines())
