@@ -332,3 +332,91 @@ def test_terminal_escapes_from_a_run_dir_name_are_shown_not_obeyed(tmp_path):
         assert "\x1b" not in p.stdout and "\x07" not in p.stdout, p.stdout
         assert "\\x1b]0;owned\\x07" in p.stdout
         assert not any(ln.startswith("fake line") for ln in p.stdout.splitlines())
+
+
+# --------------------------------------------------------------------------- C. compile
+
+SIM = ["engine=sim", "model_pair.context_length=2048"]
+
+
+def _compile_errors(*overrides) -> list:
+    from conftest import compose_config
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose_config([*SIM, *overrides]))
+    return [d for d in result.diagnostics if d.severity == "error"]
+
+
+@pytest.mark.parametrize("overrides, key, says", [
+    (["search=tune", "search.margin=nan"], "search.margin", "not a finite number"),
+    (["+search.slo={p99_ttft_ms: nan}"], "search.slo.p99_ttft_ms", "not a finite number"),
+    (["benchmark.request_rate=1", "benchmark.burstiness=inf"], "benchmark.burstiness",
+     "not a finite number"),
+    (["benchmark.request_rate=1", "benchmark.burstiness=1e308"], "benchmark.burstiness",
+     "outside [0.01, 100]"),
+    (["benchmark.request_rate=1", "benchmark.burstiness=5e-324"], "benchmark.burstiness",
+     "outside [0.01, 100]"),
+    (["benchmark.request_rate=nan"], "benchmark.request_rate", "not a finite number"),
+    (["benchmark.request_rate=inf"], "benchmark.request_rate", "not a finite number"),
+    (["benchmark.request_rate=1e-6"], "benchmark.request_rate",
+     "the second request is due 1e+06 s after the first, past benchmark.timeout_s (600 s)"),
+    (["benchmark.request_rate=0.1"], "benchmark.request_rate",
+     "the point's 80 requests take 790 s to send, past benchmark.timeout_s (600 s)"),
+    (["benchmark.timeout_s=nan"], "benchmark.timeout_s", "not a finite number"),
+    (["benchmark.timeout_s=1e-308"], "benchmark.timeout_s", "less than the minimum of 0.1"),
+    (["benchmark.temperature=nan"], "benchmark.temperature", "not a finite number"),
+    (["benchmark.request_rate=1", "benchmark.ramp_s=inf"], "benchmark.ramp_s",
+     "not a finite number"),
+    (["+sweep={benchmark.request_rate: [1, inf]}"], "sweep.benchmark.request_rate.1",
+     "not a finite number"),
+])
+def test_non_finite_and_extreme_values_are_refused_at_compile(overrides, key, says):
+    (d,) = _compile_errors(*overrides)
+    assert d.path == key and says in d.message, d.line()
+
+
+def test_request_rate_inf_is_one_line_naming_its_key(tmp_path):
+    p = _specc(*SIM, "benchmark.request_rate=inf", f"hydra.run.dir={tmp_path / 'run'}")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error ")]
+    assert errors == ["error SCHEMA_FINITE at benchmark.request_rate: inf is not a finite "
+                      "number (fix: give a finite number (nan and inf are refused))"], p.stderr
+    assert "Error executing job" not in p.stderr
+
+
+def test_a_tune_candidate_with_topk_null_is_refused_not_dropped():
+    (d,) = _compile_errors("+experiment=llama3_tune", "sweep.speculation.0.topk=null")
+    assert d.code == "TUNE_CANDIDATES" and "topk: null" in d.message, d.line()
+
+
+def _trace(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_trace_gap_of_1e308_is_refused_with_its_figures(tmp_path):
+    path = _trace(tmp_path, "t.jsonl",
+                  '{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
+                  '{"timestamp": 1e308, "input_length": 8, "output_length": 4}\n')
+    (d,) = _compile_errors("benchmark.dataset=trace", f"benchmark.dataset_path={path}")
+    assert d.code == "BENCH_TRACE" and f"{path}:2: due 1e+305 s after" in d.message, d.line()
+
+
+def test_a_trace_header_naming_timestamp_twice_is_refused(tmp_path):
+    path = _trace(tmp_path, "t.csv", "timestamp,input_length,timestamp,output_length\n"
+                                     "0,8,5,4\n")
+    (d,) = _compile_errors("benchmark.dataset=trace", f"benchmark.dataset_path={path}")
+    assert "names timestamp more than once" in d.message, d.line()
+
+
+def test_a_csv_cell_with_a_quoted_newline_is_read_by_the_csv_rules(tmp_path):
+    from specc.prompts import trace
+
+    path = _trace(tmp_path, "t.csv", 'timestamp,prompt,output_length\n'
+                                     '0,"first line\nsecond line",4\n'
+                                     '10,"plain",4\n')
+    assert _compile_errors("benchmark.dataset=trace", f"benchmark.dataset_path={path}") == []
+    rows = list(trace.rows(path))
+    assert [r.prompt for r in rows] == ["first line\nsecond line", "plain"]
+    assert [r.where for r in rows] == [f"{path}:2", f"{path}:4"]
