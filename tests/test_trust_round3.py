@@ -420,3 +420,77 @@ def test_a_csv_cell_with_a_quoted_newline_is_read_by_the_csv_rules(tmp_path):
     rows = list(trace.rows(path))
     assert [r.prompt for r in rows] == ["first line\nsecond line", "plain"]
     assert [r.where for r in rows] == [f"{path}:2", f"{path}:4"]
+
+
+# --------------------------------------------------------------------------- D. the report
+
+EVIL = "\n![k]({src})\n<script>alert(1)</script>"
+
+
+def _evil_run(tmp_path) -> tuple[Path, bytes]:
+    """The report fixture in a run dir whose name, experiment, labels, failure reasons,
+    dropped reasons, compile diagnostics and tune.json `stopped` text all hold an image
+    of a secret file and a <script>."""
+    import shutil
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"TOP-SECRET-BYTES" * 8)
+    evil = EVIL.format(src=secret)
+    run = Path(str(tmp_path / "runs" / "r") + evil)   # the name spans folders ('/' in it)
+    run.parent.mkdir(parents=True)
+    shutil.copytree(Path(__file__).parent / "fixtures" / "report" / "run_a", run)
+    plan = json.loads((run / "plan.json").read_text())
+    plan["experiment"] = "x" + evil
+    for s in plan["servers"]:
+        s["label"] = s["label"] + evil
+    for d in plan["dropped"]:
+        d["reason"] = d["reason"] + evil
+    plan["diagnostics"] = [{"code": "X" + evil, "severity": "warning", "path": "p" + evil,
+                            "message": "m" + evil, "hint": ""}]
+    (run / "plan.json").write_text(json.dumps(plan))
+    lines = (run / "results.jsonl").read_text().splitlines(True)
+    first = json.loads(lines[0])
+    lines[0] = json.dumps({**first, "status": "failed", "reason": "r" + evil}) + "\n"
+    (run / "results.jsonl").write_text("".join(lines))
+    (run / "tune.json").write_text(json.dumps({
+        "server_starts": 2, "grid_server_starts": 4, "max_starts": 3, "stopped": "s" + evil,
+        "best": {}, "crossover": {"note": "n" + evil}, "candidates": []}))
+    return run, secret.read_bytes()
+
+
+def test_no_markup_from_data_reaches_the_report(tmp_path):
+    import base64
+
+    from specc.report import write_report
+
+    run, secret = _evil_run(tmp_path)
+    write_report(run)
+    md_text = (run / "report.md").read_text()
+    page = (run / "report.html").read_text()
+    assert md_text.count("alert(1)") >= 8   # every field is there, shown
+    prose = re.sub(r"`[^`\n]*`", "", md_text)   # a code span shows its text literally
+    assert "<script>" not in prose and "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    images = [ln for ln in md_text.splitlines() if ln.lstrip().startswith("![")]
+    assert all(re.fullmatch(r"!\[[\w.-]+\]\(plots/[\w.-]+\.png\)", ln) for ln in images), images
+    assert "![k](" not in prose.replace("!\\[k\\](", "")
+    assert base64.b64encode(secret).decode()[:40] not in page
+    assert "<img" not in page.replace('<img alt="', "", page.count("data:image/png"))
+    # the terminal's copy: control characters escaped, the text shown
+    from specc.report import build_report, render_terminal
+
+    text = render_terminal(build_report(run))
+    assert "\x1b" not in text and all("![k]" not in ln[:4] for ln in text.splitlines())
+
+
+def test_report_html_embeds_only_the_runs_own_plots(tmp_path):
+    from specc.report.html import markdown_to_html
+
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"\x89PNG secret")
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "a.png").write_bytes(b"\x89PNG plot")
+    page = markdown_to_html(f"![a](plots/a.png)\n![s]({secret})\n![t](plots/../secret.png)\n",
+                            tmp_path)
+    assert page.count("<img") == 1 and "plots/a.png" not in page.split("<img")[0]
+    assert "secret" not in page.split("<img")[1].split(">")[0]
