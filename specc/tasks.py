@@ -24,6 +24,14 @@ def _print(text: str) -> None:
     print(printable(text))
 
 
+def _one(e) -> str:
+    """An error's text on one line, control characters escaped (it may name a path found
+    on disk)."""
+    from specc.files import one_line
+
+    return one_line(e)
+
+
 def _run_dir(run: str) -> Path:
     """A run dir is a folder holding the plan.json specc compiled into it: anything else
     (`--run /tmp`, a typo) is refused before a file is read or written there."""
@@ -292,7 +300,7 @@ def compare(c, runs, threshold=0.05, figures="", json=False):
         result = compare_runs(list(runs), threshold=float(threshold),
                               **({"figures": gated} if gated is not None else {}))
     except ValueError as e:   # CompareError, or a threshold that is not a number
-        raise Exit(f"error COMPARE: {e}", code=2)
+        raise Exit(f"error COMPARE: {_one(e)}", code=2)
     _print(strict_json(result) if json else render(result))
     if any(c["regressed"] for c in result["comparisons"]):
         raise Exit(code=1)
@@ -322,7 +330,7 @@ def index(c, runs, rebuild=False, db=""):
     try:
         out = index_runs(list(runs), path, rebuild=rebuild)
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {e}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2)
     from specc.files import one_line
 
     for p, n in out["indexed"]:
@@ -349,7 +357,7 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     try:
         out = read_history(_index_db(db), point, metric)
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {e}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2)
     _print(_json.dumps(out, indent=2) if json else render_history(out))
 
 

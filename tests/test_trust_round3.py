@@ -494,3 +494,40 @@ def test_report_html_embeds_only_the_runs_own_plots(tmp_path):
                             tmp_path)
     assert page.count("<img") == 1 and "plots/a.png" not in page.split("<img")[0]
     assert "secret" not in page.split("<img")[1].split(">")[0]
+
+
+# --------------------------------------------------------------------------- F. what compile foresees
+
+def test_the_estimate_covers_the_traces_own_span_and_a_rates_schedule(tmp_path):
+    from conftest import compose_config
+    from specc.compile.pipeline import compile_config
+
+    path = _trace(tmp_path, "t.jsonl",
+                  '{"timestamp": 0, "input_length": 8, "output_length": 4}\n'
+                  '{"timestamp": 500000, "input_length": 8, "output_length": 4}\n')
+
+    def wall(*overrides):
+        result = compile_config(compose_config([*SIM, *overrides]))
+        assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
+        return result.plan.estimates["servers_s"]
+
+    closed = wall()
+    for servers in (wall("benchmark.dataset=trace", f"benchmark.dataset_path={path}"),
+                    wall("benchmark.request_rate=0.2")):   # 80 requests: 395 s
+        for sid, s in servers.items():
+            assert s >= 395 > closed[sid], (sid, s, closed[sid])
+
+
+def test_a_multi_turn_conversation_is_checked_at_its_full_length(tmp_path):
+    turn = " ".join(["w"] * 600)
+    conv = [{"from": "human", "value": turn}, {"from": "gpt", "value": "ok"},
+            {"from": "human", "value": turn}, {"from": "gpt", "value": "ok"},
+            {"from": "human", "value": turn}]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps([{"id": "c1", "conversations": conv}]))
+    args = ["benchmark.dataset=sharegpt", f"benchmark.dataset_path={path}",
+            "benchmark.output_len=128"]
+    assert _compile_errors(*args) == []   # each turn alone fits 2048
+    (d,) = _compile_errors(*args, "benchmark.multi_turn=true")
+    assert "entry 0 (its 3 turns" in d.message and "1800 tokens" in d.message, d.line()
+    assert "384 output tokens is over the context length 2048" in d.message

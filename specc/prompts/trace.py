@@ -191,6 +191,30 @@ def count(path: str) -> int:
     return _rows_in(path, stamp)
 
 
+def span_s(path: str, num: int | None = None) -> float:
+    """Seconds from the trace's first request to its ``num``-th (its last when None): how
+    long its replay takes at the least (0 when it cannot be read: check says why)."""
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return 0.0
+    return _span_in(path, stamp, num)
+
+
+@functools.lru_cache(maxsize=16)
+def _span_in(path: str, stamp: int, num: int | None) -> float:
+    first = last = None
+    try:
+        for k, row in enumerate(rows(path)):
+            if num is not None and k >= num:
+                break
+            first = row.timestamp_ms if first is None else first
+            last = row.timestamp_ms
+    except DatasetError:
+        return 0.0
+    return 0.0 if first is None else (last - first) / 1000
+
+
 def longest_gap(path: str) -> tuple[float, str]:
     """The longest wait between two of the trace's requests in seconds, and the line of the
     later one (0 and the path when it cannot be read: check says why)."""

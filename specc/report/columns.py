@@ -82,10 +82,9 @@ def read_requests(run_dir: Path, benchmark: str) -> tuple[dict, float]:
     (_read_fast); any other file by one json.loads, and a file with a bad line by the
     careful line-by-line reader."""
     path = os.path.join(run_dir, reqlog.DIR, benchmark + ".jsonl")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
+    try:   # bounded: a FIFO or /dev/zero linked there is no records, never a hang
+        text = read_bounded(path, RECORDS_BYTES).decode("utf-8", "replace")
+    except (OSError, UnreadableFile):
         return {}, 0.0
     out = _read_fast(text)
     if out is None:
