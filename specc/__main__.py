@@ -8,6 +8,7 @@ word can only be a task.
 
 from __future__ import annotations
 
+import errno
 import gc
 import sys
 from pathlib import Path
@@ -213,9 +214,40 @@ def main(argv: list[str] | None = None) -> int:
     old = sys.stdout, sys.stderr   # nothing specc prints may hold a secret
     sys.stdout, sys.stderr = secrets.Scrubbed(sys.stdout), secrets.Scrubbed(sys.stderr)
     try:
-        return _main(sys.argv[1:] if argv is None else list(argv))
+        code = _main(sys.argv[1:] if argv is None else list(argv))
+        sys.stdout.flush()   # here, where a full disk can still be said in one line
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise
+        _stdout_gone()
+        print(f"error OUTPUT at stdout: cannot write what specc prints ({e.strerror}); "
+              "free space, or send it elsewhere", file=old[1])
+        return exits.INVALID
     finally:
         sys.stdout, sys.stderr = old
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null: what is still buffered goes nowhere at exit (else Python
+    prints 'Exception ignored ... BrokenPipeError' and exits 120)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`specc history | head -1`): stop quietly, as a Unix
+    tool does, with the status the shell gives one that SIGPIPE ended (128 + 13)."""
+    _stdout_gone()
+    return 141
 
 
 def _main(argv: list[str]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -161,3 +162,29 @@ def parse_json(text: str | bytes, where: str = "<json>"):
 def load_json(path: Path | str, limit: int):
     """A JSON file read by `read_bounded` and `parse_json`."""
     return parse_json(read_bounded(path, limit), str(path))
+
+
+# --- text for a terminal ---------------------------------------------------------------
+
+
+#: Control characters (C0 but tab and newline, DEL, C1) and the bidi overrides that reorder
+#: what a terminal shows: from data (a run dir's name, a server's text) they could move the
+#: cursor, retitle the window or hide a line.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but tab and newline written as its escape
+    (ESC as \\x1b): what specc prints of data reaches a terminal as text."""
+    return _CONTROL.sub(_escape, text)
+
+
+def one_line(text) -> str:
+    """``printable``, newlines and tabs escaped too: a cell of a table, a name in a line."""
+    return _CONTROL_OR_NEWLINE.sub(_escape, str(text))

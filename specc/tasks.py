@@ -35,6 +35,22 @@ def _named_run(run: str, flag: str = "--run") -> Path:
     return found
 
 
+def _print(text: str) -> None:
+    """Print what holds data (run dir names, labels, a server's reasons): control
+    characters and terminal escapes in it are shown as escapes, never obeyed."""
+    from specc.files import printable
+
+    print(printable(text))
+
+
+def _one(e) -> str:
+    """An error's text on one line, control characters escaped (it may name a path found
+    on disk)."""
+    from specc.files import one_line
+
+    return one_line(e)
+
+
 def _run_dir(run: str) -> Path:
     """A run dir is a folder holding the plan.json specc compiled into it: anything else
     (`--run /tmp`, a typo) is refused before a file is read or written there."""
@@ -133,7 +149,7 @@ def status(c, run):
 
     slurm_run = slurm.is_slurm_run(d)
     if slurm_run:   # a job per server: Slurm's view, not local pids
-        print(slurm.status_text(d))
+        _print(slurm.status_text(d))
     for sid, s in ({} if slurm_run else state.get("servers", {})).items():
         alive = is_leftover(s)
         since = s.get("phase_started_at")
@@ -142,9 +158,12 @@ def status(c, run):
                      s.get("pid"), "yes" if alive else "no", s.get("port"),
                      (s.get("reason") or "")[:80]])
     if not slurm_run:
-        print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive",
-                                      "port", "reason"], tablefmt="simple")
-              if rows else "no servers started yet")
+        from specc.files import one_line
+
+        rows = [[one_line(c) if isinstance(c, str) else c for c in r] for r in rows]
+        _print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive",
+                                       "port", "reason"], tablefmt="simple")
+               if rows else "no servers started yet")
     plan_file = d / "plan.json"
     if plan_file.exists():
         total = _plan_points(plan_file)
@@ -332,18 +351,15 @@ def compare(c, runs, threshold="", figures="", json=False):
     """`specc compare RUN_A RUN_B [...]`: point by point, changes with 95% intervals,
     regressions flagged (exit 1), provenance differences first; exit 2 for bad input
     (docs/compare.md)."""
-    import json as _json
-
-    from specc.report.compare import compare_runs, render
+    from specc.report.compare import compare_runs, render, strict_json
 
     try:
         gated = tuple(f.strip() for f in figures.split(",") if f.strip()) if figures else None
         result = compare_runs(list(runs), threshold=float(threshold) if threshold else None,
                               **({"figures": gated} if gated is not None else {}))
     except ValueError as e:   # CompareError, or a threshold that is not a number
-        raise Exit(f"error COMPARE: {e}", code=2)
-    # compact: json's C encoder (indent= takes its Python one, 4x slower on 10^4 points)
-    print(_json.dumps(result) if json else render(result))
+        raise Exit(f"error COMPARE: {_one(e)}", code=2)
+    _print(strict_json(result) if json else render(result))
     if any(c["regressed"] for c in result["comparisons"]):
         raise Exit(code=1)
 
@@ -374,12 +390,14 @@ def index(c, runs, rebuild=False, db=""):
     try:
         out = index_runs(list(runs), path, rebuild=rebuild)
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {e}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2)
+    from specc.files import one_line
+
     for p, n in out["indexed"]:
-        print(f"indexed {p} ({n} points)")
+        _print(f"indexed {one_line(p)} ({n} points)")
     for p in out["gone"]:
-        print(f"dropped {p} (no longer a run dir)")
-    print(f"index: {path} ({len(out['indexed'])} runs {'rebuilt' if rebuild else 'added'})")
+        _print(f"dropped {one_line(p)} (no longer a run dir)")
+    _print(f"index: {path} ({len(out['indexed'])} runs {'rebuilt' if rebuild else 'added'})")
 
 
 @task(help={"point": "a configuration: its id or (part of) its label, e.g. 'EAGLE3 s3 k1 "
@@ -399,8 +417,8 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     try:
         out = read_history(_index_db(db), point, metric)
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {e}", code=2)
-    print(_json.dumps(out, indent=2) if json else render_history(out))
+        raise Exit(f"error INDEX: {_one(e)}", code=2)
+    _print(_json.dumps(out, indent=2) if json else render_history(out))
 
 
 @task(help={"only": "compile, sim, loadgen, lateness, executor, stats, slurm (default: all)"})

@@ -51,7 +51,8 @@ def test_every_rule_is_covered_here():
                "lengths_fit_context", "point_size", "dataset_file", "engine_version",
                "cache_flush", "engine_tree_knobs", "sample_size",
                "dataset_fits_context", "ngram_knobs",   # tests/test_dataset_check.py
-               "arrivals"}               # tests/test_arrivals.py
+               "arrivals",               # tests/test_arrivals.py
+               "arrival_bounds", "arrival_span", "trace_gaps"}   # tests/test_trust_round3.py
     assert {r.__name__ for r in rules.SERVER_RULES + rules.POINT_RULES + rules.CLIENT_RULES} == covered
 
 

@@ -63,7 +63,23 @@ def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values
 
 
 #: What the estimate reads of a client point.
-SHAPE_KEYS = ("num_prompts", "concurrency", "input_len", "output_len", "repeats")
+SHAPE_KEYS = ("num_prompts", "concurrency", "input_len", "output_len", "repeats",
+              "request_rate", "ramp_s", "dataset", "dataset_path")
+
+
+def arrival_s(n: int, rate, ramp_s, dataset, dataset_path) -> float:
+    """The least time a point's arrival schedule takes to send its ``n`` requests: the
+    trace's own span (its first ``n`` rows), or (n - 1) / request_rate on its ramp; 0
+    when requests go as fast as the concurrency cap allows."""
+    if dataset == "trace" and dataset_path:
+        from specc.prompts import trace
+
+        return trace.span_s(dataset_path, n)
+    if rate and rate > 0 and math.isfinite(rate) and n:
+        from specc.compile.rules import _ramped
+
+        return _ramped((n - 1) / rate, ramp_s or 0.0)
+    return 0.0
 
 
 class ServerTimes:
@@ -87,9 +103,12 @@ class ServerTimes:
             wave_s = _wave_estimator(*inputs)
             # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
             self._points_s[key] = sum(
-                count * repeats * (math.ceil(n / conc) * wave_s(min(n, conc), input_len, output_len)
+                count * repeats * (max(math.ceil(n / conc) * wave_s(min(n, conc), input_len,
+                                                                    output_len),
+                                       arrival_s(n, *arrivals))
                                    + POINT_OVERHEAD_S)
-                for (n, conc, input_len, output_len, repeats), count in self.shapes.items())
+                for (n, conc, input_len, output_len, repeats, *arrivals), count
+                in self.shapes.items())
         return round(start_s + self._points_s[key], 1)
 
 

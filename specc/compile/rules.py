@@ -674,6 +674,75 @@ def arrivals(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnost
                     "benchmark.ramp_s=null")
 
 
+#: A gamma shape outside this is not a workload: below, one gap holds nearly the whole
+#: span (5e-324 puts every request but one at the end); above, a clock.
+BURSTINESS_RANGE = (0.01, 100.0)
+
+
+def arrival_bounds(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """A burstiness within BURSTINESS_RANGE (arrivals' own rule reports one <= 0)."""
+    shape = bench.get("burstiness")
+    lo, hi = BURSTINESS_RANGE
+    if shape is not None and shape > 0 and not lo <= shape <= hi:
+        yield error("BENCH_BURSTINESS", "benchmark.burstiness",
+                    f"burstiness {shape:g} is outside [{lo:g}, {hi:g}] (gamma gaps with a "
+                    f"coefficient of variation of {1 / math.sqrt(shape):.3g}: "
+                    f"{'one gap would hold nearly the whole point' if shape < lo else 'a clock'})",
+                    f"set benchmark.burstiness between {lo:g} and {hi:g} (1 is Poisson), or null")
+
+
+def _ramped(s: float, ramp_s: float) -> float:
+    """When the schedule's operational time ``s`` is due on a linear ramp over ``ramp_s``
+    (as specc.run.loadgen.schedule lays it out)."""
+    if ramp_s <= 0:
+        return s
+    return math.sqrt(2 * s * ramp_s) if s < ramp_s / 2 else s + ramp_s / 2
+
+
+def arrival_span(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """A schedule at request_rate sends its second request, and all of the point's
+    requests, within benchmark.timeout_s (request_rate=1e-6 was a point of 2.5 years)."""
+    rate, timeout = bench.get("request_rate"), bench.get("timeout_s")
+    ramp = bench.get("ramp_s") or 0.0
+    if (bench.get("dataset") == "trace" or rate is None or timeout is None
+            or not (0 < rate < math.inf and 0 <= ramp < math.inf and 0 < timeout < math.inf)):
+        return
+    n = bench.get("num_prompts") or bench.get("min_requests") or 1
+    on_ramp = f" (ramp_s {ramp:g})" if ramp else ""
+    first, span = _ramped(1 / rate, ramp), _ramped((n - 1) / rate, ramp)
+    if first > timeout:
+        yield error("BENCH_ARRIVAL_SPAN", "benchmark.request_rate",
+                    f"at {rate:g} requests/s{on_ramp} the second request is due {first:.3g} s "
+                    f"after the first, past benchmark.timeout_s ({timeout:g} s)",
+                    f"set benchmark.request_rate to at least {1 / timeout:.3g} (requests/s), "
+                    "or null (as fast as the concurrency cap allows)")
+    elif span > timeout:
+        yield error("BENCH_ARRIVAL_SPAN", "benchmark.request_rate",
+                    f"at {rate:g} requests/s{on_ramp} the point's {n} requests take "
+                    f"{span:.3g} s to send, past benchmark.timeout_s ({timeout:g} s)",
+                    f"set benchmark.request_rate to at least {(n - 1) / timeout:.3g}, or "
+                    f"benchmark.timeout_s to at least {math.ceil(span)}")
+
+
+def trace_gaps(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
+    """No gap between a trace's requests longer than benchmark.timeout_s: the replay would
+    sit idle past the longest a request may take (a gap of 1e308 s)."""
+    path, timeout = bench.get("dataset_path"), bench.get("timeout_s")
+    if bench.get("dataset") != "trace" or not path or not timeout:
+        return
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        return
+    from specc.prompts import trace
+
+    gap, where = trace.longest_gap(path)
+    if gap > timeout:
+        yield error("BENCH_TRACE", "benchmark.dataset_path",
+                    f"{where}: due {gap:.3g} s after the request before it, past "
+                    f"benchmark.timeout_s ({timeout:g} s): the replay would sit idle that long",
+                    "cut the trace at the gap, or raise benchmark.timeout_s")
+
+
 def cache_flush(spec: ServerSpec, engine: Engine, bench: dict) -> Iterator[Diagnostic]:
     """Flushing the prefix cache between points may need the server started differently."""
     if bench.get("flush_cache") and engine.flush_cache_env:
@@ -713,7 +782,8 @@ def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], I
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).
-CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size, arrivals)
+CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size, arrivals, arrival_bounds,
+                arrival_span, trace_gaps)
 #: What dataset_file reads of a point: it runs once per distinct dataset, not per point.
 DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split",
                 "multi_turn")
@@ -727,6 +797,10 @@ CLIENT_RULE_READS = {
                   "multi_turn", "shared_prefix_len"),
     arrivals: ("request_rate", "burstiness", "ramp_s", "dataset", "target_ci", "concurrency",
                "driver"),
+    arrival_bounds: ("burstiness",),
+    arrival_span: ("request_rate", "ramp_s", "dataset", "timeout_s", "num_prompts",
+                   "min_requests"),
+    trace_gaps: ("dataset", "dataset_path", "timeout_s"),
 }
 
 

@@ -42,7 +42,8 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                          "speculation)", "sweep only speculation.* and benchmark.concurrency, "
                          "or use search=grid"))
     shapes = [_shape(s.params) for s in candidates]
-    if len(candidates) < 2:
+    incomplete = _incomplete_dropped(plan)
+    if len(candidates) < 2 and not incomplete:
         out.append(error("TUNE_CANDIDATES", "sweep.speculation",
                          f"search=tune needs at least two speculative candidates, the sweep "
                          f"has {len(candidates)}", "sweep two or more speculation settings, "
@@ -52,6 +53,7 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                          "search=tune predicts a candidate from num_steps, topk and "
                          "num_draft_tokens; a candidate leaves them to the engine",
                          "give all three in every swept setting"))
+    out += incomplete
     if out:
         return None, out
     ladder = sorted({b.params.concurrency for b in plan.benchmarks})
@@ -76,6 +78,23 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
     probe = predict.choose_probe(cands, prior, margin, model, ladder)
     record = dataclasses.replace(record, probe=probe.server)
     return dataclasses.replace(plan, search=record), []
+
+
+def _incomplete_dropped(plan: Plan) -> list[Diagnostic]:
+    """A swept setting that leaves num_steps, topk or num_draft_tokens out (`topk: null`)
+    is dropped from a grid with its reason; tune would lose a candidate it was given
+    without a word, so it is TUNE_CANDIDATES, one line each (docs/tune.md)."""
+    out = []
+    for d in plan.dropped:
+        if d.code != "SPEC_PARAMS_ALL_OR_NONE":
+            continue
+        setting = ", ".join(f"{k.split('.')[-1]}: {'null' if v is None else v}"
+                            for k, v in d.point.items() if k.startswith("speculation."))
+        out.append(error("TUNE_CANDIDATES", "sweep.speculation",
+                         f"the candidate {{{setting}}} leaves part of num_steps, topk, "
+                         f"num_draft_tokens to the engine ({d.reason}): search=tune cannot "
+                         "predict it", "give all three in every swept setting"))
+    return out
 
 
 def _shape(params: ServerParams) -> tuple[int, int, int] | None:

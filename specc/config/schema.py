@@ -19,6 +19,12 @@ from specc.diagnostics import Diagnostic, error
 #: One path component (a run dir, a server's log, a point's output) may be this long.
 NAME_MAX = 255
 
+#: Bounds of the benchmark's times and rates (docs/checks.md): far outside any real
+#: benchmark, and inside what the schedule's and the estimate's arithmetic holds.
+MAX_SECONDS = 7 * 86400          # a week: ramp_s, timeout_s; an SLO's milliseconds
+MIN_TIMEOUT_S = 0.1
+MAX_REQUEST_RATE = 1e6           # requests/s
+
 _INT = {"type": "integer"}
 _POS_INT = {"type": "integer", "minimum": 1}
 _NUM = {"type": "number"}
@@ -231,14 +237,15 @@ SCHEMA = _obj({
         "range_ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
         "num_prompts": _nullable(_POS_INT),
         "concurrency": _POS_INT,
-        "request_rate": _nullable({"type": "number", "exclusiveMinimum": 0}),
+        "request_rate": _nullable({"type": "number", "exclusiveMinimum": 0,
+                                   "maximum": MAX_REQUEST_RATE}),
         # arrivals (docs/workloads.md): ranges checked by rules.arrivals, with their fixes
         "burstiness": _nullable(_NUM),
-        "ramp_s": _nullable(_NUM),
+        "ramp_s": _nullable({"type": "number", "maximum": MAX_SECONDS}),
         "warmup_requests": {"type": "integer", "minimum": 0},
         "flush_cache": _BOOL,
         "seed": _INT,
-        "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+        "timeout_s": {"type": "number", "minimum": MIN_TIMEOUT_S, "maximum": MAX_SECONDS},
         # prompt sets by category and the statistics (issue 10)
         "categories": _nullable({"type": "array", "items": _STR, "minItems": 1}),
         "hf_dataset": _nullable({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*"
@@ -264,7 +271,8 @@ SCHEMA = _obj({
         "margin": {"type": "number", "minimum": 0, "maximum": 1},
         # keys are checked by compile/search.py (a latency metric, one line each)
         "slo": {"type": "object", "additionalProperties": {"type": "number",
-                                                           "exclusiveMinimum": 0}},
+                                                           "exclusiveMinimum": 0,
+                                                           "maximum": MAX_SECONDS * 1000}},
     }, required=("name",)),
 }, required=("experiment", "model_pair", "hardware", "engine", "speculation", "readiness",
              "benchmark"))
@@ -419,12 +427,31 @@ def _diagnostics(err) -> list[Diagnostic]:
 
 
 def validate(config: dict) -> list[Diagnostic]:
-    """Every schema problem, one diagnostic each (code SCHEMA_<validator>), then the sweep's."""
-    out = []
+    """Every schema problem, one diagnostic each (code SCHEMA_<validator>), then the sweep's.
+    A number that is not finite is one SCHEMA_FINITE line at its key (jsonschema lets NaN
+    pass every range: `nan < 0` is false), and nothing else at that key."""
+    out = not_finite(config)
+    bad = {d.path for d in out}
     for err in sorted(_validator().iter_errors(config),
                       key=lambda e: list(map(str, e.absolute_path))):
-        out += _diagnostics(err)
+        out += [d for d in _diagnostics(err) if d.path not in bad]
     return out + check_sweep(config)
+
+
+def not_finite(node, parts: tuple = ()) -> list[Diagnostic]:
+    """One SCHEMA_FINITE error per NaN or infinity anywhere in the config (a swept value
+    too): no key of specc takes one."""
+    import math
+
+    if isinstance(node, float) and not math.isfinite(node):
+        path = _path(parts)
+        return [error("SCHEMA_FINITE", path, f"{node} is not a finite number",
+                      "give a finite number (nan and inf are refused)")]
+    if isinstance(node, dict):
+        return [d for k, v in node.items() for d in not_finite(v, (*parts, k))]
+    if isinstance(node, (list, tuple)):
+        return [d for i, v in enumerate(node) for d in not_finite(v, (*parts, i))]
+    return []
 
 
 def _sets(value, rest: list[str]) -> bool:

@@ -406,8 +406,7 @@ def _sharegpt_items(path: str, output_len: int, multi_turn: bool = False):
         conv = entry.get("conversations") if isinstance(entry, dict) else None
         if not isinstance(conv, list):
             raise DatasetError(f"{path}: entry {i}: no \"conversations\" list")
-        if multi_turn:
-            _sharegpt_later(conv, f"{path}: entry {i}")
+        later = _sharegpt_later(conv, f"{path}: entry {i}") if multi_turn else ()
         human = next((k for k, t in enumerate(conv) if isinstance(t, dict)
                       and t.get("from") == "human" and isinstance(t.get("value"), str)), None)
         if human is None:
@@ -422,6 +421,11 @@ def _sharegpt_items(path: str, output_len: int, multi_turn: bool = False):
             continue
         n_out = output_len if output_len > 0 else count_tokens(reply)
         if count_tokens(prompt) < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
+            continue
+        if later:   # the last turn carries every turn before it and the server's answers
+            yield (f"{path}: entry {i} (its {1 + len(later)} turns with an answer each, as "
+                   "the last turn sends them)", "\n".join((prompt, *later)),
+                   n_out * (1 + len(later)))
             continue
         yield f"{path}: entry {i}", prompt, n_out
 

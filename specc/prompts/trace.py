@@ -84,23 +84,49 @@ def _row(where: str, obj: dict) -> Row:
 
 def _objects(path: str):
     """(where, the line's fields or the DatasetError that says what is wrong with it)."""
-    header = None
+    if path.lower().endswith(".csv"):
+        yield from _csv_objects(path)
+        return
     for where, line in bounded_lines(path, "trace"):
-        if not path.lower().endswith(".csv"):
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError):
-                yield where, DatasetError(f"{where}: bad JSON (one object a line)")
-                continue
-            yield where, obj if isinstance(obj, dict) else DatasetError(
-                f"{where}: expected a JSON object, got {type(obj).__name__}")
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            yield where, DatasetError(f"{where}: bad JSON (one object a line)")
             continue
-        cells = next(csv.reader([line]))
+        yield where, obj if isinstance(obj, dict) else DatasetError(
+            f"{where}: expected a JSON object, got {type(obj).__name__}")
+
+
+def _csv_objects(path: str):
+    """A CSV trace's rows by the csv module's rules over the bounded lines: a quoted cell
+    may hold a newline (the row then spans lines; `where` is its first); the header names
+    each column once."""
+    wheres: list[str] = []
+
+    def lines():
+        for where, line in bounded_lines(path, "trace"):
+            wheres.append(where)
+            yield line if line.endswith("\n") else line + "\n"
+
+    reader, header, used = csv.reader(lines()), None, 0
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            where = wheres[used] if used < len(wheres) else path
+            raise DatasetError(f"{where}: not CSV ({e})") from None
+        where, used = wheres[used], len(wheres)
         if header is None:
             header = [c.strip() for c in cells]
             if "timestamp" not in header:
                 raise DatasetError(f"{where}: a CSV trace starts with a header naming "
                                    "timestamp, input_length (or prompt), output_length")
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                raise DatasetError(f"{where}: the header names {', '.join(twice)} more than "
+                                   "once: which column is meant? (name each column once)")
             continue
         if len(cells) != len(header):
             yield where, DatasetError(f"{where}: {len(cells)} cells, the header has "
@@ -163,6 +189,53 @@ def count(path: str) -> int:
     except OSError:
         return 0
     return _rows_in(path, stamp)
+
+
+def span_s(path: str, num: int | None = None) -> float:
+    """Seconds from the trace's first request to its ``num``-th (its last when None): how
+    long its replay takes at the least (0 when it cannot be read: check says why)."""
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return 0.0
+    return _span_in(path, stamp, num)
+
+
+@functools.lru_cache(maxsize=16)
+def _span_in(path: str, stamp: int, num: int | None) -> float:
+    first = last = None
+    try:
+        for k, row in enumerate(rows(path)):
+            if num is not None and k >= num:
+                break
+            first = row.timestamp_ms if first is None else first
+            last = row.timestamp_ms
+    except DatasetError:
+        return 0.0
+    return 0.0 if first is None else (last - first) / 1000
+
+
+def longest_gap(path: str) -> tuple[float, str]:
+    """The longest wait between two of the trace's requests in seconds, and the line of the
+    later one (0 and the path when it cannot be read: check says why)."""
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return 0.0, path
+    return _gap_in(path, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _gap_in(path: str, stamp: int) -> tuple[float, str]:
+    gap, where, last = 0.0, path, None
+    try:
+        for row in rows(path):
+            if last is not None and row.timestamp_ms - last > gap * 1000:
+                gap, where = (row.timestamp_ms - last) / 1000, row.where
+            last = row.timestamp_ms
+    except DatasetError:
+        pass
+    return gap, where
 
 
 @functools.lru_cache(maxsize=16)

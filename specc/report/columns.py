@@ -5,10 +5,10 @@ report.json and manifest.json (docs/run-dir.md).
 A 10^4-point run has 10^4 request files; compare read and parsed each of them, and
 results.jsonl line by line, every time (two thirds of its time). The copy holds each
 point's ok requests of its latest attempt (repeat, place, prompt id, output tokens,
-latency, TTFT) as numpy columns -- exactly what read_requests gives -- and the digest
-of the files it was built from (each one's name, size and modification time in ns). A
-file appended to, rewritten, added or removed since makes the copy stale, and a stale
-or unreadable copy is never used: it is built again from the files (and rewritten
+latency, TTFT) as numpy columns -- exactly what read_requests gives -- the digest of
+the files it was built from (listing_digest) and its own (SELF). A file appended to,
+rewritten, added or removed since makes the copy stale; a copy edited since it was
+written fails its own digest; a stale, edited or unreadable copy is never used: it is built again from the files (and rewritten
 where the run dir can be written). A run writes it when it finishes (as it adds itself
 to the results index); compare writes it the first time it needs it.
 """
@@ -30,7 +30,7 @@ from specc.files import RECORDS_BYTES, UnreadableFile, atomic_write, read_bounde
 
 FILE = "compare.npz"
 #: Part of the digest: a copy written in another layout is stale, never misread.
-FORMAT = 2
+FORMAT = 3
 _COLUMNS = ("offsets", "repeat", "place", "code", "tokens", "latency", "ttft")
 
 
@@ -82,10 +82,9 @@ def read_requests(run_dir: Path, benchmark: str) -> tuple[dict, float]:
     (_read_fast); any other file by one json.loads, and a file with a bad line by the
     careful line-by-line reader."""
     path = os.path.join(run_dir, reqlog.DIR, benchmark + ".jsonl")
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
+    try:   # bounded: a FIFO or /dev/zero linked there is no records, never a hang
+        text = read_bounded(path, RECORDS_BYTES).decode("utf-8", "replace")
+    except (OSError, UnreadableFile):
         return {}, 0.0
     out = _read_fast(text)
     if out is None:
@@ -154,30 +153,35 @@ class Columns:
 SOURCES = ("plan.json", "results.jsonl", "report.json", "manifest.json")
 
 
-def _stat(path: str):
+def _content(path: str) -> str | None:
+    """A source file's sha256 (read by the bounded reader: a FIFO or /dev/zero is
+    "unreadable", never read); None when there is none."""
     try:
-        st = os.stat(path)
-    except OSError:
+        return hashlib.sha256(read_bounded(path, RECORDS_BYTES)).hexdigest()
+    except FileNotFoundError:
         return None
-    return [st.st_size, st.st_mtime_ns]
+    except UnreadableFile:
+        return "unreadable"
 
 
 def listing_digest(run_dir: Path) -> tuple[str, list[str]]:
-    """The digest of what compare reads of a run as it is now (the name, size and mtime in
-    ns of requests/*.jsonl and of SOURCES), and the point ids requests/ holds, sorted."""
+    """The digest of what compare reads of a run as it is now, and the point ids requests/
+    holds, sorted. SOURCES by their content (sha256); requests/*.jsonl by name, size,
+    mtime and ctime in ns: an edit, or a `touch -d` that puts an old mtime back, sets the
+    ctime to now (hashing 10^4 request files cost more than the rest of compare)."""
     entries = []
     try:
         with os.scandir(os.path.join(run_dir, reqlog.DIR)) as it:
             for e in it:
                 if e.name.endswith(".jsonl") and e.is_file():
                     st = e.stat()
-                    entries.append((e.name, st.st_size, st.st_mtime_ns))
+                    entries.append((e.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     except OSError:
         pass
     entries.sort()
-    files = [[name, _stat(os.path.join(run_dir, name))] for name in SOURCES]
+    files = [[name, _content(os.path.join(run_dir, name))] for name in SOURCES]
     h = hashlib.sha256(json.dumps([FORMAT, files, entries]).encode()).hexdigest()
-    return h, [name[:-len(".jsonl")] for name, _, _ in entries]
+    return h, [name[:-len(".jsonl")] for name, *_ in entries]
 
 
 def build(run_dir: Path, benchmarks: list[str]) -> Columns:
@@ -205,15 +209,16 @@ def build(run_dir: Path, benchmarks: list[str]) -> Columns:
 
 def read(run_dir: Path, digest: str) -> tuple[Columns, dict] | None:
     """The run's copy and the ``meta`` written with it, when the copy was built from
-    ``digest`` (listing_digest now); None for a stale, absent or unreadable one."""
+    ``digest`` (listing_digest now) and is byte for byte what write() wrote (its own
+    digest); None for a stale, absent, edited or unreadable one."""
     import zipfile
 
     import numpy as np
 
     try:
         data = read_bounded(Path(run_dir) / FILE, RECORDS_BYTES)
-        with zipfile.ZipFile(io.BytesIO(data)) as z:   # stored members only: no inflation
-            if any(i.compress_type != zipfile.ZIP_STORED for i in z.infolist()):
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            if not _members_sound(z):
                 return None
         with np.load(io.BytesIO(data), allow_pickle=False) as f:
             if _text(f, "digest") != digest:
@@ -228,12 +233,45 @@ def read(run_dir: Path, digest: str) -> tuple[Columns, dict] | None:
         ok = (len(off) == n + 1 and all(len(cols[c]) == m for c in _COLUMNS[1:])
               and all(cols[c].dtype.kind == "i" for c in _COLUMNS[:4])
               and all(cols[c].dtype.kind == "f" for c in _COLUMNS[4:])
+              and all(bool(np.isfinite(cols[c]).all()) for c in _COLUMNS[4:])
               and (n == 0 or (off[0] == 0 and off[-1] == m and bool((np.diff(off) >= 0).all())))
               and bool((cols["code"] < len(ids)).all()) and bool((cols["code"] >= -1).all()))
         return (Columns(benchmarks, ids, **cols), meta) if ok else None
     except (OSError, ValueError, KeyError, TypeError, UnreadableFile, zipfile.BadZipFile,
             EOFError):
         return None
+
+
+#: The copy's members, each a 1-d array: the texts (uint8 JSON) and the columns, and
+#: SELF, the sha256 of all the others' bytes.
+SELF = "self"
+_MEMBERS = frozenset(f"{n}.npy" for n in ("digest", "benchmarks", "ids", "meta", SELF,
+                                          *_COLUMNS))
+
+
+def _members_sound(z) -> bool:
+    """Before numpy loads a byte of it: every member stored (no inflation), one of ours,
+    a 1-d array of plain numbers whose header's shape is exactly the bytes it holds (a
+    header claiming 10^12 elements allocates nothing), and SELF the digest of the rest."""
+    import zipfile
+
+    import numpy as np
+
+    infos = z.infolist()
+    if ({i.filename for i in infos} != _MEMBERS or len(infos) != len(_MEMBERS)
+            or any(i.compress_type != zipfile.ZIP_STORED for i in infos)):
+        return False
+    h = hashlib.sha256()
+    own = None
+    for info in sorted(infos, key=lambda i: i.filename):
+        shape, _, body = _member(z, info)
+        if shape is None:
+            return False
+        if info.filename == f"{SELF}.npy":
+            own = body
+        else:
+            h.update(info.filename.encode() + b"\0" + body)
+    return own == np.frombuffer(h.hexdigest().encode(), np.uint8).tobytes()
 
 
 def _no_constant(name: str):
@@ -259,4 +297,42 @@ def write(run_dir: Path, cols: Columns, meta: dict, digest: str) -> None:
     texts = {n: np.frombuffer(json.dumps(v).encode(), np.uint8) for n, v in (
         ("digest", digest), ("benchmarks", cols.benchmarks), ("ids", cols.ids), ("meta", meta))}
     np.savez(buf, **texts, **{n: getattr(cols, n) for n in _COLUMNS})
-    atomic_write(Path(run_dir) / FILE, buf.getvalue())
+    atomic_write(Path(run_dir) / FILE, _sealed(buf))
+
+
+def _sealed(buf: io.BytesIO) -> bytes:
+    """The npz in ``buf`` with SELF added: the sha256 of every other member's bytes (what
+    _members_sound checks: a copy edited by hand is rebuilt, never trusted)."""
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npy
+
+    h = hashlib.sha256()
+    with zipfile.ZipFile(buf) as z:
+        for info in sorted(z.infolist(), key=lambda i: i.filename):
+            h.update(info.filename.encode() + b"\0" + _member(z, info)[2])
+    own = io.BytesIO()
+    npy.write_array(own, np.frombuffer(h.hexdigest().encode(), np.uint8))
+    with zipfile.ZipFile(buf, "a", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(f"{SELF}.npy", own.getvalue())
+    return buf.getvalue()
+
+
+def _member(z, info):
+    """A member's (shape, dtype, bytes after its header); ValueError for one that is not
+    an .npy array, None as the shape when its header claims more than it holds."""
+    from numpy.lib import format as npy
+
+    with z.open(info) as m:
+        version = npy.read_magic(m)
+        header = {(1, 0): npy.read_array_header_1_0,
+                  (2, 0): npy.read_array_header_2_0}.get(version)
+        if header is None:
+            raise ValueError(f"{info.filename}: npy version {version}")
+        shape, _, dtype = header(m)
+        size = info.file_size - m.tell()
+        if (len(shape) != 1 or dtype.hasobject or dtype.kind not in "iuf"
+                or shape[0] * dtype.itemsize != size):
+            return None, dtype, b""
+        return shape, dtype, m.read()

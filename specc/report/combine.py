@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 from specc.files import STATE_BYTES, atomic_write, read_text
 from specc.report.decision import grid_lines
@@ -12,7 +13,7 @@ from specc.report.html import render_html
 from specc.report.model import DASH, PointRow, ReportError, _best, _groups, _plain
 from specc.report.read import build_report
 from specc.report.tables import (NOTES, _best_table, _csv_text, _failure_lines, _group_table,
-                                 _pending_lines, _status_line, _table)
+                                 _pending_lines, _status_line, _table, md as md_text, md_code)
 
 _HEADING = re.compile(r"^(#{1,6})(?=\s)")
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -36,7 +37,7 @@ def combine(sweep_dir: Path, run_dirs: list[Path]) -> int:
     lines = [f"# specc multirun: {len(run_dirs)} job(s)", ""]
     for d in run_dirs:
         ok = (d / "plan.json").exists()
-        lines.append(f"- [{d.name}]({d.name}/review.md) {_said(d.name, labels)}: "
+        lines.append(f"- [{md_text(d.name)}]({quote(d.name)}/review.md) {_said(d.name, labels)}: "
                      f"{'valid' if ok else 'INVALID'}")
     lines.append("")
     for d in run_dirs:
@@ -96,7 +97,7 @@ def job_labels(overrides: dict[str, list[str]]) -> dict[str, str]:
 
 
 def _said(name: str, labels: dict[str, str]) -> str:
-    return f"(`{labels[name]}`)" if labels.get(name, name) != name else ""
+    return f"(`{md_code(labels[name])}`)" if labels.get(name, name) != name else ""
 
 
 def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
@@ -149,7 +150,8 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
     out += [_table(job_rows, ["job", "experiment", "engine", "overrides", "ok", "failed", "pending", "note"],
                    ("left",) * 4 + ("right",) * 3 + ("left",), "pipe"), ""]
     for g in groups:
-        out += [f"## {g.title(with_workload=True)}", "", _group_table(g, "pipe", with_job=True), ""]
+        out += [f"## {md_text(g.title(with_workload=True))}", "",
+                _group_table(g, "pipe", with_job=True), ""]
     if groups:
         out += ["## Best speculative setting per concurrency (all jobs)", "",
                 "Speedups are each against the baseline of the same job.", "",

@@ -141,8 +141,8 @@ def load_run(path: Path | str, *, save: bool = True) -> Run:
 
 
 def _read_files(d: Path) -> Run:
+    plan = _plan_file(d / "plan.json")
     try:
-        plan = json.loads((d / "plan.json").read_text())
         servers = {s["id"]: s for s in plan["servers"]}
         benchmarks = list(plan["benchmarks"])
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -206,12 +206,70 @@ def _duration(row) -> float:
     return float(d or (float(v) if _number(v) else 0.0))
 
 
-def _json_file(path: Path) -> dict:
+# --------------------------------------------------------------------------- reading
+
+def _plan_file(path: Path):
+    """plan.json through the bounded reader: a FIFO, /dev/zero or a file over its cap is
+    one line (CompareError), never a hang or a read without end."""
+    from specc.files import PLAN_BYTES, UnreadableFile, load_json
+
     try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return load_json(path, PLAN_BYTES)
+    except (OSError, UnreadableFile) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CompareError(f"{path}: corrupt or unreadable ({why}); compile the experiment "
+                           "again or restore the file") from None
+
+
+def _json_file(path: Path) -> dict:
+    """report.json through the bounded reader: absent or not JSON, {} (compare reads it
+    only for intervals and the manifest); a FIFO, a device, a file over its cap,
+    CompareError."""
+    from specc.files import PLAN_BYTES, UnreadableFile, parse_json, read_bounded
+
+    try:
+        raw = read_bounded(path, PLAN_BYTES)
+    except FileNotFoundError:
+        return {}
+    except UnreadableFile as e:
+        raise CompareError(f"{e}; move it aside, or rewrite it: specc report "
+                           f"{path.parent}") from None
+    try:
+        obj = parse_json(raw, str(path))
+    except UnreadableFile:
         return {}
     return obj if isinstance(obj, dict) else {}
+
+
+def strict_json(result: dict) -> str:
+    """``result`` as strict JSON: a non-finite number (JSON has none; `compare --json` is
+    read by other programs) as null, with a warning that says how many."""
+    try:   # compact: json's C encoder (indent= takes its Python one, 4x slower)
+        return json.dumps(result, allow_nan=False)
+    except ValueError:
+        return json.dumps(_nulled(result), allow_nan=False)
+
+
+def _nulled(result: dict) -> dict:
+    count = 0
+
+    def clean(x):
+        nonlocal count
+        if isinstance(x, float) and not math.isfinite(x):
+            count += 1
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    out = clean(result)
+    if count:
+        out.setdefault("warnings", []).append(
+            f"{count} figures were not finite numbers (a NaN or infinity in the run's "
+            "records): shown as null")
+    return out
 
 
 def _dig(obj, path):
@@ -482,19 +540,21 @@ def _table(rows: list[list[str]], headers: list[str]) -> str:
 
 def render(result: dict) -> str:
     """The provenance differences, then one table per comparison."""
+    from specc.files import one_line
+
     lines = []
     if result["provenance"]:
         lines.append("Provenance differs (the usual cause of a change):")
         for d in result["provenance"]:
-            lines.append(f"  {d['field']}: " + " -> ".join(str(v) for v in d["values"]))
+            lines.append(f"  {d['field']}: " + " -> ".join(one_line(v) for v in d["values"]))
     else:
         lines.append("Provenance: no difference recorded")
     lines += _machine_lines(result.get("machine") or [])
     for c in result["comparisons"]:
-        lines.append(f"\n{c['a']} -> {c['b']}  ({_verdict_rule(result['threshold'], c)})")
+        lines.append(f"\n{one_line(c['a'])} -> {one_line(c['b'])}  ({_verdict_rule(result['threshold'], c)})")
         rows = []
         for p in c["points"]:
-            cells = [p["point"]]
+            cells = [one_line(p["point"])]
             for name in FIGURES:
                 f = p["figures"].get(name)
                 cells.append("-" if f is None else f"{_pct(f['change'])} "
@@ -504,11 +564,11 @@ def render(result: dict) -> str:
         lines.append(_table(rows, ["point", "output tok/s", "speedup", "TTFT (mean)",
                                    "ITL (mean)"]))
         for m in c["missing"]:
-            lines.append(f"missing: {m}")
-        lines.append(f"regressed: {', '.join(c['regressed'])}" if c["regressed"]
+            lines.append(f"missing: {one_line(m)}")
+        lines.append(f"regressed: {one_line(', '.join(c['regressed']))}" if c["regressed"]
                      else "no regression beyond noise")
     for w in result["warnings"]:
-        lines.append(f"warning: {w}")
+        lines.append(f"warning: {one_line(w)}")
     return "\n".join(lines)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-def _setting(e: dict) -> str:
-    return f"s{e['num_steps']} k{e['topk']} d{e['num_draft_tokens']}"
+def _setting(e: dict, esc=str) -> str:
+    return esc(f"s{e['num_steps']} k{e['topk']} d{e['num_draft_tokens']}")
 
 
 def _iv(e: dict) -> str:
@@ -12,47 +12,55 @@ def _iv(e: dict) -> str:
     return f"{e['speedup']:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None else "")
 
 
-def lines(d: dict, label=lambda sid: sid) -> list[str]:
-    """Markdown lines: best per concurrency, crossover, SLO, starts and why it stopped."""
+def lines(d: dict, label=lambda sid: sid, esc=None) -> list[str]:
+    """Markdown lines: best per concurrency, crossover, SLO, starts and why it stopped.
+    Every value from tune.json goes through ``esc`` (markdown escaping by default): a
+    `stopped` text holding an image or a <script> is shown, never built."""
+    if esc is None:
+        from specc.report.tables import md as esc
+
+    def e_(v) -> str:
+        return esc(str(v))
+
     out = ["## Decision", "",
-           f"search=tune: {d.get('server_starts')} server starts of the grid's "
-           f"{d.get('grid_server_starts')} (budget {d.get('max_starts')}); stopped: "
-           f"{d.get('stopped') or 'interrupted'}.", ""]
+           f"search=tune: {e_(d.get('server_starts'))} server starts of the grid's "
+           f"{e_(d.get('grid_server_starts'))} (budget {e_(d.get('max_starts'))}); stopped: "
+           f"{e_(d.get('stopped') or 'interrupted')}.", ""]
     if d.get("no_decision"):
-        out += [f"**No decision: {d['no_decision']}.** Every speedup is paired with the "
+        out += [f"**No decision: {e_(d['no_decision'])}.** Every speedup is paired with the "
                 "baseline, so without it no setting is chosen and no crossover is drawn.", ""]
     out += ["| concurrency | deploy | speedup [95%] | tied |", "|---|---|---|---|"]
     for c, e in (d.get("best") or {}).items():
         if e.get("no_decision"):
-            out.append(f"| {c} | no decision | {e['no_decision']} | |")
+            out.append(f"| {e_(c)} | no decision | {e_(e['no_decision'])} | |")
         elif e.get("baseline"):
             spec = e.get("best_speculative")
-            why = (f"best speculative {_setting(spec)} {_iv(spec)}" if spec
+            why = (f"best speculative {_setting(spec, e_)} {_iv(spec)}" if spec
                    else "no speculative point measured")
-            out.append(f"| {c} | baseline (no setting pays) | {why} | |")
+            out.append(f"| {e_(c)} | baseline (no setting pays) | {why} | |")
         else:
-            ties = ", ".join(_setting(t) for t in e.get("ties") or []) or "-"
-            out.append(f"| {c} | {_setting(e)} | {_iv(e)} | {ties} |")
+            ties = ", ".join(_setting(t, e_) for t in e.get("ties") or []) or "-"
+            out.append(f"| {e_(c)} | {_setting(e, e_)} | {_iv(e)} | {ties} |")
     x = d.get("crossover") or {}
     if x.get("concurrency") is not None:
         lo = x["between"][0]
-        text = (f"speculation stops paying at concurrency {x['concurrency']}"
-                + (f" (between {lo} and {x['concurrency']} on the ladder)" if lo else
+        text = (f"speculation stops paying at concurrency {e_(x['concurrency'])}"
+                + (f" (between {e_(lo)} and {e_(x['concurrency'])} on the ladder)" if lo else
                    " (already at the ladder's bottom)"))
     else:
-        text = x.get("note") or "no crossover found"
+        text = e_(x.get("note") or "no crossover found")
     out += ["", f"Crossover: {text}."]
     for key, s in (d.get("slo") or {}).items():
         b, sp = s.get("baseline") or {}, s.get("speculative") or {}
-        out.append(f"SLO {key} <= {s['limit_ms']:g} ms: baseline up to concurrency "
-                   f"{b.get('concurrency')} {b.get('interval')}, speculation up to "
-                   f"{sp.get('concurrency')} {sp.get('interval')}"
-                   + (f": {s['text']}." if s.get("text") else "."))
+        out.append(f"SLO {e_(key)} <= {s['limit_ms']:g} ms: baseline up to concurrency "
+                   f"{e_(b.get('concurrency'))} {e_(b.get('interval'))}, speculation up to "
+                   f"{e_(sp.get('concurrency'))} {e_(sp.get('interval'))}"
+                   + (f": {e_(s['text'])}." if s.get("text") else "."))
     out += ["", "| candidate | started | predicted speedup | measured |", "|---|---|---|---|"]
     for row in d.get("candidates") or []:
-        fmt = lambda m: ", ".join(f"c{c}: {v:.2f}" for c, v in (m or {}).items()  # noqa: E731
+        fmt = lambda m: ", ".join(f"c{e_(c)}: {v:.2f}" for c, v in (m or {}).items()  # noqa: E731
                                   if v is not None) or "-"
-        out.append(f"| {_setting(row)} | {'yes' if row.get('started') else 'no'} | "
+        out.append(f"| {_setting(row, e_)} | {'yes' if row.get('started') else 'no'} | "
                    f"{fmt(row.get('predicted'))} | {fmt(row.get('measured'))} |")
     return out + [""]
 
@@ -137,10 +145,14 @@ def _crossover(entries) -> str | None:
     return "speculation pays up to the top of the ladder"
 
 
-def grid_lines(groups, with_job: bool = False) -> list[str]:
+def grid_lines(groups, with_job: bool = False, esc=None) -> list[str]:
     """Markdown lines: the answer first -- per concurrency what to deploy (with its 95%
     interval and the settings tied with it), where no setting pays, where nothing can be
-    said (a failed baseline) -- and the crossover. Empty when the plan has no speculation."""
+    said (a failed baseline) -- and the crossover. Empty when the plan has no speculation.
+    Every text from data (labels, jobs, a server's reason) goes through ``esc`` (markdown
+    escaping by default)."""
+    if esc is None:
+        from specc.report.tables import md as esc
     from specc.report.intervals import speedup_text
     from specc.report.model import _conc_text, _workload_text
 
@@ -148,16 +160,16 @@ def grid_lines(groups, with_job: bool = False) -> list[str]:
     if not entries:
         return []
     workloads = sorted({e["group"].workload for e in entries}, key=str)
-    label = (lambda r: f"{r.label} [{r.job_text}]" if with_job and r.job else r.label)
+    label = (lambda r: esc(f"{r.label} [{r.job_text}]" if with_job and r.job else r.label))
     out = ["## Decision", "", "| concurrency | deploy | speedup [95%] | tied |",
            "|---|---|---|---|"]
     for e in entries:
         c = _conc_text(e["group"].concurrency)
         if len(workloads) > 1:
-            c = f"{c} ({_workload_text(e['group'].workload)})"
+            c = f"{c} ({esc(_workload_text(e['group'].workload))})"
         r = e["row"]
         if e["no_decision"]:
-            out.append(f"| {c} | no decision | {e['no_decision']} | |")
+            out.append(f"| {c} | no decision | {esc(e['no_decision'])} | |")
         elif r is None:
             out.append(f"| {c} | baseline (no speculative point finished) | | |")
         elif e["pays"] is False:
@@ -170,6 +182,6 @@ def grid_lines(groups, with_job: bool = False) -> list[str]:
     for w in workloads:
         text = _crossover([e for e in entries if e["group"].workload == w])
         if text:
-            where = f" ({_workload_text(w)})" if len(workloads) > 1 else ""
-            out += ["", f"Crossover{where}: {text}."]
+            where = f" ({esc(_workload_text(w))})" if len(workloads) > 1 else ""
+            out += ["", f"Crossover{where}: {esc(text)}."]
     return out + [""]

@@ -17,24 +17,51 @@ code{background:#f4f4f4;padding:0 3px}img{max-width:100%}
 pre{background:#f7f7f7;padding:.6em;overflow:auto}"""
 
 _IMG = re.compile(r"!\[([^\]]*)\]\(([^)]+)\)")
+#: A code span, **bold**, or a backslash escape (tables.md writes data so).
+_TOKEN = re.compile(r"`([^`]+)`|\*\*((?:\\.|[^*\\])+)\*\*|\\([\\`*\[\]<>|!_#()])")
 
 
 def _inline(text: str) -> str:
-    """Escape, then `code` and **bold**."""
-    t = html.escape(text, quote=False)
-    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", t)
+    """`code`, **bold** and backslash escapes; every other character escaped for HTML."""
+    out, pos = [], 0
+    for m in _TOKEN.finditer(text):
+        out.append(html.escape(text[pos:m.start()], quote=False))
+        if m.group(1) is not None:
+            out.append(f"<code>{html.escape(m.group(1), quote=False)}</code>")
+        elif m.group(2) is not None:
+            out.append(f"<strong>{_inline(m.group(2))}</strong>")
+        else:
+            out.append(html.escape(m.group(3), quote=False))
+        pos = m.end()
+    out.append(html.escape(text[pos:], quote=False))
+    return "".join(out)
 
 
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    """A pipe table row's cells; an escaped pipe (\\|) stays in its cell."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [c.strip() for c in re.split(r"(?<!\\)\|", inner)]
+
+
+#: The only images report.html embeds: the run's own plots (plots.py writes them).
+PLOTS_DIR = "plots"
+PLOT_BYTES = 32 << 20
 
 
 def _image(alt: str, src: str, run_dir: Path) -> str:
-    path = (run_dir / src) if not Path(src).is_absolute() else Path(src)
+    """A plot of this run as a data URI: a relative path under plots/ ending .png, a regular
+    file, bounded; anything else is named, not read (no file is embedded from data)."""
+    from specc.files import UnreadableFile, read_bounded
+
+    parts = Path(src).parts
+    if (Path(src).is_absolute() or len(parts) != 2 or parts[0] != PLOTS_DIR
+            or not src.endswith(".png") or ".." in parts):
+        return f"<p>{_inline(f'![{alt}]({src})')}</p>"
     try:
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-    except OSError:
+        data = base64.b64encode(read_bounded(run_dir / src, PLOT_BYTES)).decode("ascii")
+    except (OSError, UnreadableFile):
         return f"<p>plot {html.escape(alt)} missing ({html.escape(src)})</p>"
     return (f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{html.escape(alt)}</figcaption></figure>")

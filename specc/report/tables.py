@@ -6,10 +6,12 @@ import csv
 import io
 import json
 import math
+import re
 from typing import Any
 
 from tabulate import tabulate
 
+from specc.files import one_line
 from specc.report import intervals as iv
 from specc.report.model import (DASH, Best, Group, PointRow, Report, _conc_text, _workload_text,
                                 fmt_pair, fmt_tps)
@@ -55,6 +57,28 @@ NOTES = [
 ]
 
 
+#: What makes markdown of text: a backslash, code, emphasis, links and images, HTML, a
+#: table's cell border.
+_MARKUP = re.compile(r"([\\`*\[\]<>|!])")
+
+
+def md(text) -> str:
+    """Text from data (a run dir's name, a label, a server's reason, a stopped text) as
+    markdown that shows it and builds nothing: on one line (control characters and
+    newlines escaped), every character markdown reads as markup backslash-escaped."""
+    return _MARKUP.sub(r"\\\1", one_line(text))
+
+
+def md_code(text) -> str:
+    """Text from data inside a code span: on one line, no backtick to close it."""
+    return one_line(text).replace("`", "'")
+
+
+def _esc(fmt: str):
+    """The escape for a table's data cells: markdown for report.md, one line for a terminal."""
+    return md if fmt == "pipe" else one_line
+
+
 _TABLE_HEAD = ["config", "output tok/s", "per-stream tok/s", "TTFT p50 / p99 (ms)",
                "ITL p50 / p99 (ms)", "chunk gap p50 / p99 (ms)", "accept length", "speedup",
                "status"]
@@ -65,7 +89,7 @@ def _status_text(r: PointRow) -> str:
     return {"ok": "ok", "failed": "FAILED", "pending": "pending"}.get(r.status, r.status)
 
 
-def _point_cells(r: PointRow) -> list[str]:
+def _point_cells(r: PointRow, esc=one_line) -> list[str]:
     m = r.metrics
     if r.status != "ok":
         out, per, ttft, itl, gap, acc, sp = (DASH,) * 7
@@ -78,7 +102,7 @@ def _point_cells(r: PointRow) -> list[str]:
         gap = fmt_pair(m.get("median_chunk_gap_ms"), m.get("p99_chunk_gap_ms"))
         acc = DASH if r.is_baseline else r.accept_text
         sp = "1.00x" if r.is_baseline else iv.speedup_text(r)
-    return [r.label, out, per, ttft, itl, gap, acc, sp, _status_text(r)]
+    return [esc(r.label), out, per, ttft, itl, gap, acc, sp, esc(_status_text(r))]
 
 
 def _table(rows: list[list[str]], head: list[str], align: tuple, fmt: str) -> str:
@@ -86,7 +110,8 @@ def _table(rows: list[list[str]], head: list[str], align: tuple, fmt: str) -> st
 
 
 def _group_table(g: Group, fmt: str, with_job: bool = False) -> str:
-    rows = [([r.job_text] if with_job else []) + _point_cells(r) for r in g.rows]
+    esc = _esc(fmt)
+    rows = [([esc(r.job_text)] if with_job else []) + _point_cells(r, esc) for r in g.rows]
     head = (["job"] if with_job else []) + _TABLE_HEAD
     align = (("left",) if with_job else ()) + _TABLE_ALIGN
     return _table(rows, head, align, fmt)
@@ -98,24 +123,25 @@ _BEST_HEAD = ["concurrency", "best speculative setting", "speedup", "output tok/
 
 
 def _best_table(bests: list[Best], fmt: str, with_workload: bool, with_job: bool = False) -> str:
-    rows = []
+    rows, esc = [], _esc(fmt)
     for b in bests:
         c = _conc_text(b.group.concurrency)
         if with_workload:
-            c = f"{c} ({_workload_text(b.group.workload)})"
+            c = f"{c} ({esc(_workload_text(b.group.workload))})"
         base_out = fmt_tps(b.baseline.output_tps) if b.baseline else DASH
         base_per = fmt_tps(b.baseline.per_stream_tps) if b.baseline else DASH
         if b.row is None:
             rows.append([c, "(no successful speculative point)", DASH, DASH, DASH, DASH, base_out,
                          base_per, DASH])
             continue
-        label = b.row.label
+        label = esc(b.row.label)
         if with_job and b.row.job:
-            label = f"{label} [{b.row.job_text}]"
+            label = f"{label} [{esc(b.row.job_text)}]"
         if b.by != "speedup":
             label += " (by output tok/s: speedup unknown)"
         best, ties = iv.tied(b.group)
-        tie_text = ", ".join(t.label for t in ties if t is not b.row) if best is not None else ""
+        tie_text = (", ".join(esc(t.label) for t in ties if t is not b.row)
+                    if best is not None else "")
         rows.append([c, label, iv.speedup_text(b.row), fmt_tps(b.row.output_tps),
                      fmt_tps(b.row.per_stream_tps), b.row.accept_text, base_out, base_per,
                      tie_text or "none"])
@@ -130,16 +156,20 @@ def _status_line(rows: list[PointRow]) -> str:
     return f"{n} points: {ok} ok, {failed} failed, {pending} pending"
 
 
-def _failure_lines(rows: list[PointRow], server_failures: list[dict], with_job: bool = False) -> list[str]:
+def _failure_lines(rows: list[PointRow], server_failures: list[dict], with_job: bool = False,
+                   md=md) -> list[str]:
+    """One line per failed server and point; ``md`` escapes their data (one_line for a
+    terminal)."""
     lines = []
     for s in server_failures:
-        job = f"[{s.get('job_label') or s['job']}] " if with_job and s.get("job") else ""
-        lines.append(f"- server {job}{s['label']} (`{s['server']}`): {s['reason']}")
+        job = f"[{md(s.get('job_label') or s['job'])}] " if with_job and s.get("job") else ""
+        lines.append(f"- server {job}{md(s['label'])} (`{md_code(s['server'])}`): "
+                     f"{md(s['reason'])}")
     for r in rows:
         if r.status == "failed":
-            job = f"[{r.job_text}] " if with_job and r.job else ""
-            lines.append(f"- point {job}{r.label} @ concurrency {_conc_text(r.concurrency)} "
-                         f"(`{r.benchmark}`): {r.reason}")
+            job = f"[{md(r.job_text)}] " if with_job and r.job else ""
+            lines.append(f"- point {job}{md(r.label)} @ concurrency {_conc_text(r.concurrency)} "
+                         f"(`{md_code(r.benchmark)}`): {md(r.reason)}")
     return lines
 
 
@@ -147,18 +177,21 @@ def _pending_lines(rows: list[PointRow], limit: int = 20, with_job: bool = False
     pend = [r for r in rows if r.status == "pending"]
     lines = []
     for r in pend[:limit]:
-        job = f"[{r.job_text}] " if with_job and r.job else ""
-        lines.append(f"- {job}{r.label} @ concurrency {_conc_text(r.concurrency)} (`{r.benchmark}`)")
+        job = f"[{md(r.job_text)}] " if with_job and r.job else ""
+        lines.append(f"- {job}{md(r.label)} @ concurrency {_conc_text(r.concurrency)} "
+                     f"(`{md_code(r.benchmark)}`)")
     if len(pend) > limit:
         lines.append(f"- ... and {len(pend) - limit} more")
     return lines
 
 
-def _decision(report: Report, groups: list[Group]) -> list[str]:
-    """The Decision section: search=tune's (tune.json), else the grid's from its tables."""
+def _decision(report: Report, groups: list[Group], esc=md) -> list[str]:
+    """The Decision section: search=tune's (tune.json), else the grid's from its tables;
+    every value from data through ``esc`` (markdown escaping; one_line for a terminal)."""
     from specc.report.decision import grid_lines, lines
 
-    return lines(report.decision) if report.decision else grid_lines(groups)
+    return (lines(report.decision, esc=esc) if report.decision
+            else grid_lines(groups, esc=esc))
 
 
 def _plain_tables(md: list[str]) -> list[str]:
@@ -185,9 +218,9 @@ def render_markdown(report: Report) -> str:
     rows = report.rows
     groups = report.groups()
     multi_workload = len({g.workload for g in groups}) > 1
-    out = [f"# Report: {report.experiment} (engine: {report.engine})", ""]
+    out = [f"# Report: {md(report.experiment)} (engine: {md(report.engine)})", ""]
     out += _decision(report, groups)   # the answer first
-    out.append(f"Run dir: `{report.run_dir}`  ")
+    out.append(f"Run dir: `{md_code(report.run_dir)}`  ")
     out.append(_status_line(rows) + ".")
     if report.pending:
         out.append(f"\n**{len(report.pending)} pending** (in the plan, no result yet).")
@@ -195,11 +228,13 @@ def render_markdown(report: Report) -> str:
     if not rows:
         out += ["The plan has no benchmark points.", ""]
     for g in groups:
-        out += [f"## {g.title(with_workload=True)}", "", _group_table(g, "pipe"), "",
-                iv.rests_on(g), ""]
+        out += [f"## {md(g.title(with_workload=True))}", "", _group_table(g, "pipe"), "",
+                md(iv.rests_on(g)), ""]
         cat = iv.category_table(g)
         if cat is not None:
             head, crow = cat
+            head = head[:2] + [md(h) for h in head[2:]]
+            crow = [[md(r[0]), *r[1:]] for r in crow]
             out += [f"### By category (concurrency {_conc_text(g.concurrency)})", "",
                     _table(crow, head, ("left", "right") + ("right",) * (len(head) - 2), "pipe"),
                     ""]
@@ -208,6 +243,8 @@ def render_markdown(report: Report) -> str:
             t = iv.group_table(g, key, label)
             if t is not None:
                 head, trow = t
+                head = head[:2] + [md(h) for h in head[2:]]
+                trow = [[md(r[0]), *r[1:]] for r in trow]
                 out += [f"### {title} (concurrency {_conc_text(g.concurrency)})", "",
                         _table(trow, head, ("left", "right") + ("right",) * (len(head) - 2),
                                "pipe"), ""]
@@ -227,15 +264,17 @@ def render_markdown(report: Report) -> str:
     if report.dropped:
         out += [f"## Dropped at compile time ({len(report.dropped)})", ""]
         for d in report.dropped:
-            point = ", ".join(f"{k}={v}" for k, v in (d.get("point") or {}).items())
-            out.append(f"- {point}: `{d.get('code')}` {d.get('reason') or ''}".rstrip())
+            point = md(", ".join(f"{k}={v}" for k, v in (d.get("point") or {}).items()))
+            out.append(f"- {point}: `{md_code(d.get('code'))}` "
+                       f"{md(d.get('reason') or '')}".rstrip())
         out.append("")
 
     warn_diags = [d for d in report.diagnostics if d.get("severity") in ("warning", "error")]
     if warn_diags:
         out += ["## Compile diagnostics", ""]
         for d in warn_diags:
-            out.append(f"- {d.get('severity')} `{d.get('code')}` at `{d.get('path')}`: {d.get('message')}")
+            out.append(f"- {md(d.get('severity'))} `{md_code(d.get('code'))}` at "
+                       f"`{md_code(d.get('path'))}`: {md(d.get('message'))}")
         out.append("")
 
     if report.plots or report.plot_notes:
@@ -243,11 +282,11 @@ def render_markdown(report: Report) -> str:
         for name, p in report.plots.items():
             rel = p.relative_to(report.run_dir) if p.is_relative_to(report.run_dir) else p
             out.append(f"![{name}]({rel.as_posix()})")
-        out += [f"- {n}" for n in report.plot_notes]
+        out += [f"- {md(n)}" for n in report.plot_notes]
         out.append("")
 
     if report.warnings:
-        out += ["## Warnings", ""] + [f"- {w}" for w in report.warnings] + [""]
+        out += ["## Warnings", ""] + [f"- {md(w)}" for w in report.warnings] + [""]
 
     computed = any(r.speedup_computed for r in rows)
     out += ["## Notes", ""] + [f"- {n}" for n in NOTES]
@@ -263,21 +302,23 @@ def render_terminal(report: Report) -> str:
     rows = report.rows
     groups = report.groups()
     multi_workload = len({g.workload for g in groups}) > 1
-    out = [f"{report.experiment} (engine: {report.engine}): {_status_line(rows)}", ""]
-    decision = _plain_tables(_decision(report, groups))
+    out = [f"{one_line(report.experiment)} (engine: {one_line(report.engine)}): "
+           f"{_status_line(rows)}", ""]
+    decision = _plain_tables(_decision(report, groups, esc=one_line))
     out += decision + ([""] if decision else [])
     for g in groups:
-        out += [g.title(with_workload=True), _group_table(g, "simple"), iv.rests_on(g), ""]
+        out += [one_line(g.title(with_workload=True)), _group_table(g, "simple"),
+                one_line(iv.rests_on(g)), ""]
     bests = report.best()
     if bests:
         out += ["Best speculative setting per concurrency", _best_table(bests, "simple", multi_workload), ""]
-    fl = _failure_lines(rows, report.server_failures)
+    fl = _failure_lines(rows, report.server_failures, md=one_line)
     if fl:
         out += ["Failures:"] + ["  " + line[2:] for line in fl] + [""]
     if report.pending:
         out.append(f"{len(report.pending)} point(s) pending (no result yet).")
     for w in report.warnings:
-        out.append(f"warning: {w}")
+        out.append(f"warning: {one_line(w)}")
     return "\n".join(out).rstrip() + "\n"
 
 
