@@ -107,8 +107,12 @@ def test_a_compile_into_a_run_dir_in_use_rewrites_nothing(tmp_path):
     run_dir.mkdir()
     (run_dir / "plan.json").write_text("the plan being run\n")
     with rundir.locked(run_dir, command="specc run --plan D/plan.json"):
-        res = _specc("engine=sim", f"hydra.run.dir={run_dir}", "execute=true")
+        res = _specc("engine=sim", "model_pair.context_length=2048", f"hydra.run.dir={run_dir}",
+                     "execute=true")
+        # an invalid compile writes nothing anywhere, and leaves a run dir in use as it is
+        invalid = _specc("engine=sim", f"hydra.run.dir={run_dir}", "execute=true")
     assert res.returncode == 4, res.stderr[-2000:]
     assert "error RUN_DIR_BUSY: run dir" in res.stderr and "Traceback" not in res.stderr
+    assert invalid.returncode == 2 and "CONTEXT_DRAFT_SHORTER" in invalid.stderr, invalid.stderr
     assert (run_dir / "plan.json").read_text() == "the plan being run\n"
     assert not (run_dir / "review.md").exists()
