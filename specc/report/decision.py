@@ -17,7 +17,7 @@ def lines(d: dict, label=lambda sid: sid, esc=None) -> list[str]:
     Every value from tune.json goes through ``esc`` (markdown escaping by default): a
     `stopped` text holding an image or a <script> is shown, never built."""
     if esc is None:
-        from specc.report.tables import md as esc
+        from specc.report.markup import md as esc
 
     def e_(v) -> str:
         return esc(str(v))

@@ -6,13 +6,13 @@ import csv
 import io
 import json
 import math
-import re
 from typing import Any
 
 from tabulate import tabulate
 
 from specc.files import one_line
 from specc.report import intervals as iv
+from specc.report.markup import md, md_code
 from specc.report.model import (DASH, Best, Group, PointRow, Report, _conc_text, _workload_text,
                                 fmt_pair, fmt_tps)
 
@@ -55,23 +55,6 @@ NOTES = [
     "warm-up included (SGLang's `avg_spec_accept_length`), so not strictly per point; "
     "`(?)` = scope unknown.",
 ]
-
-
-#: What makes markdown of text: a backslash, code, emphasis, links and images, HTML, a
-#: table's cell border.
-_MARKUP = re.compile(r"([\\`*\[\]<>|!])")
-
-
-def md(text) -> str:
-    """Text from data (a run dir's name, a label, a server's reason, a stopped text) as
-    markdown that shows it and builds nothing: on one line (control characters and
-    newlines escaped), every character markdown reads as markup backslash-escaped."""
-    return _MARKUP.sub(r"\\\1", one_line(text))
-
-
-def md_code(text) -> str:
-    """Text from data inside a code span: on one line, no backtick to close it."""
-    return one_line(text).replace("`", "'")
 
 
 def _esc(fmt: str):
