@@ -20,6 +20,8 @@ Deterministic (seeded), no hub, no training: the weights are constructed.
   G e(token), the MLP is off (down_proj zero), and the same lm_head predicts perm(token).
   Every draft step therefore predicts what the target will: acceptance near 1 at every
   position (greedy).
+* Answers open with "é☕" as five lone byte tokens (after "." and after any special token,
+  so after a chat prompt's <|assistant|>): characters split across tokens.
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ '<|' + m['role'] + '|
                  "{{ m['content'] }}{% endfor %}"
                  "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
 MAX_POSITIONS = 4096
+
+
+def _bytes_to_unicode() -> list[str]:
+    """The byte-level alphabet, in byte order (GPT-2's mapping, as `tokenizers` uses)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return [out[b] for b in range(256)]
 
 
 def _texts(prompts: Path) -> list[str]:
@@ -107,10 +123,19 @@ def build(out: Path, prompts: Path) -> dict:
     embed /= embed.pow(2).mean(-1, keepdim=True).sqrt()          # unit RMS rows
     ordinary = [t for t in range(vocab) if t not in special]
     order = [ordinary[i] for i in torch.randperm(len(ordinary), generator=g).tolist()]
+    # Answers open with characters split across tokens: after "." (most prompts' end) and
+    # after every special token (a chat prompt ends in <|assistant|>) come the lone bytes
+    # of "é☕" (C3 A9, E2 98 95), which a streaming detokenizer must hold back.
+    byte_token = dict(zip(range(256), _bytes_to_unicode()))
+    split = [tok.convert_tokens_to_ids(byte_token[b]) for b in "é☕".encode()]
+    dot = tok.convert_tokens_to_ids(".")
+    order = [dot, *split] + [t for t in order if t not in (dot, *split)]
     perm = {t: order[(i + 1) % len(order)] for i, t in enumerate(order)}   # one cycle
     lm_head = torch.zeros(vocab, HIDDEN)
     for t, nxt in perm.items():
         lm_head[nxt] = embed[t] * (SCALE / HIDDEN)
+    for t in sorted(special):   # a second source for the first split byte's row
+        lm_head[split[0]] += embed[t] * (SCALE / HIDDEN)
 
     def small(*shape):
         return torch.randn(*shape, generator=g) * 0.02
@@ -185,13 +210,20 @@ def check(out: Path) -> dict:
 
     tok = AutoTokenizer.from_pretrained(out / "target")
     model = LlamaForCausalLM.from_pretrained(out / "target", torch_dtype=torch.float32)
-    ids = tok("Write a short letter, café ☕ naïve", return_tensors="pt").input_ids
+    ids = tok("Write a short letter, café ☕ naïve.", return_tensors="pt").input_ids
     with torch.no_grad():
         nxt = model(ids).logits.argmax(-1)[0]
     # the prediction at each position must equal the prediction at that token alone
     alone = torch.stack([model(ids[:, i:i + 1]).logits.argmax(-1)[0, 0]
                          for i in range(ids.shape[1])])
-    return {"tokens": ids.shape[1], "context_free": bool((nxt == alone).all())}
+    out, cur = [], ids
+    for _ in range(6):   # the greedy answer opens with "é☕", split into bytes
+        with torch.no_grad():
+            t = model(cur).logits[0, -1].argmax()
+        out.append(int(t))
+        cur = torch.cat([cur, t.view(1, 1)], 1)
+    return {"tokens": ids.shape[1], "context_free": bool((nxt == alone).all()),
+            "answer": tok.decode(out), "answer_tokens": len(out)}
 
 
 def main(argv=None) -> int:

@@ -113,7 +113,8 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S)
                              f"the plan targets {package} {wanted} but {py} has no {package} installed",
                              f"pip install {package}=={wanted} for {py}"))
             continue
-        if installed != wanted:
+        # a local version label names a build of the release (vLLM's CPU build: 0.32.0+cpu)
+        if installed.split("+")[0] != wanted.split("+")[0]:
             out.append(error("DOCTOR_VERSION", "engine.version",
                              f"the plan targets {package} {wanted} but {py} has {package} {installed}",
                              f"pip install {package}=={wanted} there, or recompile with "
