@@ -14,9 +14,10 @@ import pytest
 
 from conftest import REPO, run_specc, specc_argv
 
-#: EAGLE-3 with 3 speculative tokens and its baseline, on chat and on completions.
+#: EAGLE-3 with 3 speculative tokens and its baseline, on chat and on completions (the
+#: experiment's sweep replaced: Hydra merges a dict override into the one there).
 EAGLE3_CHAT_AND_COMPLETIONS = (
-    "sweep={speculation:[{algorithm:EAGLE3,num_steps:3,topk:1,num_draft_tokens:4}],"
+    "~sweep", "+sweep={speculation:[{algorithm:EAGLE3,num_steps:3,topk:1,num_draft_tokens:4}],"
     "benchmark.api:[chat,completions]}")
 
 
@@ -47,7 +48,7 @@ def eagle3_run(tmp_path_factory, engine_bin, tiny):
     run_dir = tmp_path_factory.mktemp("real") / "run"
     env = {**os.environ, "PATH": f"{engine_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
     t0 = time.monotonic()
-    code, out, err = run_specc(run_dir, env, EAGLE3_CHAT_AND_COMPLETIONS,
+    code, out, err = run_specc(run_dir, env, *EAGLE3_CHAT_AND_COMPLETIONS,
                                "benchmark.concurrency=1")
     print(f"real run: {time.monotonic() - t0:.0f} s")
     return run_dir, code, out, err
@@ -88,11 +89,11 @@ def test_acceptance_from_the_engines_counters(eagle3_run):
     spec = [r for r in _rows(run_dir) if r["params"].get("algorithm") == "EAGLE3"]
     assert len(spec) == 2, spec
     for r in spec:
-        m = r["metrics"]
-        per_pos = m["accept_per_position"]
+        per_pos, m = r["accept_per_position"], r["metrics"]
         assert len(per_pos) == 3 and per_pos[0] >= 0.5, per_pos
-        assert 1.5 <= m["accept_length"] <= 4.0, m["accept_length"]
-        assert "speedup" in m or "speedup" in json.dumps(r), r
+        assert 1 + sum(per_pos) == pytest.approx(m["accept_length"], abs=0.05), (per_pos, m)
+        assert m["accept_length"] >= 2.5, m["accept_length"]
+        assert m["speedup"] > 0, m
     report = (run_dir / "report.md").read_text()
     assert "EAGLE3" in report and "accept" in report.lower()
 
@@ -127,9 +128,13 @@ def _engine_core(run_dir: Path):
     return None
 
 
-def _started_points(run_dir: Path) -> bool:
-    return any((run_dir / "requests").glob("*.jsonl")) if (run_dir / "requests").exists() \
-        else False
+def _benchmarking(run_dir: Path) -> bool:
+    """A server of the run is sending a point's requests (state.json says so)."""
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(s.get("status") == "benchmarking" for s in state.get("servers", {}).values())
 
 
 def test_engine_core_killed_mid_benchmark(tmp_path, specc_env, tiny):
@@ -141,7 +146,7 @@ def test_engine_core_killed_mid_benchmark(tmp_path, specc_env, tiny):
                    "benchmark.output_len=512", "benchmark.num_prompts=40"),
         cwd=REPO, env=specc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for(lambda: _started_points(run_dir), 900, "the first point", proc)
+        _wait_for(lambda: _benchmarking(run_dir), 900, "the first point", proc)
         time.sleep(2)   # requests in flight
         core = _engine_core(run_dir)
         assert core is not None, "no engine core process under the server"
