@@ -72,6 +72,19 @@ def _outside_run_dir(plan) -> list[str]:
     return out[:5]
 
 
+def _repeated_ids(plan, server_ids: set, bench_ids: set) -> list[str]:
+    """Every id names one server or one point: two points sharing an id would share one
+    result row and one requests file (the figures of one reported for both)."""
+    out = []
+    if len(server_ids) != len(plan.servers):
+        out += [f"server id {i!r} appears {n} times" for i, n in
+                Counter(s.id for s in plan.servers).items() if n > 1]
+    if len(bench_ids) != len(plan.benchmarks):
+        out += [f"benchmark id {i!r} appears {n} times" for i, n in
+                Counter(b.id for b in plan.benchmarks).items() if n > 1]
+    return out[:5]
+
+
 #: plan.json's last key: the sha256 of every byte before it (the reviewed plan, as written).
 _DIGEST_TAIL = re.compile(rb',\n"digest":"(sha256:[0-9a-f]{64})"\}\n\Z')
 
@@ -823,10 +836,10 @@ class Plan(Record):
 
     def _check(self):
         ids = {s.id for s in self.servers}
-        out = _outside_run_dir(self)
+        bench_ids = {b.id for b in self.benchmarks}
+        out = _outside_run_dir(self) + _repeated_ids(self, ids, bench_ids)
         out += [f"benchmark {b.id}: no server {b.server!r}" for b in self.benchmarks
                 if b.server not in ids]
-        bench_ids = {b.id for b in self.benchmarks}
         out += [f"benchmark {b.id}: no baseline point {b.baseline!r}" for b in self.benchmarks
                 if b.baseline is not None and b.baseline not in bench_ids]
         if self.cluster is not None:   # each server runs in exactly one job

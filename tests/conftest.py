@@ -96,3 +96,27 @@ def server_params(**kw) -> dict:
     return {"target": "t", "draft": None, "tp": 1, "dp": 1, "pp": 1, "algorithm": None,
             "num_steps": None, "topk": None, "num_draft_tokens": None, "context_length": None,
             **kw}
+
+
+def pytest_collection_finish(session):
+    """The drift stage (`pytest -m drift -n0`) builds the released engines' venvs before its
+    first test, saying what it builds and for how long (GBs on a fresh machine: a silent
+    stage looks hung), so that no test's timeout covers a download."""
+    if not any(item.get_closest_marker("drift") for item in session.items):
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "drift"))
+    try:
+        from venvs import BuildFailed, RegistryUnreachable, ensure_all
+    finally:
+        sys.path.pop(0)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(msg: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"drift venvs: {msg}")
+        else:
+            print(f"drift venvs: {msg}", flush=True)
+    try:
+        ensure_all(say)
+    except (RegistryUnreachable, BuildFailed) as e:   # each test says it again, its own way
+        say(f"not built: {str(e).splitlines()[0]}")

@@ -9,6 +9,8 @@ point a Benchmark with a stable id, matched to its baseline point.
 
 from __future__ import annotations
 
+import collections
+import functools
 import hashlib
 import itertools
 import json
@@ -92,6 +94,22 @@ def _tuples(col):
     return [None if v is None else done.setdefault(id(v), tuple(v)) for v in col]
 
 
+#: Ids end in SHORT_HASH hex digits of a sha256 (24 bits: short enough to read in a table and
+#: a file name). Ids that collide within one plan are written with LONG_HASH digits (64 bits),
+#: deterministically: a 10^5-point sweep has ~300 short collisions by chance, and two points
+#: sharing an id would share one result. An id changes only while another of the same plan
+#: shares its short form, so ids stay stable across sweeps that differ elsewhere.
+SHORT_HASH, LONG_HASH = 6, 16
+
+
+def _lengthen_repeats(ids: list[str], long_id) -> list[str]:
+    """`ids` with every id that appears more than once replaced by `long_id(i)`."""
+    if len(set(ids)) == len(ids):
+        return ids
+    counts = collections.Counter(ids)
+    return [long_id(i) if counts[x] > 1 else x for i, x in enumerate(ids)]
+
+
 def _benchmark_ids(sids: list[str], points: ClientPoints) -> list[list[str]]:
     """Each server's benchmark ids, point by point: `{sid}-c{concurrency}-{hash}`, the hash
     `_hash([sid, canonical(point)])`. Each point's text is written once for all servers
@@ -100,19 +118,36 @@ def _benchmark_ids(sids: list[str], points: ClientPoints) -> list[list[str]]:
     out: list[list[str]] = [[] for _ in sids]
     texts = map(str.encode, points.canonical_texts(quoted=True, around=('"', '"]')))
     concs = iter(points.values("concurrency"))
-    hexdigest, short = operator.methodcaller("hexdigest"), operator.itemgetter(slice(6))
+    hexdigest, short = operator.methodcaller("hexdigest"), operator.itemgetter(slice(SHORT_HASH))
     while tails := list(itertools.islice(texts, 4096)):
         conc = list(map(str, itertools.islice(concs, len(tails))))
         for sid, prefix, ids in zip(sids, prefixes, out):
             digests = map(short, map(hexdigest, map(hashlib.sha256, map(prefix.__add__, tails))))
             ids += map("".join, zip(itertools.repeat(f"{sid}-c"), conc, itertools.repeat("-"),
                                     digests))
-    return out
+    if all(len(set(ids)) == len(ids) for ids in out):
+        return out
+    all_tails = [t.encode() for t in points.canonical_texts(quoted=True, around=('"', '"]'))]
+    all_concs = points.values("concurrency")
+
+    def long_id(sid: str, prefix: bytes, i: int) -> str:
+        digest = hashlib.sha256(prefix + all_tails[i]).hexdigest()[:LONG_HASH]
+        return f"{sid}-c{all_concs[i]}-{digest}"
+
+    return [_lengthen_repeats(ids, functools.partial(long_id, sid, prefix))
+            for sid, prefix, ids in zip(sids, prefixes, out)]
 
 
-def _server_id(spec: ServerSpec, engine, key: str) -> str:
+def _server_id(spec: ServerSpec, engine, key: str, digits: int = SHORT_HASH) -> str:
     name = "baseline" if not spec.speculative else _slug(_label(spec, engine, {}))
-    return f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(key)}"
+    return f"{_slug(spec.model_pair['name'])}-{name}-tp{spec.hardware['tp']}-{_hash(key, digits)}"
+
+
+def _server_ids(servers, engine) -> list[str]:
+    """Each server's id, unique within the plan (12,000 servers collide at 24 bits)."""
+    sids = [_server_id(entry.spec, engine, entry.key) for entry in servers]
+    return _lengthen_repeats(sids, lambda i: _server_id(servers[i].spec, engine, servers[i].key,
+                                                        LONG_HASH))
 
 
 def lower(cfg: dict) -> tuple[Plan | None, list[Diagnostic]]:
@@ -151,7 +186,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
         return None, unique(diags + found), None
     host = hw.get("host", "localhost")
     points = matrix.client_points
-    sids = [_server_id(entry.spec, engine, entry.key) for entry in matrix.servers]
+    sids = _server_ids(matrix.servers, engine)
     bench_ids = _benchmark_ids(sids, points)
     # served model -> the params of every client point: one record per point and model,
     # shared by the servers that serve that model

@@ -77,11 +77,38 @@ def _recipe_hash(engine: str, version: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _pip(py: Path, args: list[str], log) -> None:
+#: What building each venv costs on a fresh machine (2 cores at load 10-14; 2026-12-03): the
+#: progress line's "~N min" and "~N GB" (measured by `python tests/drift/venvs.py --all`).
+EXPECTED = {"sglang": {"minutes": 8, "gb": 1.5}, "vllm": {"minutes": 9, "gb": 3.1}}
+#: How often a build in progress says so.
+HEARTBEAT_S = 30.0
+
+
+def _pip(py: Path, args: list[str], log, what: str = "") -> None:
+    """Run pip, saying every HEARTBEAT_S what it is building and for how long (a fresh
+    build downloads GBs: a silent stage looks hung)."""
+    import tempfile
+    import threading
+
     cmd = [str(py), "-m", "pip", "--disable-pip-version-check", *args]
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    out = proc.stdout + proc.stderr
+    with tempfile.TemporaryFile("w+") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        done = threading.Event()
+
+        def beat():
+            while not done.wait(HEARTBEAT_S):
+                log(f"{what}: {(time.time() - t0) / 60:.0f} min so far")
+        threading.Thread(target=beat, daemon=True).start()
+        try:
+            proc.wait()
+        finally:
+            done.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        sink.seek(0)
+        out = sink.read()
     log(f"$ pip {' '.join(args[:6])}{' ...' if len(args) > 6 else ''} ({time.time() - t0:.0f} s)")
     if proc.returncode == 0:
         return
@@ -150,12 +177,15 @@ def _ensure_venv(engine: str, version: str, log) -> Path:
         shutil.rmtree(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
+    expect = EXPECTED[engine]
+    what = f"building the {engine} {version} venv (~{expect['gb']} GB, ~{expect['minutes']} min)"
+    log(f"{what} in {root}")
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
     recipe = RECIPES[engine]
     cons = [a for c in recipe["constraints"] for a in ("-c", str(HERE / c))]
     try:
-        _pip(py, ["install", "-q", "--no-deps", f"{engine}=={version}"], log)
-        _pip(py, ["install", "-q", *cons, *recipe["deps"]], log)
+        _pip(py, ["install", "-q", "--no-deps", f"{engine}=={version}"], log, what)
+        _pip(py, ["install", "-q", *cons, *recipe["deps"]], log, what)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -170,5 +200,29 @@ def site_packages(py: Path) -> Path:
     return Path(out)
 
 
-if __name__ == "__main__":   # python tests/drift/venvs.py sglang 0.5.23
-    print(ensure_venv(sys.argv[1], sys.argv[2], log=print))
+def pinned() -> list[tuple[str, str]]:
+    """(engine, release) of every engine whose facts the drift check holds against its
+    released package: the adapters' pinned_version."""
+    from specc.engines import get_engine
+
+    return [(name, get_engine(name).pinned_version) for name in RECIPES]
+
+
+def ensure_all(log=print) -> list[Path]:
+    """Every pinned release's venv, built where missing, one after another."""
+    out = []
+    releases = pinned()
+    for i, (engine, version) in enumerate(releases, 1):
+        log(f"[{i}/{len(releases)}] {engine} {version}")
+        out.append(ensure_venv(engine, version, log))
+    return out
+
+
+if __name__ == "__main__":   # python tests/drift/venvs.py [--all | sglang 0.5.23]
+    def _say(msg: str) -> None:
+        print(f"drift venvs: {msg}", flush=True)
+    if sys.argv[1:] == ["--all"]:
+        for path in ensure_all(_say):
+            print(path)
+    else:
+        print(ensure_venv(sys.argv[1], sys.argv[2], log=_say))
