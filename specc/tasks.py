@@ -345,7 +345,7 @@ def history(c, point="", metric="output_throughput", db="", json=False):
                     "$XDG_CACHE_HOME/specc/cpu-engine/, named by the recipe's hash)"})
 def cpu_engine(c, venv=""):
     """`specc cpu-engine`: build (once) a venv holding vLLM's CPU build and print its python:
-    a real engine for a machine without a GPU (docs/real-engine-cpu.md)."""
+    a real engine for a machine without a GPU (docs/real-engine.md)."""
     from specc.cpu import engine_venv
 
     root = Path(venv).expanduser().resolve() if venv else engine_venv.default_dir()
@@ -366,7 +366,7 @@ def cpu_engine(c, venv=""):
             "check": "also check the target's constructed behaviour with transformers"})
 def tiny_models(c, out="", venv="", check=False):
     """`specc tiny-models`: write a tiny Llama target and an EAGLE-3 draft that really
-    accepts (seeded, no hub), and print where they are (docs/real-engine-cpu.md)."""
+    accepts (seeded, no hub), and print where they are (docs/real-engine.md)."""
     from specc.cpu import engine_venv, models
 
     root = Path(venv).expanduser().resolve() if venv else engine_venv.default_dir()

@@ -1,5 +1,5 @@
 """hardware=cpu: a real engine's CPU build on this machine, no GPU (conf/hardware/cpu.yaml,
-docs/real-engine-cpu.md). What the compiled plan says and what the compiler refuses."""
+docs/real-engine.md). What the compiled plan says and what the compiler refuses."""
 
 from __future__ import annotations
 

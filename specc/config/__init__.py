@@ -6,7 +6,7 @@ from __future__ import annotations
 def cpu_path(what: str) -> str:
     """`${specc_cpu:python}`, `${specc_cpu:target}`, `${specc_cpu:draft}`: where `specc
     cpu-engine` and `specc tiny-models` put the CPU engine venv's python and the tiny models
-    by default (the user's cache, named by their recipes' hashes; docs/real-engine-cpu.md)."""
+    by default (the user's cache, named by their recipes' hashes; docs/real-engine.md)."""
     from specc.cpu import engine_venv, models
 
     paths = {"python": engine_venv.python_of(engine_venv.default_dir()),

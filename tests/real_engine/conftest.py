@@ -1,5 +1,5 @@
 """Tests against a REAL engine: vLLM's CPU build serving the tiny models on this machine's
-CPU (`specc cpu-engine`, `specc tiny-models`; docs/real-engine-cpu.md). Deselected from the
+CPU (`specc cpu-engine`, `specc tiny-models`; docs/real-engine.md). Deselected from the
 default run; `.ci/real-engine` builds what they need (cached) and runs them. One server at
 a time: the machine's cores are the engine's."""
 
@@ -15,16 +15,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(items):
+    """Every test here is marked real_engine (deselected unless -m real_engine)."""
     here = Path(__file__).parent
-    asked = "real_engine" in (config.option.markexpr or "")
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.real_engine)
             item.add_marker(pytest.mark.timeout(1800))
-            if not asked:   # minutes of a real server (and a 2.5 GB venv): only when asked
-                item.add_marker(pytest.mark.skip(reason="real engine: run with -m real_engine "
-                                                        "(.ci/real-engine)"))
 
 
 @pytest.fixture(scope="session")
