@@ -76,7 +76,8 @@ def test_readiness_recognises_every_startup_phase(eagle3_run):
     progress = out + err
     starts = re.findall(r"server (\S+): ready after", progress)
     assert len(starts) == 2, progress[-3000:]
-    guessed = [line for line in progress.splitlines() if "(?)" in line]
+    guessed = [line for line in progress.splitlines()
+               if re.match(r"\d\d:\d\d:\d\d server ", line) and "(?)" in line]
     assert not guessed, guessed
     for log in (run_dir / "servers").glob("*.log"):
         assert "Application startup complete." in log.read_text(errors="replace")
@@ -86,7 +87,9 @@ def test_acceptance_from_the_engines_counters(eagle3_run):
     """EAGLE-3's acceptance, read from vLLM's own /metrics counters: the constructed draft
     predicts what the target will, so nearly every drafted token is accepted."""
     run_dir, code, out, err = eagle3_run
-    spec = [r for r in _rows(run_dir) if r["params"].get("algorithm") == "EAGLE3"]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    eagle3 = {s["id"] for s in plan["servers"] if s["params"]["algorithm"] == "EAGLE3"}
+    spec = [r for r in _rows(run_dir) if r["server"] in eagle3]
     assert len(spec) == 2, spec
     for r in spec:
         per_pos, m = r["accept_per_position"], r["metrics"]
