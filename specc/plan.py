@@ -418,6 +418,30 @@ class Acceptance(Record):
         return [] if (self.run or self.cumulative) else ["a run or a cumulative source"]
 
 
+@dataclass(frozen=True)
+class ScheduleLag(Record):
+    """How far a server that runs in real time (the simulator) fell behind its own step
+    schedule during a point: `histogram`, a Prometheus histogram of its steps' lateness
+    (s) at `path`, read before and after the point, and `worst`, its gauge of the latest
+    step since start. A point during which a step was delivered later than its bound,
+    `bound_fraction` of the point's duration but never under `bound_s`, measured the
+    machine's CPU, not the model: it is measured once more, then failed
+    (docs/simulator.md)."""
+    path: str
+    histogram: str
+    worst: str
+    bound_s: float
+    bound_fraction: float
+
+    def bound(self, duration_s: float | None) -> float:
+        """The lateness a point of this duration tolerates (s)."""
+        return max(self.bound_s, self.bound_fraction * (duration_s or 0.0))
+
+    def _check(self):
+        return [] if self.bound_s > 0 and self.bound_fraction >= 0 else [
+            "bound_s must be > 0 and bound_fraction >= 0"]
+
+
 # -- the engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EngineInfo(Record):
@@ -682,9 +706,13 @@ class Server(Record):
     #: reference, resolved at launch): clients send it as `Authorization: Bearer`. Read from
     #: the command by the adapter at compile time; written only when there is one.
     api_key: str | None = None
+    #: Where a server that runs in real time says how far it fell behind its schedule
+    #: (the simulator's); written only when there is one.
+    schedule_lag: ScheduleLag | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
-    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key")
+    OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key",
+                          "schedule_lag")
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,12 +176,16 @@ def doctor(c, plan, python=""):
         p = Plan.load(Path(plan))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
-    problems = check_plan(p, python=python or None)
+    found: list = []
+    problems = check_plan(p, python=python or None, found=found)
     if problems:
         raise Exit("\n".join(d.line() for d in problems), code=2)
     version = p.engine_info.version
-    print(f"ok: {p.engine} {version}: its own parser accepts all {len(p.servers)} launch "
-          "command(s)" + ("" if p.engine != "sim" else " (the simulator's parser)"))
+    builds = sorted({f"{dist} {build}" for _, dist, build in found
+                     if p.engine_info.package and f"{dist} {build}" != f"{p.engine} {version}"})
+    print(f"ok: {p.engine} {version}" + (f" (installed: {', '.join(builds)})" if builds else "")
+          + f": its own parser accepts all {len(p.servers)} launch command(s)"
+          + ("" if p.engine != "sim" else " (the simulator's parser)"))
 
 
 @task(help={"run": "run dir", "grace": "seconds between SIGTERM and SIGKILL"})

@@ -32,16 +32,7 @@ def _slug(text: str) -> str:
 
 
 def _label(spec: ServerSpec, engine, axis_values: dict) -> str:
-    if not spec.speculative:
-        base = "baseline"
-    else:
-        steps, topk, ndt = spec.spec_triple
-        if spec.algorithm == "NGRAM":
-            base = f"NGRAM d{ndt}"
-        elif steps is None:
-            base = f"{spec.algorithm} (engine defaults)"
-        else:
-            base = f"{spec.algorithm} s{steps} k{topk} d{ndt}"
+    base = engine.speculation_label(spec) if spec.speculative else "baseline"
     extra = [f"{k.split('.', 1)[1]}={v}" for k, v in axis_values.items()
              if not k.startswith("speculation.")]
     return " ".join([base] + extra)
@@ -218,7 +209,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
             argv=argv, env=env, log=f"servers/{sid}.log", readiness=readiness,
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
-            api_key=engine.api_key(list(argv)),
+            api_key=engine.api_key(list(argv)), schedule_lag=engine.schedule_lag(spec),
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:

@@ -77,7 +77,9 @@ _MODEL = _obj({
 }, required=("path",))
 
 #: An engine release: digits and dots, optionally a post/rc/dev suffix (quote it in YAML).
-VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+)*([.-]?(post|rc|dev|a|b)[0-9]*)?$"
+#: A release, and optionally its build (a PEP 440 local label: '0.32.0+cpu', vLLM's CPU build,
+#: as `specc doctor` reads it from the installed engine).
+VERSION_PATTERN = r"^v?[0-9]+(\.[0-9]+)*([.-]?(post|rc|dev|a|b)[0-9]*)?(\+[A-Za-z0-9]+([._-][A-Za-z0-9]+)*)?$"
 
 _ENV = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]},
         "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}}
@@ -340,7 +342,8 @@ def _hint(err) -> str:
         if err.validator_value in _PATTERN_HINTS:
             return _PATTERN_HINTS[err.validator_value]
         if err.validator_value == VERSION_PATTERN:
-            return "give a release such as '0.5.23' (quoted, so YAML keeps it a string)"
+            return ("give a release such as '0.5.23' or '0.32.0+cpu' (quoted, so YAML keeps it "
+                    "a string)")
         if err.validator_value == _ARG_PATH["pattern"]:
             return "a path starting with '-' is read as a flag by the program it is passed to: write ./-name or an absolute path"
         if "." not in str(err.validator_value):   # environment variable names

@@ -13,25 +13,33 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, AcceptPositions, Acceptance, CacheFlush,
-                        EngineInfo, Phase, Probe, Readiness, literal)
+                        EngineInfo, Phase, Probe, Readiness, ScheduleLag, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from specc.compile.spec import ServerSpec
 
 
-_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:[.-]?(post|rc|dev|a|b)(\d*))?\s*$", re.IGNORECASE)
+_VERSION = re.compile(r"^\s*v?(\d+(?:\.\d+)*)(?:[.-]?(post|rc|dev|a|b)(\d*))?"
+                      r"(?:\+([a-z0-9]+(?:[._-][a-z0-9]+)*))?\s*$", re.IGNORECASE)
 _PRE = {"dev": -3, "a": -2, "b": -1, "rc": -1, "": 0, "post": 1}
 
 
 def parse_version(text: str) -> tuple[int, ...]:
-    """'0.5.15.post1' -> a tuple that sorts as the releases do; ValueError if it is no version."""
+    """'0.5.15.post1' -> a tuple that sorts as the releases do; ValueError if it is no version.
+    A local label (PEP 440: '0.32.0+cpu', a build of that release) does not change the order."""
     m = _VERSION.match(str(text))
     if not m:
         raise ValueError(f"not a release version: {text!r}")
     nums = tuple(int(x) for x in m.group(1).split("."))
     nums += (0,) * max(0, 3 - len(nums))
     return nums + (_PRE[(m.group(2) or "").lower()], int(m.group(3) or 0))
+
+
+def local_label(text: str) -> str | None:
+    """A version's local label, lower case ('0.32.0+cpu' -> 'cpu'; None: a plain release)."""
+    m = _VERSION.match(str(text))
+    return m.group(4).lower() if m and m.group(4) else None
 
 
 def for_version(version: str, table):
@@ -359,10 +367,26 @@ class Engine(ABC):
         """What the engine says when it refuses a draft shorter than the served context."""
         return f"context length {target_len} > draft's {draft_len}"
 
+    def speculation_label(self, spec: ServerSpec) -> str:
+        """What a speculative server runs, for its label: `EAGLE3 s3 k1 d4` (steps, topk,
+        draft tokens), `NGRAM d8` (the engine resolves NGRAM's steps and topk from its draft
+        tokens), `EAGLE3 (engine defaults)`."""
+        steps, topk, ndt = spec.spec_triple
+        if spec.algorithm == "NGRAM":
+            return f"NGRAM d{ndt}"
+        if steps is None:
+            return f"{spec.algorithm} (engine defaults)"
+        return f"{spec.algorithm} s{steps} k{topk} d{ndt}"
+
     # -- readiness ------------------------------------------------------------
     def phase_markers(self) -> tuple[PhaseMarker, ...]:
         """This release's startup phases, in log order (all of them; see `phases`)."""
         return ()
+
+    def startup_markers(self, spec: ServerSpec) -> tuple[PhaseMarker, ...]:
+        """The phases this server's startup logs: this release's, unless the server's own
+        build or settings log another startup (vLLM's CPU build)."""
+        return self.phase_markers()
 
     def phase_estimates(self, spec: ServerSpec) -> dict[str, float]:
         """Estimated seconds per phase name."""
@@ -375,7 +399,7 @@ class Engine(ABC):
         """
         est = self.phase_estimates(spec)
         steps = spec.speculation.get("num_steps")
-        markers = [m for m in self.phase_markers()
+        markers = [m for m in self.startup_markers(spec)
                    if m.applies(draft=spec.uses_draft_model, num_steps=steps)]
         if spec.nodes > 1 and self.join_phase:   # a multi-node server first waits for its nodes
             markers.insert(0, self.join_phase)
@@ -423,6 +447,12 @@ class Engine(ABC):
 
     def acceptance(self, spec: ServerSpec) -> Acceptance | None:
         """Where a point's acceptance length is read and how (None: nothing to read)."""
+        return None
+
+    def schedule_lag(self, spec: ServerSpec) -> ScheduleLag | None:
+        """Where a server that runs in real time says how far it fell behind its schedule
+        during a point, and the bound past which the point is not valid (None: a real
+        engine's time is the GPU's, nothing to check)."""
         return None
 
     def served_model(self, spec: ServerSpec) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specc.plan import ScheduleLag
+
 from .base import flag_args, parse_version
 from .sglang import SGLang
 
@@ -19,6 +21,16 @@ class Sim(SGLang):
     launch_budget_s = 15.0
     #: No phase budget below this, whatever the time scale: process scheduling noise.
     min_budget_s = 3.0
+    #: A point during which one simulated step was delivered later than this fraction of
+    #: the point's duration (never less than the floor) after its deadline is measured
+    #: again, then failed. The schedule is absolute: a step delivered late moves no later
+    #: deadline, so while requests keep running the simulator catches up and a point's
+    #: duration, hence its throughput, is off by at most its latest step's lateness;
+    #: 2.5% keeps two runs of a point within 5% of each other (docs/simulator.md, "Its
+    #: own schedule"). The floor: the event loop's ~1 ms timers and a process scheduler's
+    #: slice, which no point is failed for.
+    schedule_lag_fraction = 0.025
+    schedule_lag_floor_s = 0.01
 
     def time_scale(self, spec) -> float:
         return float(spec.engine["sim"]["time_scale"])
@@ -39,6 +51,13 @@ class Sim(SGLang):
              self.sim_facts_json(spec.draft) if spec.uses_draft_model and spec.draft else None),
         ])
         return args
+
+    def schedule_lag(self, spec):
+        """specc/sim/http.py's histogram of its steps' lateness and worst-step gauge."""
+        return ScheduleLag(path="/metrics", histogram="specc_sim:step_lateness_seconds",
+                           worst="specc_sim:step_lateness_max_seconds",
+                           bound_s=self.schedule_lag_floor_s,
+                           bound_fraction=self.schedule_lag_fraction)
 
     def assumed_acceptance(self, spec):
         return spec.engine["sim"]["acceptance"]

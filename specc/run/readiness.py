@@ -19,7 +19,8 @@ The rules, engine-independent (the patterns come from the plan):
   phase's end marker (the engine is in a phase whose marker this plan does not know).
 - a fatal line (a message the engine dies of, never a bare traceback: warnings log
   tracebacks and carry on) fails with the line that names the cause (the traceback's
-  last `XxxError: ...` line, read on for up to FATAL_GRACE_S); a process exit fails,
+  last `XxxError: ...` line, read on for up to FATAL_GRACE_S; where lines carry their
+  process's tag, the fatal line's process's own); a process exit fails,
   naming the last exception line logged before it; a probe answer meaning "dead" fails.
 - probes never overlap; the ready line fires one at once; `success_threshold`
   consecutive 200s are ready.
@@ -45,6 +46,8 @@ TICK_S = 0.02
 FATAL_GRACE_S = 0.5
 #: A Python exception line (`torch.OutOfMemoryError: ...`): the cause a traceback ends with.
 _EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(Error|Exception): ")
+#: The process a line is from, where the engine tags its lines (vLLM: `(EngineCore pid=26385)`).
+_PROCESS_TAG = re.compile(r"^\s*\([^()]*\bpid=\d+\)")
 
 
 # -- actions ------------------------------------------------------------------------------
@@ -262,6 +265,10 @@ class Startup:
     def _resolve_fatal(self, now: float, *, exited: int | None, final: bool) -> list:
         lines = self.fatal_lines or []
         exc = [ln for ln in lines if _EXCEPTION_LINE.search(ln)]
+        tag = _PROCESS_TAG.match(lines[0]) if lines else None
+        own = [ln for ln in exc if tag and ln.startswith(tag.group(0))]
+        if own:   # the dying process's own traceback, not another's echo of its death
+            exc = own
         if not exc and not final:
             return []             # read on: the traceback's last line names the cause
         cause = (exc[-1] if exc else lines[0]).strip()[:600]

@@ -23,6 +23,11 @@ from . import versions
 from .faults import Fault, fault_help
 
 
+#: Share of requests that carry tokens without text (--sim-textless): occasional, as a
+#: real model's answers are, so every suite run meets them (stream.HeldText).
+TEXTLESS_RATE = 0.05
+
+
 def _json_obj(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -102,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-position draft acceptance probability a (default 0.7: a 3-step "
                         "chain then accepts (1-a^4)/(1-a) = 2.53 tokens/step, within the "
                         "2-3 range EAGLE-3 papers and SGLang logs report on chat data)")
+    s.add_argument("--sim-textless", type=float, default=TEXTLESS_RATE, metavar="SHARE",
+                   help="share of requests with tokens that show no text, as a detokenizer "
+                        "holds back a UTF-8 character split over tokens (cut short at the "
+                        "end by max_tokens, or special tokens under ignore_eos); the usage "
+                        f"counts them (default {TEXTLESS_RATE}; 0 = never)")
     s.add_argument("--sim-gpu", type=str, default=None, metavar="KIND",
                    help="GPU kind whose calibration (specc/perf/calibration/KIND.json) times "
                         "the steps, e.g. H200, H100 (default: H200)")

@@ -27,6 +27,9 @@ FAULTS: dict[str, tuple[bool, bool, str]] = {
                                   "~1 s of generation): no tokens, no log lines; the health "
                                   "check (a generation in 0.5.23) answers 503 after "
                                   "$SGLANG_HEALTH_CHECK_TIMEOUT"),
+    "stall_mid_run": (False, True, "the process stops for 0.3 s (its CPU taken away) every N "
+                                   "generated tokens (default: every ~1 s of generation): "
+                                   "those steps are delivered late, the schedule kept"),
     "echo_auth": (False, False, "generation routes answer 401 with the Authorization header "
                                 "they were sent in the body (a leaky gateway)"),
     "truncate_stream": (False, True, "every streaming response closes the connection after N "

@@ -18,7 +18,7 @@ from . import versions
 from .args import Sim
 from .log import log
 from .scheduler import Req, Scheduler
-from .stream import SimStream
+from .stream import HeldText, SimStream
 from .truth import started_epoch
 
 #: SGLANG_HEALTH_CHECK_TIMEOUT (srt/entrypoints/http_server.py), seconds
@@ -37,6 +37,8 @@ def _env_true(name: str, default: bool) -> bool:
 #: Paths SGLang 0.5.23 leaves open with --api-key (srt/utils/auth.py, decide_request_auth:
 #: "to support k8s probes and Prometheus scraping without embedding secrets").
 OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+#: json.dumps(obj, separators=(",", ":")), without building an encoder per call (hot path).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def require_api_key(app, api_key: str):
@@ -200,6 +202,7 @@ class App:
         info["version"] = self.sim.version
         info["status"] = "Up" if self.status == self.READY else "Starting"
         info["sim"] = {"emulates": f"sglang {self.sim.version}", "acceptance": self.sim.args.sim_acceptance, "seed": self.sim.args.sim_seed,
+                       "textless": self.sim.args.sim_textless,
                        "fault": str(self.sim.fault) if self.sim.fault else None,
                        "target_facts_source": self.sim.target_src,
                        "draft_facts_source": self.sim.draft_src,
@@ -252,7 +255,24 @@ class App:
         for metric, kind, help_, samples in rows:
             out.append(f"# HELP {metric} {help_}\n# TYPE {metric} {kind}\n")
             out.extend(f"{metric}{{{labels}}} {float(value)}\n" for labels, value in samples)
+        out.append(self._lateness_metrics(f'model_name="{name}"'))
         return Response("".join(out), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def _lateness_metrics(self, labels: str) -> str:
+        """The simulator's own (no SGLang metric): how late its steps were delivered against
+        their absolute schedule, a histogram a client reads before and after a point, and
+        the worst since start (specc/engines/sim.py puts the recipe in the plan)."""
+        sch = self.sched.schedule
+        name = "specc_sim:step_lateness_seconds"
+        out = [f"# HELP {name} How late each simulated step was delivered after its deadline "
+               f"on the absolute schedule.\n# TYPE {name} histogram\n"]
+        out += [f'{name}_bucket{{{labels},le="{le}"}} {float(n)}\n' for le, n in sch.histogram()]
+        out.append(f"{name}_sum{{{labels}}} {sch.late_sum}\n{name}_count{{{labels}}} "
+                   f"{float(sch.steps)}\n")
+        worst = "specc_sim:step_lateness_max_seconds"
+        out.append(f"# HELP {worst} The latest any simulated step was delivered since start.\n"
+                   f"# TYPE {worst} gauge\n{worst}{{{labels}}} {sch.late_max}\n")
+        return "".join(out)
 
     # -- generation -------------------------------------------------------------------
     async def _json(self, request: Request) -> dict | Response:
@@ -274,6 +294,16 @@ class App:
                 rid=None, tokens=None, history=None, arrival=None) -> Req:
         return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid,
                                  tokens=tokens, history=history, arrival=arrival)
+
+    def _held(self, key: str, r: Req) -> HeldText:
+        """The tokens of ``r`` whose text the detokenizer holds back (HeldText)."""
+        limit = r.limit()
+        return HeldText(self.sim.args.sim_seed, key, limit, limit >= r.max_new, r.ignore_eos,
+                        self.sim.args.sim_textless)
+
+    def _text(self, key: str, r: Req) -> str:
+        """A finished request's text: what the detokenizer ever showed."""
+        return "".join(r.tokens[:self._held(key, r).visible(len(r.tokens))])
 
     def _meta(self, r: Req, final: bool) -> dict:
         m = {"id": r.rid, "finish_reason": r.finish_reason if final else None,
@@ -320,14 +350,20 @@ class App:
         if not stream:
             r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"), **extra)
             await r.done
-            return JSONResponse({"text": "".join(r.tokens), "meta_info": self._meta(r, True)})
+            return JSONResponse({"text": self._text(key, r), "meta_info": self._meta(r, True)})
 
-        def chunk(r: Req, final: bool) -> bytes:
-            return b"data: " + json.dumps({"text": "".join(r.tokens), "output_ids": [],
-                                            "meta_info": self._meta(r, final)}).encode() + b"\n\n"
+        def make_chunk(r: Req):
+            held = self._held(key, r)
+
+            def chunk(r: Req, final: bool) -> bytes:
+                # cumulative text, grown only by tokens that show theirs; the count grows
+                text = "".join(r.tokens[:held.visible(len(r.tokens))])
+                return b"data: " + json.dumps({"text": text, "output_ids": [],
+                                                "meta_info": self._meta(r, final)}).encode() + b"\n\n"
+            return chunk
         return SimStream(self, lambda: self._submit(key, ptoks, max_new, ignore_eos, True,
                                                     body.get("rid"), **extra),
-                         lambda r: chunk)
+                         make_chunk)
 
     async def completions(self, request: Request) -> Response:
         body = await self._json(request)
@@ -398,7 +434,7 @@ class App:
             r = self._submit(key, ptoks, int(max_new), ignore_eos, False, body.get("rid"),
                              **extra)
             await r.done
-            text = "".join(r.tokens)
+            text = self._text(key, r)
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": text,
                                                   "reasoning_content": None, "tool_calls": None},
@@ -417,11 +453,12 @@ class App:
         obj_chunk = "chat.completion.chunk" if chat else "text_completion"
 
         def make_chunk(r: Req):
-            state = {"sent": 0}
+            state = {"sent": 0, "shown": 0}
             rid = cid(r)
+            held = self._held(key, r)
 
             def sse(obj: dict) -> bytes:
-                return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+                return b"data: " + _compact(obj).encode() + b"\n\n"
 
             def chat_chunk(delta: dict, finish=None, with_usage=False) -> bytes:
                 """0.5.23's msgspec chunk (openai/sse_utils.py build_sse_content): StreamChunk
@@ -436,12 +473,16 @@ class App:
                 return sse(obj)
 
             def chunk(r: Req, final: bool) -> bytes:
-                delta = "".join(r.tokens[state["sent"]:])
+                # the text of the tokens shown since the last chunk (HeldText: a token
+                # that completes no UTF-8 character brings none, the usage counts it)
+                shown = held.visible(len(r.tokens))
+                delta = "".join(r.tokens[state["shown"]:shown])
                 first = state["sent"] == 0
-                state["sent"] = len(r.tokens)
+                state["sent"], state["shown"] = len(r.tokens), shown
                 if chat:   # serving_chat.py: a role-only chunk opens the stream, the finish
                     out = chat_chunk({"role": "assistant", "content": ""}) if first else b""
-                    if delta:     # reason closes it in a chunk of its own (no content)
+                    if delta:     # reason closes it in a chunk of its own (no content); a
+                        # step that showed no text sends nothing
                         out += chat_chunk({"content": delta}, with_usage=continuous)
                     if final:
                         out += chat_chunk({}, finish=reason(r))

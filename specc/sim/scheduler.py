@@ -1,7 +1,7 @@
 """The scheduler: continuous batching in real time, acceptance, and SGLang's counters.
 
 One asyncio task advances simulated steps against absolute wall-clock
-deadlines (see ``Scheduler.run``).  Counters follow 0.5.23:
+deadlines (``Schedule``; see ``Scheduler.run``).  Counters follow 0.5.23:
 
 * scheduler side (srt/managers/scheduler_components/metrics_reporter.py): each
   verify adds the batch size to a window's forward count and the accepted
@@ -29,6 +29,7 @@ mean 256 tokens).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import hashlib
 import math
@@ -46,9 +47,61 @@ EOS_MEAN_TOKENS = 256.0
 #: A request's acceptance follows its context (perf.context_acceptance_factor) in steps of
 #: this many tokens: recomputed when its context crosses one, not every decode step.
 CONTEXT_STEP = 256
-#: The scheduler sleeps on the event loop until this long before a step's
-#: deadline, then spins: epoll rounds timeouts up to whole milliseconds.
-SPIN_LEAD_S = 0.0015
+#: How long the ``stall_mid_run`` fault stops the process.
+STALL_S = 0.3
+#: Upper edges (s) of the step-lateness histogram on /metrics (``specc_sim:step_lateness_seconds``).
+#: Fine where a point's bound falls (a fraction of its duration: specc/engines/sim.py).
+LATENESS_BUCKETS_S = (0.001, 0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+                      0.075, 0.1, 0.15, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Schedule:
+    """Absolute step deadlines, and how late the steps were delivered.
+
+    While the scheduler is busy, a step is due its modelled duration after the previous
+    step's deadline, however late that one was delivered: a step delivered late leaves
+    the deadlines after it where they were, so the steps that follow a stall (the CPU
+    taken by other processes) are computed against the schedule and delivered at once
+    until the schedule is met again, and no time is dropped. A scheduler with nothing to
+    run starts a new schedule at its next request. The event loop's timers have
+    millisecond granularity (epoll), so a step on time is delivered up to ~1 ms after its
+    deadline; none of that accumulates.
+    """
+
+    __slots__ = ("due", "steps", "late_sum", "late_max", "counts")
+
+    def __init__(self):
+        self.due: float | None = None   # the last step's deadline (None: idle)
+        self.steps = 0
+        self.late_sum = 0.0
+        self.late_max = 0.0
+        self.counts = [0] * (len(LATENESS_BUCKETS_S) + 1)   # per bucket, the last is +Inf
+
+    def next(self, now: float, duration: float) -> float:
+        """The deadline of a step of ``duration`` s starting now or where the last ended."""
+        self.due = (now if self.due is None else self.due) + duration
+        return self.due
+
+    def idle(self) -> None:
+        self.due = None
+
+    def delivered(self, now: float) -> float:
+        """The step due at ``self.due`` was delivered at ``now``: its lateness (s, >= 0)."""
+        late = max(0.0, now - self.due)
+        self.steps += 1
+        self.late_sum += late
+        if late > self.late_max:
+            self.late_max = late
+        self.counts[bisect.bisect_left(LATENESS_BUCKETS_S, late)] += 1
+        return late
+
+    def histogram(self) -> list[tuple[str, int]]:
+        """Cumulative (le, count) pairs, Prometheus style, +Inf last."""
+        out, total = [], 0
+        for le, n in zip(LATENESS_BUCKETS_S + (float("inf"),), self.counts):
+            total += n
+            out.append(("+Inf" if le == float("inf") else repr(le), total))
+        return out
 
 
 class Req:
@@ -102,10 +155,15 @@ class Req:
         return self.max_new if self.ignore_eos else min(self.max_new, self.eos_at)
 
     def add_tokens(self, n: int) -> int:
-        n = min(n, self.limit() - len(self.tokens))
-        rng = self.text_rng
-        self.tokens.extend(f" tok{rng.randrange(32000)}" for _ in range(n))
-        if len(self.tokens) >= self.limit():
+        tokens = self.tokens
+        n = min(n, self.limit() - len(tokens))
+        bits = self.text_rng.getrandbits   # randrange(32000), inlined: the same sequence
+        for _ in range(n):
+            k = bits(15)
+            while k >= 32000:
+                k = bits(15)
+            tokens.append(f" tok{k}")
+        if len(tokens) >= self.limit():
             self.finished = True
             if len(self.tokens) >= self.max_new:
                 self.finish_reason = {"type": "length", "length": self.max_new}
@@ -140,7 +198,8 @@ class Scheduler:
         self._last_prefill_mono = time.monotonic()
         self.first_gen_mono: float | None = None
         self.real_gen_tokens = 0
-        self.late_max = 0.0
+        self.schedule = Schedule()
+        self._stalls = 0
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
 
@@ -246,28 +305,18 @@ class Scheduler:
         self.verify_calls_total += r.verify_ct
 
     # -- the loop -----------------------------------------------------------------
-    async def _sleep_until(self, loop, due: float) -> None:
-        # epoll rounds its timeout up to whole milliseconds: sleep to ~1.2 ms
-        # before the deadline, then spin (yielding nothing) for the remainder.
-        delay = due - loop.time() - SPIN_LEAD_S
-        if delay > 0:
-            await asyncio.sleep(delay)
-        while time.monotonic() < due:
-            pass
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        sim, spec = self.sim, self.sim.spec
+    async def run(self, clock=None, sleep=asyncio.sleep) -> None:
+        """The step loop. ``clock`` (the event loop's, monotonic s) and ``sleep`` are what
+        a test replaces with a fake clock."""
+        clock = clock or asyncio.get_running_loop().time
+        sim, spec, schedule = self.sim, self.sim.spec, self.schedule
         depth = perf.effective_depth_and_accept(
             spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)[0] if spec else 0
-        prev_due: float | None = None
         while True:
             if not self.running and not self.waiting:
+                schedule.idle()
                 self.wake.clear()
                 await self.wake.wait()
-                prev_due = None
-            now = loop.time()
-            base = now if prev_due is None or now - prev_due > 0.05 else prev_due
             admit: list[Req] = []
             if self.waiting and len(self.running) < sim.max_running:
                 while self.waiting and len(self.running) + len(admit) < sim.max_running:
@@ -285,9 +334,9 @@ class Scheduler:
                 dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost,
                                          context)
             else:
-                prev_due = None
+                schedule.idle()
                 continue
-            due = base + dur
+            due = schedule.next(clock(), dur)
             outs: list[tuple[Req, int]] = []
             if admit:
                 for r in admit:
@@ -314,9 +363,13 @@ class Scheduler:
                 self._tp_window.append((due, emitted))
                 if self.decode_steps % self.interval == 0:
                     self._log_decode()
-            await self._sleep_until(loop, due)
-            prev_due = due
-            self.late_max = max(self.late_max, loop.time() - due)
+            if self._stall_due():
+                time.sleep(STALL_S)   # blocks the loop: a CPU taken by other processes
+            # on the event loop (no spinning): on time to its ~1 ms timers; behind
+            # schedule, no wait, but still a turn for the HTTP side
+            await sleep(max(0.0, due - clock()))
+            late = schedule.delivered(clock())
+            truth.TRUTH.step(due, late, len(outs), bool(admit))
             for r, n in outs:
                 self._deliver(r, n, due)
             truth.TRUTH.maybe_flush(time.monotonic())
@@ -355,7 +408,8 @@ class Scheduler:
                 r.event.set()
             elif n:
                 r.writer(r.prebuilt)
-                truth.TRUTH.token(time.monotonic(), due, r.rid, n, not r.first_sent)
+                if truth.TRUTH.f is not None:
+                    truth.TRUTH.token(time.monotonic(), due, r.rid, n, not r.first_sent)
                 r.first_sent = True
                 if r.finished:
                     r.event.set()
@@ -380,6 +434,18 @@ class Scheduler:
         if f.arg is not None:
             return self.real_gen_tokens >= f.arg
         return time.monotonic() - self.first_gen_mono >= 1.0
+
+    def _stall_due(self) -> bool:
+        """stall_mid_run: once every N generated tokens, or every ~1 s of generation."""
+        f = self.sim.fault
+        if f is None or f.name != "stall_mid_run" or self.first_gen_mono is None:
+            return False
+        done = (self.real_gen_tokens // f.arg if f.arg else
+                int(time.monotonic() - self.first_gen_mono))
+        if done > self._stalls:
+            self._stalls = done
+            return True
+        return False
 
     def _token_count(self) -> int:
         return sum(r.prompt_tokens + len(r.tokens) for r in self.running)

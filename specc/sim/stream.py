@@ -1,8 +1,10 @@
-"""Token emission: the SSE response the scheduler feeds (``data: ...`` chunks, ``[DONE]``)."""
+"""Token emission: the SSE response the scheduler feeds (``data: ...`` chunks, ``[DONE]``),
+and which tokens show their text (``HeldText``)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 from starlette.responses import Response
@@ -12,6 +14,49 @@ from . import truth
 
 class TruncatedStream(Exception):
     pass
+
+
+#: An HTTP/1.1 chunk of no bytes: the end of a chunked body, never a step's output.
+EMPTY_CHUNK = b"0\r\n\r\n"
+#: A UTF-8 character is at most 4 bytes: a byte-level tokenizer splits one over up to 4
+#: tokens, the first 3 of which complete nothing and show no text.
+MAX_SPLIT = 3
+
+
+class HeldText:
+    """Which of a request's tokens show no text, as a real engine's detokenizer does it:
+    SGLang (and vLLM) hold back the text of a token that does not complete a UTF-8
+    character until one does, and never send it when the stream ends first (max_tokens
+    cut the character); special tokens under ``ignore_eos`` show none either. The usage
+    counts them all.
+
+    A ``rate`` share of requests, drawn from (seed, prompt, max tokens), carries one run of
+    such tokens: a character split over 2-4 tokens inside the answer, or at its end when
+    max_tokens ends it (1-3 tokens cut short, or a run of special tokens with
+    ``ignore_eos``). The first token always shows its text, so every answer has a first
+    token time. The same request holds the same tokens on every run."""
+
+    __slots__ = ("start", "end")
+
+    def __init__(self, seed: int, prompt: str, limit: int, by_length: bool, ignore_eos: bool,
+                 rate: float):
+        self.start = self.end = 0               # tokens [start, end) show no text yet
+        rng = random.Random(f"{seed}|textless|{limit}|{prompt}")
+        if rate <= 0 or rng.random() >= rate:
+            return
+        k = rng.randint(1, MAX_SPLIT)
+        if by_length and rng.random() < 0.5:    # the stream ends inside it: never shown
+            if ignore_eos and rng.random() < 0.5:
+                k = rng.randint(1, max(1, limit // 4))   # trailing special tokens
+            k = min(k, limit - 1)                # the first token shows text (a TTFT)
+            self.start, self.end = limit - k, limit
+        elif limit > k + 1:                      # the token after the run completes it
+            self.start = rng.randrange(1, limit - k)
+            self.end = self.start + k
+
+    def visible(self, n: int) -> int:
+        """Of the first ``n`` tokens, how many have shown their text."""
+        return self.start if self.start < n <= self.end else n
 
 
 class SimStream(Response):
@@ -49,8 +94,8 @@ class SimStream(Response):
             def write(data: bytes, _t=transport, _r=r) -> None:
                 if _t.is_closing():
                     _r.aborted = True
-                else:
-                    _t.write(data)
+                elif data != EMPTY_CHUNK:   # a step that showed no text (HeldText) sends
+                    _t.write(data)          # nothing: a zero-length chunk ends the body
             r.writer = write
 
         async def watch() -> None:

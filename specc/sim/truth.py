@@ -3,8 +3,10 @@
 Events: ``ready`` (port, t), ``request`` (rid, t queued, arrival of its HTTP request,
 prompt and max tokens, ``history``: the messages or prompt it carried), ``admit`` (rid, t,
 ``cached_tokens``: the prefix-cache hit when it was scheduled), one ``token`` per
-delivered chunk (t, due, rid, n, first), and ``phase`` (name, t) as each startup phase
-begins, so tests can assert order without clocks.
+delivered chunk (t, due, rid, n, first), one ``step`` per scheduler step (due: its place
+on the absolute schedule, t: when it was delivered, ``late_s``: t - due, ``batch``: the
+requests it served, ``prefill``), and ``phase`` (name, t) as each startup phase begins, so
+tests can assert order without clocks.
 """
 
 from __future__ import annotations
@@ -44,9 +46,18 @@ class Truth:
         if self.f is not None:
             self.buf.append((mono, due, rid, n, first))
 
+    def step(self, due: float, late: float, batch: int, prefill: bool) -> None:
+        """Hot path: a step delivered ``late`` s after its deadline ``due`` (monotonic)."""
+        if self.f is not None:
+            self.buf.append((due, late, batch, prefill))
+
     @staticmethod
     def _fmt(e) -> str:
-        if isinstance(e, tuple):
+        if isinstance(e, tuple) and len(e) == 4:
+            due, late, batch, prefill = e
+            e = {"event": "step", "t": epoch(due + late), "due": epoch(due),
+                 "late_s": round(late, 6), "batch": batch, "prefill": prefill}
+        elif isinstance(e, tuple):
             mono, due, rid, n, first = e
             e = {"event": "token", "t": epoch(mono), "due": epoch(due), "rid": rid, "n": n,
                  "first": first}

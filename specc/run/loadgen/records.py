@@ -10,7 +10,9 @@ class RequestRecord:
     ok: bool = False
     error: str | None = None
     input_tokens: int = 0
-    output_tokens: int = 0          # as reported by the engine (usage / meta_info), else chunks
+    # as reported by the engine (usage / meta_info), else what the stream proves; tokens
+    # without text (a UTF-8 character cut short, special tokens) are among them
+    output_tokens: int = 0
     requested_output_tokens: int = 0
     ttft: float = 0.0               # s, send -> first non-empty content chunk
     # s, per-token ITL as bench_serving computes it: each chunk's gap spread over its tokens

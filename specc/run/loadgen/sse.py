@@ -83,18 +83,20 @@ def finish(rec: RequestRecord, api: str, status: int, body: bytes | bytearray,
 def count_mismatch(s: _Stream, requested: int) -> str | None:
     """Why a stream's token counts cannot be true, or None.
 
-    The streamed count is the truth: the running count the server put on its last
-    content chunk, else the content chunks received (each brings at least one token).
-    The server's final count may exceed it by one token without text (an end of
-    sequence), must be no less than the chunks, and no more than was asked for."""
+    What was streamed is a lower bound, not the count: an engine holds back the text of
+    a token that does not complete a UTF-8 character (and of special tokens), and may
+    send no chunk for it, so a stream can end with tokens that only the final count
+    holds (vLLM under ``ignore_eos``, a character cut by ``max_tokens``).  Impossible,
+    and refused: a count (running or final) above the ``max_tokens`` asked for, a final
+    count below what was streamed (the running count, or the chunks that each carried a
+    token), and a count going back (``_Stream.count``)."""
     streamed = s.streamed()
     reported = s.usage
     if reported is None:
         if requested and streamed > requested:
-            return f"server streamed {streamed} content chunks for {requested} requested tokens"
+            return f"server streamed {streamed} chunks for {requested} requested tokens"
         return None
-    if (requested and reported > requested) or reported < len(s.chunk_times) or (
-            s.running is not None and reported > s.running + 1):
+    if (requested and reported > requested) or reported < streamed:
         return (f"server reported {reported} completion tokens for {requested} requested "
                 f"and {streamed} streamed")
     return None
@@ -134,7 +136,8 @@ class _Stream:
         self.tok_times: list[float] = []     # chunks bench_serving's ITL counts, and their counts
         self.tok_counts: list = []
         self.usage: int | None = None        # the server's last count (final usage / meta_info)
-        self.running: int | None = None      # the count on the last content chunk
+        self.running: int | None = None      # the count on the last chunk of the answer
+        self.token_chunks = 0                # chunks that each carried at least one token
         self.verify_ct = None
         self.rid = None
         self.done = False
@@ -143,8 +146,9 @@ class _Stream:
         self.text: list[str] = []            # the answer's text (content), in pieces
 
     def streamed(self) -> int:
-        """Tokens streamed: the running count on the chunks, else one per content chunk."""
-        return self.running if self.running is not None else len(self.chunk_times)
+        """Tokens the stream proves (a lower bound): the running count the server put on
+        its chunks, text or none, else one per chunk that carried a token."""
+        return max(self.running or 0, self.token_chunks)
 
     def count(self, value) -> int:
         n = token_count(value)
@@ -188,7 +192,9 @@ class _Stream:
                 if self.rid is None and meta.get("id") is not None:
                     self.rid = str(meta["id"])[:200]
                 ct = meta.get("completion_tokens")
-                if ct is not None:
+                if ct is not None:     # cumulative on every chunk, text or none: the
+                    # last is the final count, the one before what was streamed
+                    self.running = self.usage
                     self.usage = ct = self.count(ct)
                 if meta.get("spec_verify_ct") is not None:
                     self.verify_ct = meta["spec_verify_ct"]
@@ -199,7 +205,7 @@ class _Stream:
                 if len(text) > prev_len:
                     self.text = [text]       # /generate's text is cumulative
                     prev_len = len(text)
-                    self.running = ct
+                    self.token_chunks += 1
                     self.chunk_times.append(ts[k])
                     self.chunk_counts.append(ct)
                 continue
@@ -217,15 +223,22 @@ class _Stream:
             if not choices:
                 continue
             c0 = _obj(choices[0], "choices[0]")
+            if ct is not None:         # continuous_usage_stats: the count so far
+                self.running = ct
             if chat:
                 d = _obj(c0.get("delta"), "delta")
                 content = _text(d.get("content"), "delta.content") or _text(
                     d.get("reasoning_content"), "delta.reasoning_content")
             else:
                 content = _text(c0.get("text"), "text")
+                # vLLM sends a chunk per token and holds back the text of one that does
+                # not complete a UTF-8 character: an empty text is still a token, unless
+                # the chunk only closes the stream (its finish reason)
+                if not content and c0.get("finish_reason") is None:
+                    self.token_chunks += 1
             if content:
                 self.text.append(content)
-                self.running = ct
+                self.token_chunks += 1
                 self.chunk_times.append(ts[k])
                 self.chunk_counts.append(ct)
                 self.tok_times.append(ts[k])
