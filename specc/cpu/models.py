@@ -43,16 +43,20 @@ def ensure(python: Path, out: Path | None = None, check: bool = False) -> dict:
     """Build the pair into `out` (default: the cache) unless this recipe's pair is there."""
     out = Path(out) if out else default_dir()
     info = read_stamp(out)
-    if info and not check:
-        return {**info, "built": False}
+    if info:
+        return {**info, "built": False, **(_run(python, out, "--no-build", "--check")
+                                           if check else {})}
     out.mkdir(parents=True, exist_ok=True)
-    (out / STAMP).unlink(missing_ok=True)
+    info = _run(python, out, *(["--check"] if check else []))
+    info["recipe"] = recipe_hash()
+    (out / STAMP).write_text(json.dumps({k: v for k, v in info.items() if k != "check"},
+                                        indent=2) + "\n")
+    return {**info, "built": True}
+
+
+def _run(python: Path, out: Path, *flags: str) -> dict:
     proc = subprocess.run([str(python), str(SCRIPT), "--out", str(out), "--prompts",
-                           str(PROMPTS), *(["--check"] if check else [])],
-                          capture_output=True, text=True, timeout=1800)
+                           str(PROMPTS), *flags], capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise BuildFailed((proc.stdout + proc.stderr).strip()[-2000:])
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    info["recipe"] = recipe_hash()
-    (out / STAMP).write_text(json.dumps(info, indent=2) + "\n")
-    return {**info, "built": True}
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -231,8 +231,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--prompts", required=True, type=Path)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--no-build", action="store_true", help="check the models already there")
     args = ap.parse_args(argv)
-    info = build(args.out, args.prompts)
+    info = {} if args.no_build else build(args.out, args.prompts)
     if args.check:
         info["check"] = check(args.out)
     print(json.dumps(info))
