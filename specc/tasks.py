@@ -421,6 +421,52 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     _print(_json.dumps(out, indent=2) if json else render_history(out))
 
 
+@task(help={"venv": "where the venv goes (default: in the user's cache, "
+                    "$XDG_CACHE_HOME/specc/cpu-engine/, named by the recipe's hash)"})
+def cpu_engine(c, venv=""):
+    """`specc cpu-engine`: build (once) a venv holding vLLM's CPU build and print its python:
+    a real engine for a machine without a GPU (docs/real-engine.md)."""
+    from specc.cpu import engine_venv
+
+    root = Path(venv).expanduser().resolve() if venv else engine_venv.default_dir()
+    if not engine_venv.is_built(root):
+        print(f"building {root}: {engine_venv.PACKAGE} {engine_venv.VERSION} and its torch "
+              f"(~{engine_venv.EXPECTED_MIN} minutes on a quiet machine)", file=sys.stderr)
+    try:
+        py = engine_venv.ensure(root, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except (engine_venv.BuildFailed, OSError) as e:
+        raise Exit(f"error CPU_ENGINE at --venv: {e}", code=3)
+    print(py)
+
+
+@task(help={"out": "where the two models go (default: in the user's cache, "
+                  "$XDG_CACHE_HOME/specc/tiny-models/, named by the recipe's hash)",
+            "venv": "the CPU engine venv whose Python builds them (default: `specc "
+                    "cpu-engine`'s, built first if missing)",
+            "check": "also check the target's constructed behaviour with transformers"})
+def tiny_models(c, out="", venv="", check=False):
+    """`specc tiny-models`: write a tiny Llama target and an EAGLE-3 draft that really
+    accepts (seeded, no hub), and print where they are (docs/real-engine.md)."""
+    from specc.cpu import engine_venv, models
+
+    root = Path(venv).expanduser().resolve() if venv else engine_venv.default_dir()
+    log = lambda m: print(m, file=sys.stderr, flush=True)   # noqa: E731
+    try:
+        py = engine_venv.ensure(root, log=log)
+        dest = Path(out).expanduser().resolve() if out else models.default_dir()
+        info = models.ensure(py, dest, check=check)
+    except (engine_venv.BuildFailed, models.BuildFailed, OSError) as e:
+        raise Exit(f"error TINY_MODELS at --out: {e}", code=3)
+    if info.get("check") and not info["check"]["context_free"]:
+        raise Exit(f"error TINY_MODELS: the target at {info['target']} does not predict from "
+                   "the current token alone", code=3)
+    log(f"{'built' if info['built'] else 'cached'}: target {info['target_params']:,} "
+        f"params, draft {info['draft_params']:,} params, vocab {info['vocab']}"
+        + (f" ({info['seconds']} s)" if info["built"] else ""))
+    print(f"target: {info['target']}")
+    print(f"draft: {info['draft']}")
+
+
 @task(help={"only": "compile, sim, loadgen, lateness, executor, stats, slurm (default: all)"})
 def bench(c, only=""):
     """Rerunnable performance benchmarks; prints the figures docs/performance.md quotes."""

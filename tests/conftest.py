@@ -39,6 +39,8 @@ def compose_config(overrides=()) -> dict:
         from hydra import compose, initialize_config_dir
         from omegaconf import OmegaConf
 
+        import specc.config  # noqa: F401  (registers specc's resolvers, as `specc` does)
+
         with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
             cfg = compose(config_name="config", overrides=list(overrides))
         plain = OmegaConf.to_container(cfg, resolve=True)

@@ -17,7 +17,10 @@ EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 #: serves, so there it compiles with the warning that says so.
 EXPECTED = {("eagle3_context_mismatch", "sglang"): ({"CONTEXT_DRAFT_SHORTER"}, set()),
             ("eagle3_context_mismatch", "sim"): ({"CONTEXT_DRAFT_SHORTER"}, set()),
-            ("eagle3_context_mismatch", "vllm"): (set(), {"CONTEXT_DRAFT_RAISED"})}
+            ("eagle3_context_mismatch", "vllm"): (set(), {"CONTEXT_DRAFT_RAISED"}),
+            # vLLM's CPU build is the one engine specc drives without a GPU
+            ("tiny_cpu", "sglang"): ({"HARDWARE_CPU_ENGINE"}, set()),
+            ("tiny_cpu", "sim"): ({"HARDWARE_CPU_ENGINE"}, set())}
 ENGINES = ["sglang", "vllm", "sim"]
 
 

@@ -48,6 +48,18 @@ def test_another_installed_release_is_refused_in_one_line(compose, tmp_path):
     assert "engine.version=0.5.21" in d.hint and "\n" not in d.line()
 
 
+def test_a_build_of_the_targeted_release_passes(compose, tmp_path):
+    """vLLM's CPU build reports itself as 0.32.0+cpu: a build of release 0.32.0 (a PEP 440
+    local label), which a plan for 0.32.0 runs on; another release is still refused."""
+    plan = _plan(compose, ["+experiment=tiny_cpu"])
+    assert plan.engine_info.version == "0.32.0"
+    py = _fake_python(tmp_path, {"package": "vllm", "version": "0.32.0+cpu", "rejected": []})
+    assert check_plan(plan, python=py) == []
+    py = _fake_python(tmp_path, {"package": "vllm", "version": "0.33.0+cpu", "rejected": []})
+    (d,) = check_plan(plan, python=py)
+    assert d.code == "DOCTOR_VERSION" and "has vllm 0.33.0+cpu" in d.message
+
+
 def test_each_rejected_command_is_one_line_naming_its_server(compose, tmp_path):
     plan = _plan(compose, SWEEP)
     sid = plan.servers[1].id

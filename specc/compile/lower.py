@@ -158,10 +158,14 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
 
     hw, engine_cfg = cfg["hardware"], cfg["engine"]
     on_slurm = (cfg.get("cluster") or {}).get("name") == "slurm"
-    slots, found = placement.place([s.spec.gpus_per_server for s in matrix.servers],
-                                   gpus_per_node=hw["gpus_per_node"],
-                                   base_port=engine_cfg["base_port"],
-                                   multinode=on_slurm and engine.multinode)
+    if hw.get("device") == "cpu":
+        slots, found = placement.one_at_a_time(len(matrix.servers),
+                                               base_port=engine_cfg["base_port"]), []
+    else:
+        slots, found = placement.place([s.spec.gpus_per_server for s in matrix.servers],
+                                       gpus_per_node=hw["gpus_per_node"],
+                                       base_port=engine_cfg["base_port"],
+                                       multinode=on_slurm and engine.multinode)
     if found:
         return None, unique(diags + found), None
     if on_slurm:   # jobs of other waves may share a node

@@ -97,6 +97,12 @@ def place(sizes, *, gpus_per_node: int, base_port: int,
     return slots, []
 
 
+def one_at_a_time(count: int, *, base_port: int) -> list[Slot]:
+    """On a CPU (hardware.device=cpu) each server binds the cores it is given: one wave per
+    server, no GPUs, every server on the base port (the one before it has stopped)."""
+    return [Slot(wave=i, gpus=(), port=base_port) for i in range(count)]
+
+
 def rendezvous_ports(ports, nodes, *, base_port: int) -> tuple[list[int | None], list[Diagnostic]]:
     """Each server's rendezvous port (None on one node), given every server's port and node
     count: the ports right above the plan's highest server port, one per multi-node server,

@@ -281,8 +281,11 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """TP x DP x PP fits the GPUs and nodes; heads divide by TP where the architecture needs it."""
     hw = spec.hardware
     tp, dp, pp = hw["tp"], hw.get("dp", 1), hw.get("pp", 1)
-    total = hw["gpus_per_node"] * hw["nodes"]
     need = tp * dp * pp
+    if spec.on_cpu:
+        yield from _cpu_topology(spec, engine, need)
+        return
+    total = hw["gpus_per_node"] * hw["nodes"]
     if need > total:
         yield error("TOPOLOGY_GPUS", "hardware.tp",
                     f"tp {tp} x dp {dp} x pp {pp} = {need} GPUs but the hardware has "
@@ -316,6 +319,33 @@ def topology(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     refusal = engine.pp_speculation_refusal(spec) if pp > 1 and spec.speculative else None
     if refusal:
         yield error("TOPOLOGY_PP_SPEC", "hardware.pp", *refusal)
+
+
+def _cpu_topology(spec: ServerSpec, engine: Engine, need: int) -> Iterator[Diagnostic]:
+    """On a CPU (hardware.device=cpu): an engine with a CPU build, one rank, one node, and
+    none of the GPU-only knobs."""
+    hw = spec.hardware
+    if not engine.cpu_build:
+        yield error("HARDWARE_CPU_ENGINE", "hardware.device",
+                    f"specc knows no CPU build of {engine.name}: it runs only on GPUs",
+                    "use engine=vllm with hardware=cpu (`specc cpu-engine` builds it), or a "
+                    "GPU hardware")
+    if need > 1:
+        yield error("HARDWARE_CPU_RANKS", "hardware.tp",
+                    f"tp {hw['tp']} x dp {hw.get('dp', 1)} x pp {hw.get('pp', 1)} = {need} "
+                    "ranks: on a CPU specc runs one rank per server (the cores are bound by "
+                    "hardware.threads_bind)", "set hardware.tp=1, dp=1, pp=1")
+    if hw["nodes"] > 1:
+        yield error("TOPOLOGY_MULTINODE", "hardware.nodes",
+                    "a CPU server runs on this machine (one node)", "set hardware.nodes=1")
+    for knob in ("mem_fraction", "cuda_graph_max_bs"):
+        if spec.server.get(knob) is not None:
+            yield error("HARDWARE_CPU_KNOB", f"server.{knob}",
+                        f"server.{knob} sizes GPU memory or CUDA graphs; a CPU server has "
+                        "neither" + (" (its KV cache is hardware.kv_cache_gb)"
+                                     if knob == "mem_fraction" else ""),
+                        f"remove server.{knob}" + (", set hardware.kv_cache_gb"
+                                                   if knob == "mem_fraction" else ""))
 
 
 def engine_version(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
@@ -368,6 +398,19 @@ def memory_weights(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
     """Weights per GPU fit in GPU memory x memory fraction."""
     if not spec.target.get("weight_gb"):
         return
+    if spec.on_cpu:   # weights + the KV cache vLLM sets aside, in host memory
+        hw = spec.hardware
+        own = engine.cpu_reserved_gb
+        need = spec.loaded_weight_gb_per_gpu + hw["kv_cache_gb"] * 2**30 / 1e9 + own
+        if need > hw["memory_gb"]:
+            yield error("MEMORY_WEIGHTS", "hardware.memory_gb",
+                        f"weights {spec.loaded_weight_gb_per_gpu:.1f} GB + KV cache "
+                        f"{hw['kv_cache_gb']} GiB + {engine.name}'s own ~{own:g} GB need "
+                        f"{need:.1f} GB of host memory but "
+                        f"hardware.memory_gb is {hw['memory_gb']:g}",
+                        "use a smaller model or hardware.kv_cache_gb, or raise "
+                        "hardware.memory_gb if the machine has it")
+        return
     fraction, source = engine.memory_fraction(spec)
     budget = spec.hardware["gpu_memory_gb"] * fraction
     need = _weights_per_gpu(spec, engine)
@@ -401,6 +444,8 @@ def running_requests(spec: ServerSpec, engine: Engine) -> Callable[[dict], Itera
 
 def memory_kv(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Diagnostic]]:
     """Weights + KV cache for concurrency x sequence length fit in GPU memory x fraction."""
+    if spec.on_cpu:
+        return _cpu_kv(spec)
     if not spec.target.get("weight_gb"):
         return _nothing
     fraction, source = engine.memory_fraction(spec)
@@ -419,6 +464,25 @@ def memory_kv(spec: ServerSpec, engine: Engine) -> Callable[[dict], Iterator[Dia
                         f"> {budget:.1f} GB per GPU ({source})",
                         "lower concurrency or lengths, raise tp, or use "
                         "server.kv_cache_dtype=fp8_e4m3")
+    return check
+
+
+def _cpu_kv(spec: ServerSpec) -> Callable[[dict], Iterator[Diagnostic]]:
+    """On a CPU the KV cache is exactly hardware.kv_cache_gb GiB (VLLM_CPU_KVCACHE_SPACE):
+    the point's sequences must fit it, or requests queue (or are refused)."""
+    gib = spec.hardware["kv_cache_gb"]
+    per_token = spec.kv_bytes_per_token
+
+    def check(bench: dict) -> Iterator[Diagnostic]:
+        tokens = bench["concurrency"] * (bench["input_len"] + bench["output_len"])
+        kv = per_token * tokens
+        if kv > gib * 2**30:
+            yield error("MEMORY_KV", "hardware.kv_cache_gb",
+                        f"KV cache {kv / 2**30:.2f} GiB for {tokens} tokens (concurrency "
+                        f"{bench['concurrency']} x {bench['input_len'] + bench['output_len']}) "
+                        f"> hardware.kv_cache_gb {gib} GiB",
+                        f"set hardware.kv_cache_gb={-(-kv // 2**30):.0f}, or lower "
+                        "concurrency or lengths")
     return check
 
 

@@ -45,8 +45,15 @@ class ServerSpec:
         return hw["tp"] * hw.get("dp", 1) * hw.get("pp", 1)
 
     @property
+    def on_cpu(self) -> bool:
+        """hardware.device=cpu: the engine's CPU build, no GPU (conf/hardware/cpu.yaml)."""
+        return self.hardware.get("device") == "cpu"
+
+    @property
     def nodes(self) -> int:
         """Nodes one server spans: its GPUs over a node's, rounded up (1 unless multi-node)."""
+        if self.on_cpu:
+            return 1
         return max(1, -(-self.gpus_per_server // self.hardware["gpus_per_node"]))
 
     @property

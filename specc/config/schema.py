@@ -203,7 +203,15 @@ SCHEMA = _obj({
         "dp": _POS_INT,
         "pp": _POS_INT,
         "ep": _POS_INT,
-    }, required=("gpu_memory_gb", "gpus_per_node", "nodes", "tp")),
+        # device: cpu, this machine's CPU, no GPU (vLLM's CPU build; conf/hardware/cpu.yaml)
+        "device": {"enum": ["gpu", "cpu"]},
+        "memory_gb": {"type": "number", "exclusiveMinimum": 0},
+        "kv_cache_gb": _POS_INT,
+        "threads_bind": {"type": "string", "minLength": 1, "pattern": "^[^\\s\"'\\\\]+$"},
+    }, required=("nodes", "tp")) | {
+        "if": {"properties": {"device": {"const": "cpu"}}, "required": ["device"]},
+        "then": {"required": ["memory_gb", "kv_cache_gb"]},
+        "else": {"required": ["gpu_memory_gb", "gpus_per_node"]}},
     "server": SERVER,
     "engine": {"type": "object", "properties": {"name": {"enum": list(ENGINE_SCHEMAS)}},
                "required": ["name"],

