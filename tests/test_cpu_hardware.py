@@ -3,9 +3,16 @@ docs/real-engine.md). What the compiled plan says and what the compiler refuses.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specc.compile.pipeline import compile_config
 
-TINY = ["+experiment=tiny_cpu"]
+#: The tiny pair's config.json files as `specc tiny-models` writes them (no weights: the
+#: compile reads config.json; the suite needs no engine venv to build the models).
+TINY_MODELS = Path(__file__).resolve().parent / "fixtures" / "tiny_models"
+TINY_PATHS = [f"model_pair.{role}.{key}={TINY_MODELS / role}"
+              for role in ("target", "draft") for key in ("path", "facts_for")]
+TINY = ["+experiment=tiny_cpu", *TINY_PATHS]
 
 
 def _compile(compose, *overrides):

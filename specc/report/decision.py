@@ -152,7 +152,7 @@ def grid_lines(groups, with_job: bool = False, esc=None) -> list[str]:
     Every text from data (labels, jobs, a server's reason) goes through ``esc`` (markdown
     escaping by default)."""
     if esc is None:
-        from specc.report.tables import md as esc
+        from specc.report.markup import md as esc
     from specc.report.intervals import speedup_text
     from specc.report.model import _conc_text, _workload_text
 
@@ -160,7 +160,8 @@ def grid_lines(groups, with_job: bool = False, esc=None) -> list[str]:
     if not entries:
         return []
     workloads = sorted({e["group"].workload for e in entries}, key=str)
-    label = (lambda r: esc(f"{r.label} [{r.job_text}]" if with_job and r.job else r.label))
+    label = (lambda r: f"{esc(r.label)} [{esc(r.job_text)}]" if with_job and r.job
+             else esc(r.label))
     out = ["## Decision", "", "| concurrency | deploy | speedup [95%] | tied |",
            "|---|---|---|---|"]
     for e in entries:
