@@ -13,8 +13,8 @@ import math
 import re
 
 from specc.plan import ScheduleLag
+from specc.run.prometheus import samples
 
-_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)\s*$')
 _LE = re.compile(r'le="([^"]*)"')
 
 
@@ -23,15 +23,7 @@ def parse(text: str, recipe: ScheduleLag) -> dict | None:
     None without the histogram's +Inf bucket (nothing to judge)."""
     buckets: dict[float, float] = {}
     worst = 0.0
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
-        try:
-            v = float(value)
-        except ValueError:
-            continue
+    for name, labels, v in samples(text):
         if name == recipe.histogram + "_bucket":
             le = _LE.search(labels)
             try:

@@ -14,23 +14,14 @@ import math
 import re
 
 from specc.plan import AcceptPositions
-
-_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)\s*$')
+from specc.run.prometheus import samples
 
 
 def parse(text: str, recipe: AcceptPositions) -> dict:
     """{"drafts": n, "accepted": {position: n}} from a /metrics text (absent counters: 0)."""
     drafts, accepted = 0.0, {}
     label = recipe.label
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
-        try:
-            v = float(value)
-        except ValueError:
-            continue
+    for name, labels, v in samples(text):
         if name == recipe.drafts:
             drafts += v
         elif name == recipe.accepted:
