@@ -168,6 +168,8 @@ def test_server_dies_mid_benchmark(faulty):
     assert "died mid-run" in entry["reason"]
     first, second = sorted(rows, key=lambda r: r["params"]["concurrency"])
     assert first["status"] == "failed" and "died mid-run" in first["reason"]
+    # the cause its log names, not only the exit code
+    assert "last exception logged: RuntimeError: simulated scheduler failure" in entry["reason"]
     assert second["status"] == "failed" and "died" in second["reason"]
     # the other servers' results are kept (partial results)
     assert sum(r["status"] == "ok" for r in faulty["rows"]) >= 4

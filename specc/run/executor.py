@@ -241,8 +241,9 @@ class Executor:
         finally:
             code = running.exit_code()
             if code is not None and server.id in self.running:
-                self.failed_servers.setdefault(server.id, f"died mid-run (exit code {code})")
-                await self._stop_async(server, "failed", reason=f"died mid-run (exit code {code})")
+                why = _died(running, code, prefix="died")
+                self.failed_servers.setdefault(server.id, why)
+                await self._stop_async(server, "failed", reason=why)
             else:
                 await self._stop_async(server, "stopped")
 
@@ -275,7 +276,7 @@ class Executor:
             while not task.done():
                 code = running.exit_code()
                 if code is not None:
-                    return failed_row(bench, f"server died mid-run (exit code {code})")
+                    return failed_row(bench, _died(running, code))
                 size = _size(running.log_path)
                 if size != log_size:
                     log_size, log_grew_at = size, time.monotonic()
@@ -305,7 +306,7 @@ class Executor:
             for _ in range(10):
                 code = running.exit_code()
                 if code is not None:
-                    row["reason"] = f"server died mid-run (exit code {code}): {row['reason']}"
+                    row["reason"] = f"{_died(running, code)}: {row['reason']}"
                     break
                 await asyncio.sleep(0.05)
         return row
@@ -541,3 +542,22 @@ def _finish_report(run_dir: Path) -> None:
     db = remember(run_dir)
     if db:
         print(f"indexed: {db} (specc history)")
+
+
+#: How much of a dead server's log is read for its cause.
+DIED_LOG_TAIL = 256 * 1024
+
+
+def _died(running, code: int, prefix: str = "server died") -> str:
+    """Why a server's point failed when its process exited mid-run: the exit code, and the
+    last exception its log names (an engine core killed under vLLM's API server leaves
+    `EngineDeadError: EngineCore encountered an issue` and an API server exiting 0)."""
+    from specc.files import read_text
+    from specc.run.readiness import last_exception
+
+    why = f"{prefix} mid-run (exit code {code})"
+    try:
+        exc = last_exception(read_text(running.log_path, DIED_LOG_TAIL, tail=True).splitlines())
+    except (OSError, ValueError):
+        exc = None
+    return f"{why}; last exception logged: {exc[:600]}" if exc else why

@@ -46,6 +46,12 @@ TICK_S = 0.02
 FATAL_GRACE_S = 0.5
 #: A Python exception line (`torch.OutOfMemoryError: ...`): the cause a traceback ends with.
 _EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(Error|Exception): ")
+
+
+def last_exception(lines) -> str | None:
+    """The last line of `lines` naming an exception (`XxxError: ...`), stripped: what a
+    server that died logged as its cause."""
+    return next((ln.strip() for ln in reversed(list(lines)) if _EXCEPTION_LINE.search(ln)), None)
 #: The process a line is from, where the engine tags its lines (vLLM: `(EngineCore pid=26385)`).
 _PROCESS_TAG = re.compile(r"^\s*\([^()]*\bpid=\d+\)")
 

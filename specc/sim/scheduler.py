@@ -374,8 +374,10 @@ class Scheduler:
                 self._deliver(r, n, due)
             truth.TRUTH.maybe_flush(time.monotonic())
             self.running = [r for r in self.running if not r.finished and not r.aborted]
-            if self._mid_run_fault_due("die_mid_run"):
-                log(versions.render(sim.version, "sigquit"))
+            if self._mid_run_fault_due("die_mid_run"):   # as SGLang's scheduler dies: its
+                from .startup import print_traceback     # traceback, then the sigquit line
+                print_traceback(sim, "RuntimeError: simulated scheduler failure mid-run "
+                                     "(specc.sim fault die_mid_run)")
                 truth.hard_exit(1)
             if self._mid_run_fault_due("hang_mid_run"):
                 # The scheduler wedges: no tokens, no log lines, yet /health still answers

@@ -428,7 +428,9 @@ def test_vllm_resolves_every_emitted_command_as_specc_predicts():
     value specc emitted, and land on specc's predictions (memory utilisation, running
     sequences, served length, speculative method and tokens)."""
     servers = [s for s in compiled_servers("vllm", with_specs=True)
-               if "{node_rank}" not in s["argv"]]   # multi-node: filled in on the nodes
+               if "{node_rank}" not in s["argv"]   # multi-node: filled in on the nodes
+               and s["spec"].hardware.get("device") != "cpu"]   # the CPU build: 0.32.0's own
+    # engine checks it (tests/real_engine), not 0.33.0's CUDA platform
     problems, resolved_n = _differences(servers, "vllm_resolve.py", "vllm", _VLLM_KEPT,
                                         vllm_predicted)
     assert resolved_n >= 5, "too few commands resolved to be a check"
