@@ -483,6 +483,7 @@ def _real_vllm_python() -> Path:
         pytest.skip(f"package registry unreachable, cannot fetch vllm=={version}: {e}")
 
 
+@pytest.mark.drift   # the released vLLM's venv (GBs on a fresh machine): the drift stage
 def test_a_two_node_vllm_server_gets_the_head_command_on_rank_0_and_headless_on_rank_1(
         cluster, tmp_path):
     """vLLM cannot serve here (no GPU, no CUDA build), so the program `vllm` is swapped, and
