@@ -51,7 +51,9 @@ def test_another_installed_release_is_refused_in_one_line(compose, tmp_path):
 def test_a_build_of_the_targeted_release_passes(compose, tmp_path):
     """vLLM's CPU build reports itself as 0.32.0+cpu: a build of release 0.32.0 (a PEP 440
     local label), which a plan for 0.32.0 runs on; another release is still refused."""
-    plan = _plan(compose, ["+experiment=tiny_cpu"])
+    from test_cpu_hardware import TINY   # the tiny pair's config.json files, no weights
+
+    plan = _plan(compose, TINY)
     assert plan.engine_info.version == "0.32.0"
     py = _fake_python(tmp_path, {"package": "vllm", "version": "0.32.0+cpu", "rejected": []})
     assert check_plan(plan, python=py) == []
