@@ -28,10 +28,11 @@ class Sim(SGLang):
     #: again, then failed. The schedule is absolute: a step delivered late moves no later
     #: deadline, so while requests keep running the simulator catches up and a point's
     #: duration, hence its throughput, is off by at most its latest step's lateness;
-    #: 2.5% keeps two runs of a point within 5% of each other (docs/simulator.md, "Its
-    #: own schedule"). The floor: the event loop's ~1 ms timers and a process scheduler's
+    #: 5% keeps a valid point's throughput within 5% of the schedule's, two runs within 10%
+    #: (2.5% failed the README's main job on a busy machine: docs/simulator.md, "Its own
+    #: schedule"). The floor: the event loop's ~1 ms timers and a process scheduler's
     #: slice, which no point is failed for.
-    schedule_lag_fraction = 0.025
+    schedule_lag_fraction = 0.05
     schedule_lag_floor_s = 0.01
     #: A test hook, read when the plan is compiled: a floor in seconds (> 0) in place of
     #: the one above. The test suite raises it: its points last a fraction of a second
