@@ -13,7 +13,7 @@ import math
 import re
 
 from specc.plan import ScheduleLag
-from specc.run.prometheus import samples
+from specc.run.prometheus import samples, scrape
 
 _LE = re.compile(r'le="([^"]*)"')
 
@@ -43,13 +43,8 @@ async def read(client, url: str, recipe: ScheduleLag | None) -> dict | None:
     """The histogram now; None without a recipe or an answer."""
     if recipe is None:
         return None
-    from specc.run.answers import get_capped
-
-    try:
-        status, body = await get_capped(client, url + recipe.path)
-    except Exception:
-        return None
-    return parse(body.decode("utf-8", "replace"), recipe) if status == 200 else None
+    text = await scrape(client, url + recipe.path)
+    return None if text is None else parse(text, recipe)
 
 
 def over_point(recipe: ScheduleLag, before: dict | None, after: dict | None,

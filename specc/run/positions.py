@@ -14,7 +14,7 @@ import math
 import re
 
 from specc.plan import AcceptPositions
-from specc.run.prometheus import samples
+from specc.run.prometheus import samples, scrape
 
 
 def parse(text: str, recipe: AcceptPositions) -> dict:
@@ -36,13 +36,8 @@ async def read(client, url: str, recipe: AcceptPositions | None) -> dict | None:
     """The counters now; None without a recipe or an answer."""
     if not recipe:
         return None
-    from specc.run.answers import get_capped
-
-    try:
-        status, body = await get_capped(client, url + recipe.path)
-    except Exception:
-        return None
-    return parse(body.decode("utf-8", "replace"), recipe) if status == 200 else None
+    text = await scrape(client, url + recipe.path)
+    return None if text is None else parse(text, recipe)
 
 
 def rates(before: dict | None, after: dict | None) -> list[float] | None:

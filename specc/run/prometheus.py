@@ -21,3 +21,14 @@ def samples(text: str) -> Iterator[tuple[str, str, float]]:
         except ValueError:
             continue
         yield m.group(1), m.group(2) or "", v
+
+
+async def scrape(client, url: str) -> str | None:
+    """A server's metrics page as text (size-capped); None when it does not answer 200."""
+    from specc.run.answers import get_capped
+
+    try:
+        status, body = await get_capped(client, url)
+    except Exception:
+        return None
+    return body.decode("utf-8", "replace") if status == 200 else None
