@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specc.files import UnreadableFile, parse_json, read_bounded
-from specc.plan import PlanError, Record, _load
+from specc.records import PlanError, Record, _load
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1

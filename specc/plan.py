@@ -19,11 +19,12 @@ import itertools
 import json
 import operator
 import re
-import types
 import typing
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path, PurePosixPath
+
+from specc.records import PlanError, Record, _kind, _load
 
 #: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: a
 #: benchmark's argv names it, the run (or plan.sh) writes it before the client starts
@@ -102,179 +103,6 @@ def digest_check(data: bytes) -> tuple[str | None, bool]:
     if m is None:
         return None, False
     return m.group(1).decode(), digest_of(data[:m.start()]) == m.group(1).decode()
-
-
-class PlanError(ValueError):
-    """plan.json does not fit the schema; the message names the path and the problem."""
-
-
-#: Per record type, its float fields (an int given for one is stored as a float).
-_FLOAT_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-class Record:
-    """Base of every plan type: one `to_json` / `from_json`, driven by the annotations."""
-
-    __slots__ = ()
-    OMITTED_AT_DEFAULT: tuple = ()
-
-    def to_json(self) -> dict:
-        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
-                if not (f.name in self.OMITTED_AT_DEFAULT and getattr(self, f.name) == f.default)}
-
-    @classmethod
-    def from_json(cls, data, path: str = ""):
-        return _load(cls, data, path or cls.__name__)
-
-    def _check(self) -> list[str]:
-        """Problems a well-typed value can still have (a bad regex, a negative budget)."""
-        return []
-
-    def __post_init__(self):
-        floats = _FLOAT_FIELDS.get(type(self))
-        if floats is None:
-            floats = _FLOAT_FIELDS[type(self)] = tuple(
-                f.name for f in fields(self) if f.type in ("float", "float | None"))
-        for name in floats:   # 120 and 120.0 are one value: always written as a float
-            value = getattr(self, name)
-            if type(value) is int:
-                object.__setattr__(self, name, float(value))
-        problems = self._check()
-        if problems:
-            raise ValueError("; ".join(problems))
-
-
-def build_many(cls, count: int, varying: dict[str, list], shared: dict | None = None) -> list:
-    """`count` records of `cls`, each field set from `varying` (a list with one value per
-    record) or `shared` (one value for all), else its default: what `cls(**fields)` gives,
-    in a fraction of the time (10^5 client points' params records: the frozen constructor
-    sets each of 33 fields through object.__setattr__). Only for records whose
-    construction checks and converts nothing: Params, and records without float fields
-    or checks (Benchmark)."""
-    shared = shared or {}
-    post = cls.__post_init__
-    if not (post is Params.__post_init__ or (
-            post is Record.__post_init__ and cls._check is Record._check
-            and not any(f.type in ("float", "float | None") for f in fields(cls)))):
-        raise TypeError(f"{cls.__name__} is built by its constructor (it checks or converts)")
-    names = {f.name: f for f in fields(cls)}
-    unknown = sorted((varying.keys() | shared.keys()) - names.keys())
-    if unknown:
-        raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
-    columns = []
-    for name, f in names.items():
-        if name in varying:
-            column = varying[name]
-            if len(column) != count:
-                raise ValueError(f"{name}: {len(column)} values for {count} records")
-        elif name in shared:
-            column = itertools.repeat(shared[name], count)
-        elif f.default is not MISSING:
-            column = itertools.repeat(f.default, count)
-        else:
-            raise TypeError(f"{cls.__name__}: no value for {name!r}")
-        columns.append(column)
-    return list(map(_filler(cls), *columns)) if columns else []
-
-
-@functools.cache
-def _filler(cls):
-    """A function (field values, in order) -> a `cls` record. It fills an instance of a
-    twin class with the same slots, whose plain attribute stores are the interpreter's
-    fastest, then makes the instance a `cls` (same layout: Python allows the switch), so
-    the frozen record is never written to after it is one."""
-    if not cls.__dict__.get("__slots__"):
-        raise TypeError(f"{cls.__name__} has no slots")
-    twin = type(f"_Filling{cls.__name__}", cls.__bases__, {"__slots__": cls.__slots__})
-    names = [f.name for f in fields(cls)]
-    source = (f"def fill({', '.join(names)}):\n    record = new(twin)\n"
-              + "".join(f"    record.{n} = {n}\n" for n in names)
-              + "    record.__class__ = cls\n    return record\n")
-    scope = {"new": object.__new__, "twin": twin, "cls": cls}
-    exec(source, scope)   # names are the dataclass's own field names (identifiers)
-    return scope["fill"]
-
-
-def _dump(x):
-    if isinstance(x, Record):
-        return x.to_json()
-    if isinstance(x, (list, tuple)):
-        return [_dump(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _dump(v) for k, v in x.items()}
-    return x
-
-
-def _kind(value) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-_HINTS: dict[type, dict] = {}
-
-
-def _load(tp, value, path: str):
-    """Read `value` as type `tp`; raise PlanError naming `path` on the first misfit."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if isinstance(tp, type) and issubclass(tp, Params):
-        return tp.read(value, path)
-    if isinstance(tp, type) and issubclass(tp, Record):
-        if not isinstance(value, dict):
-            raise PlanError(f"{path}: expected an object, got {_kind(value)}")
-        hints = _HINTS.get(tp) or _HINTS.setdefault(tp, typing.get_type_hints(tp))
-        names = {f.name for f in fields(tp)}
-        unknown = sorted(set(value) - names)
-        if unknown:
-            raise PlanError(f"{path}: unknown key {unknown[0]!r}")
-        kwargs = {}
-        for f in fields(tp):
-            if f.name in value:
-                kwargs[f.name] = _load(hints[f.name], value[f.name], f"{path}.{f.name}")
-            elif f.default is MISSING and f.default_factory is MISSING:
-                raise PlanError(f"{path}.{f.name}: missing")
-        try:
-            return tp(**kwargs)
-        except ValueError as e:
-            raise PlanError(f"{path}: {e}") from None
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        for kind in inner[:-1]:   # str | tuple[str, ...]: the first that fits
-            try:
-                return _load(kind, value, path)
-            except PlanError:
-                pass
-        return _load(inner[-1], value, path)
-    if origin is tuple or tp is tuple:
-        if not isinstance(value, list):
-            raise PlanError(f"{path}: expected a list, got {_kind(value)}")
-        item = args[0] if args else typing.Any
-        return tuple(_load(item, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise PlanError(f"{path}: expected an object, got {_kind(value)}")
-        if not args:
-            return value
-        return {k: _load(args[1], v, f"{path}.{k}") for k, v in value.items()}
-    if tp is typing.Any:
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise PlanError(f"{path}: expected true or false, got {_kind(value)}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PlanError(f"{path}: expected an integer, got {_kind(value)}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PlanError(f"{path}: expected a number, got {_kind(value)}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise PlanError(f"{path}: expected a string, got {_kind(value)}")
-        return value
-    raise TypeError(f"no schema for {tp!r} at {path}")   # pragma: no cover - a bug here
 
 
 _REGEX_SPECIAL = re.compile(r"([\\.^$*+?{}\[\]|()])")
@@ -942,13 +770,24 @@ class Plan(Record):
         return cls.load_checked(path)[0]
 
     @classmethod
-    def load_checked(cls, path: str | Path) -> tuple["Plan", str | None, bool]:
+    def load_checked(cls, path: str | Path) -> tuple[Plan, str | None, bool]:
         """(the plan, the digest plan.json records, whether the file still matches it)."""
-        from specc.files import PLAN_BYTES, UnreadableFile, read_bounded, parse_json
+        from specc.files import PLAN_BYTES, UnreadableFile, read_bounded
 
         try:
             raw = read_bounded(path, PLAN_BYTES)
-            data = parse_json(raw, "plan.json")
+        except UnreadableFile as e:
+            raise PlanError(str(e)) from None
+        return cls.from_bytes(raw)
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, where: str = "plan.json") -> tuple[Plan, str | None, bool]:
+        """plan.json's bytes, as read (bounded) by the caller: (the plan, the digest it
+        records, whether its bytes still match it); PlanError for anything else."""
+        from specc.files import UnreadableFile, parse_json
+
+        try:
+            data = parse_json(raw, where)
         except UnreadableFile as e:
             raise PlanError(str(e)) from None
         recorded, unedited = digest_check(raw)

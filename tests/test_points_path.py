@@ -13,7 +13,8 @@ from specc.compile import emit, rules
 from specc.compile.matrix import NEUTRAL_WORKLOAD, _client_points, _num_prompts, canonical
 from specc.compile.pipeline import compile_config
 from specc.engines import get_engine
-from specc.plan import BenchParams, Benchmark, Plan, Readiness, build_many
+from specc.compile.build import build_many
+from specc.plan import BenchParams, Benchmark, Plan, Readiness
 
 LLAMA = ["model_pair.context_length=2048"]
 

@@ -24,7 +24,8 @@ from specc.compile.matrix import NEUTRAL_WORKLOAD, ClientPoints, expand, short_h
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams, build_many
+from specc.compile.build import build_many
+from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams
 
 
 def _slug(text: str) -> str:
