@@ -100,8 +100,9 @@ def _unfinished(plan, run_dir: Path, config: dict) -> tuple[Path, int | None]:
     unset), or carry it on (resume=true). Returns (the run dir to run in, an exit code
     when nothing more is to be done)."""
     from specc.run import rundir
+    from specc.rundir import recorded_digest
 
-    digest = rundir.recorded_digest(run_dir / "plan.json")
+    digest = recorded_digest(run_dir)
     found = rundir.unfinished_runs(run_dir, digest, plan) if digest else []
     if not found:
         return run_dir, None

@@ -504,6 +504,13 @@ class BenchParams(Params):
 
 
 # -- the plan ----------------------------------------------------------------------------
+def point_label(server_label: str, server_id: str, concurrency: object) -> str:
+    """A point's name as specc prints it: its server's label (else its id) at its client
+    concurrency, `EAGLE3 s3 k1 d4 @ c=2`. Only ever printed: points are matched by what
+    they measure (specc.report.compare.point_key), never by this text."""
+    return f"{server_label or server_id} @ c={concurrency}"
+
+
 @dataclass(frozen=True)
 class Server(Record):
     id: str
@@ -714,7 +721,20 @@ class Plan(Record):
 
     # -- lookups ---------------------------------------------------------------
     def server(self, server_id: str) -> Server:
-        return next(s for s in self.servers if s.id == server_id)
+        found = self._servers_by_id.get(server_id)
+        if found is None:
+            raise StopIteration(server_id)
+        return found
+
+    @functools.cached_property
+    def _servers_by_id(self) -> dict[str, Server]:
+        return {s.id: s for s in self.servers}
+
+    def point_label(self, bench: Benchmark) -> str:
+        """The point's name as specc prints it (`EAGLE3 s3 k1 d4 @ c=2`): point_label."""
+        server = self._servers_by_id.get(bench.server)
+        return point_label(server.label if server is not None else "", bench.server,
+                           bench.params.concurrency)
 
     def benchmarks_of(self, server_id: str) -> list[Benchmark]:
         """The server's points, in plan order (indexed once: a 12,000-job Slurm plan asks

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, Field, fields
+from typing import Any
+
+
+def _fields_of(record: Any) -> tuple[Field, ...]:
+    """A record's (or record type's) dataclass fields: every Record subclass is a dataclass."""
+    return fields(record)
 
 
 class RecordError(ValueError):
@@ -34,7 +40,7 @@ class Record:
     OMITTED_AT_DEFAULT: tuple = ()
 
     def to_json(self) -> dict:
-        return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
+        return {f.name: _dump(getattr(self, f.name)) for f in _fields_of(self)
                 if not (f.name in self.OMITTED_AT_DEFAULT and getattr(self, f.name) == f.default)}
 
     @classmethod
@@ -49,7 +55,7 @@ class Record:
         floats = _FLOAT_FIELDS.get(type(self))
         if floats is None:
             floats = _FLOAT_FIELDS[type(self)] = tuple(
-                f.name for f in fields(self) if f.type in ("float", "float | None"))
+                f.name for f in _fields_of(self) if f.type in ("float", "float | None"))
         for name in floats:   # 120 and 120.0 are one value: always written as a float
             value = getattr(self, name)
             if type(value) is int:
@@ -86,12 +92,12 @@ def _load(tp, value, path: str):
         if not isinstance(value, dict):
             raise PlanError(f"{path}: expected an object, got {_kind(value)}")
         hints = _HINTS.get(tp) or _HINTS.setdefault(tp, typing.get_type_hints(tp))
-        names = {f.name for f in fields(tp)}
+        names = {f.name for f in _fields_of(tp)}
         unknown = sorted(set(value) - names)
         if unknown:
             raise PlanError(f"{path}: unknown key {unknown[0]!r}")
         kwargs = {}
-        for f in fields(tp):
+        for f in _fields_of(tp):
             if f.name in value:
                 kwargs[f.name] = _load(hints[f.name], value[f.name], f"{path}.{f.name}")
             elif f.default is MISSING and f.default_factory is MISSING:

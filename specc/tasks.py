@@ -64,15 +64,14 @@ def _run_dir(run: str) -> Path:
     return d
 
 
-def _plan_points(plan_file: Path) -> int:
-    """How many points plan.json holds; Exit(2) with one line when it is not a plan."""
-    from specc.plan import Plan
+def _open_run(d: Path, *, edited_ok: bool = False):
+    """The run dir through its one door (specc.rundir.RunDir); Exit(2) with its one line."""
+    from specc.rundir import RunDir, RunDirError
 
     try:
-        return len(Plan.load(plan_file).benchmarks)
-    except (OSError, ValueError) as e:   # PlanError is a ValueError
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-    raise Exit(f"error PLAN_UNREADABLE at {plan_file}: {why}", code=2)
+        return RunDir.open(d, edited_ok=edited_ok)
+    except RunDirError as e:
+        raise Exit(_one(e), code=2)
 
 
 @task(help={"experiment": "experiment name (conf/experiment/NAME.yaml)",
@@ -133,14 +132,13 @@ def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
     from tabulate import tabulate
 
-    from specc.files import UnreadableFile
+    from specc.rundir import StateError
     from specc.run.lifecycle import is_leftover
-    from specc.state import StateError, read_state
-    from specc.results import ResultLog
 
     d = _run_dir(run)
+    rd = _open_run(d)
     try:
-        state = read_state(d / "state.json")
+        state = rd.state()
     except StateError as e:
         raise Exit(f"error STATE_UNREADABLE: {e} (`specc down` or `specc run` moves it aside)",
                    code=2)
@@ -164,15 +162,15 @@ def status(c, run):
         _print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive",
                                        "port", "reason"], tablefmt="simple")
                if rows else "no servers started yet")
-    plan_file = d / "plan.json"
-    if plan_file.exists():
-        total = _plan_points(plan_file)
-        try:
-            res = ResultLog(d / "results.jsonl").rows
-        except UnreadableFile as e:
-            raise Exit(f"error RUN_DIR_FILE: {e} (move it aside)", code=2)
-        ok = sum(r["status"] == "ok" for r in res.values())
-        print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
+    from specc.rundir import RunDirError
+
+    total = len(rd.plan.benchmarks)
+    try:
+        res = rd.results()[0]
+    except RunDirError as e:
+        raise Exit(_one(e), code=2)
+    ok = sum(r.status == "ok" for r in res.values())
+    print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 
 
 def _phase(entry: dict, alive: bool) -> str:
@@ -245,10 +243,13 @@ def doctor(c, plan, python=""):
     from specc.plan import Plan
     from specc.run.doctor import check_plan
 
-    try:
-        p = Plan.load(_named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
+    if plan == "latest":   # the last run dir's, through its one door
+        p = _open_run(_named_run(plan, "--plan"), edited_ok=True).plan
+    else:
+        try:
+            p = Plan.load(Path(plan))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2) from None
     found: list = []
     problems = check_plan(p, python=python or None, found=found)
     if problems:
@@ -319,13 +320,16 @@ def down(c, run, grace=10.0):
 def report(c, run):
     """Write report.md/.csv/.json and plots from results.jsonl, and print the tables."""
     from specc.report import ReportError, combine_reports, render_terminal, write_report
+    from specc.rundir import RunDirError
 
     d = _named_run(run)
     if not d.is_dir():
         raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
-    if (d / "plan.json").exists():
+    if os.path.lexists(d / "plan.json"):   # a FIFO or device there is refused when read
         try:
             report = write_report(d)
+        except RunDirError as e:   # its plan.json: the same line in every command
+            raise Exit(_one(e), code=2) from None
         except (ReportError, OSError, ValueError) as e:   # UnreadableFile is a ValueError
             why = f"{e.strerror} ({e.filename})" if isinstance(e, OSError) and e.strerror else e
             raise Exit(f"error REPORT: {why}", code=2)
@@ -352,11 +356,14 @@ def compare(c, runs, threshold="", figures="", json=False):
     regressions flagged (exit 1), provenance differences first; exit 2 for bad input
     (docs/compare.md)."""
     from specc.report.compare import compare_runs, render, strict_json
+    from specc.rundir import RunDirError
 
     try:
         gated = tuple(f.strip() for f in figures.split(",") if f.strip()) if figures else None
         result = compare_runs(list(runs), threshold=float(threshold) if threshold else None,
                               **({"figures": gated} if gated is not None else {}))
+    except RunDirError as e:   # a run's plan.json: the same line in every command
+        raise Exit(_one(e), code=2) from None
     except ValueError as e:   # CompareError, or a threshold that is not a number
         raise Exit(f"error COMPARE: {_one(e)}", code=2)
     _print(strict_json(result) if json else render(result))
@@ -385,10 +392,13 @@ def index(c, runs, rebuild=False, db=""):
     """`specc index RUN...`: add run dirs to the results index `specc history` reads (a
     finished run adds itself); the run dirs stay the source of truth (docs/history.md)."""
     from specc.report.index import IndexDbError, index_runs
+    from specc.rundir import RunDirError
 
     path = _index_db(db, list(runs))
     try:
         out = index_runs(list(runs), path, rebuild=rebuild)
+    except RunDirError as e:   # a run's plan.json: the same line in every command
+        raise Exit(_one(e), code=2) from None
     except IndexDbError as e:
         raise Exit(f"error INDEX: {_one(e)}", code=2)
     from specc.files import one_line
@@ -413,9 +423,12 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     import json as _json
 
     from specc.report.index import IndexDbError, history as read_history, render_history
+    from specc.rundir import RunDirError
 
     try:
         out = read_history(_index_db(db), point, metric)
+    except RunDirError as e:   # an indexed run's plan.json: the same line in every command
+        raise Exit(_one(e), code=2) from None
     except IndexDbError as e:
         raise Exit(f"error INDEX: {_one(e)}", code=2)
     _print(_json.dumps(out, indent=2) if json else render_history(out))

@@ -4,6 +4,8 @@ command, on run dirs written as the executor writes them, and on the simulator."
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import random
@@ -16,6 +18,52 @@ import pytest
 from executor_helpers import PY, REPO
 
 N = 16
+
+
+@functools.cache
+def _template():
+    """A compiled plan's first server and point: what a hand-made run's records start from
+    (every field the strict reader asks for, as the compiler fills it)."""
+    from executor_helpers import SMALL, compose
+    from specc.compile.pipeline import compile_config
+
+    result = compile_config(compose(SMALL))
+    assert result.ok
+    return result.plan
+
+
+def server(sid: str, label: str, target: str, spec: bool):
+    t = _template()
+    s = t.servers[0]
+    params = dataclasses.replace(s.params, target=target, draft="d" if spec else None,
+                                 algorithm="EAGLE3" if spec else None,
+                                 num_steps=1 if spec else None, topk=None,
+                                 num_draft_tokens=None, axes=())
+    return dataclasses.replace(s, id=sid, label=label, baseline=not spec, params=params,
+                               log=f"servers/{sid}.log")
+
+
+def bench(bid: str, sid: str, baseline: str | None, concurrency: int, timeout_s: float):
+    b = _template().benchmarks[0]
+    params = dataclasses.replace(b.params, concurrency=concurrency, dataset="specc", seed=0,
+                                 dataset_path=None, timeout_s=float(timeout_s))
+    return dataclasses.replace(b, id=bid, server=sid, baseline=baseline, params=params,
+                               argv=None)
+
+
+def write_plan(d: Path, servers, benches) -> None:
+    """plan.json as the compiler writes it: the Plan's JSON, then the digest of every byte
+    before it (what `specc run` and every reader check)."""
+    import hashlib
+
+    from specc.plan import Plan
+
+    t = _template()
+    plan = Plan(experiment="t", engine=t.engine, servers=tuple(servers),
+                benchmarks=tuple(benches), engine_info=t.engine_info)
+    body = plan.dumps()[:-2].encode()   # without the closing brace
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    (d / "plan.json").write_bytes(body + f',\n"digest":"{digest}"}}\n'.encode())
 
 
 def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str = "x",
@@ -33,16 +81,11 @@ def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str =
     for label in points:
         sid = f"{label.replace(' ', '-')}-{ids}"
         spec = label != "baseline"
-        servers.append({"id": sid, "label": label, "host": "localhost", "port": 30000,
-                        "params": {"target": target, "draft": "d" if spec else None,
-                                   "algorithm": "EAGLE3" if spec else None,
-                                   "num_steps": 1 if spec else None}})
+        servers.append(server(sid, label, target, spec))
         for c in concurrency:
             bid = f"{sid}-c{c}"
-            benches.append({"id": bid, "server": sid,
-                            "baseline": f"baseline-{ids}-c{c}" if spec else None,
-                            "params": {"concurrency": c, "dataset": "specc", "seed": 0,
-                                       "timeout_s": 600 if ids == "x" else 900}})
+            benches.append(bench(bid, sid, f"baseline-{ids}-c{c}" if spec else None, c,
+                                 600 if ids == "x" else 900))
             if (label, c) in skip:
                 continue
             f = slower.get(label, 1.0)
@@ -69,8 +112,7 @@ def _write_run(d: Path, *, slower: dict | None = None, seed: int = 1, ids: str =
                          "intervals": {"output_throughput": [tput * 0.98, tput * 1.02],
                                        "mean_ttft_ms": [34.0 * f, 36.0 * f],
                                        "mean_tpot_ms": [per_tok * 980 * f, per_tok * 1020 * f]}})
-    (d / "plan.json").write_text(json.dumps({"version": 2, "experiment": "t", "engine": "sim",
-                                             "servers": servers, "benchmarks": benches}))
+    write_plan(d, servers, benches)
     (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if manifest is not None:
         (d / "manifest.json").write_text(json.dumps(manifest))

@@ -170,7 +170,9 @@ def test_unparseable_middle_line_is_skipped_with_warning(run_a):
 
 
 def test_no_plan_is_an_error(tmp_path):
-    with pytest.raises(R.ReportError, match="no plan.json"):
+    from specc.rundir import RunDirError
+
+    with pytest.raises(RunDirError, match="RUN_DIR_INVALID .*no plan.json"):
         R.build_report(tmp_path)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Iterable
+from typing import Any
 from dataclasses import MISSING, fields
 
 from specc.plan import Params
@@ -29,12 +31,13 @@ def build_many(cls, count: int, varying: dict[str, list], shared: dict | None = 
     unknown = sorted((varying.keys() | shared.keys()) - names.keys())
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
-    columns = []
+    columns: list[Iterable[Any]] = []
     for name, f in names.items():
         if name in varying:
-            column = varying[name]
-            if len(column) != count:
-                raise ValueError(f"{name}: {len(column)} values for {count} records")
+            given = varying[name]
+            if len(given) != count:
+                raise ValueError(f"{name}: {len(given)} values for {count} records")
+            column: Iterable[Any] = given
         elif name in shared:
             column = itertools.repeat(shared[name], count)
         elif f.default is not MISSING:

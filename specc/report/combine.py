@@ -12,6 +12,7 @@ from specc.report.decision import grid_lines
 from specc.report.html import render_html
 from specc.report.model import DASH, PointRow, ReportError, _best, _groups, _plain
 from specc.report.read import build_report
+from specc.rundir import RunDirError
 from specc.report.tables import (NOTES, _best_table, _csv_text, _failure_lines, _group_table,
                                  _pending_lines, _status_line, _table, md as md_text, md_code)
 
@@ -117,7 +118,7 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
                 "overrides": " ".join(_overrides(rd))}
         try:
             rep = build_report(rd)
-        except ReportError as e:
+        except (ReportError, RunDirError) as e:
             info.update(experiment=DASH, engine=DASH, error=str(e))
             jobs.append(info)
             continue

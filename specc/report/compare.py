@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from specc import stats
-from specc.manifest import ManifestError, parse_manifest, read_manifest
+from specc.manifest import ManifestError, parse_manifest
+from specc.plan import BenchParams, ServerParams
 from specc.report import causes, columns
-from specc.results import read_rows
+from specc.rundir import PLAN_JSON, RunDir, plan_problem
 
 #: Client parameters that change how many requests a point sends, or how long it may
 #: wait, but not what it measures.
@@ -111,13 +113,19 @@ def _key(server_params: dict, bench_params: dict) -> str:
     return json.dumps([s, b], sort_keys=True, default=str)
 
 
+def point_key(server: ServerParams, bench: BenchParams) -> str:
+    """What a point measures, from its typed params (the key compare matches points by and
+    the index keys a configuration's history by)."""
+    return _key(server.to_json(), bench.to_json())
+
+
 def load_run(path: Path | str, *, save: bool = True) -> Run:
     """A run dir's points by what they measure, with its request records; CompareError for
-    what cannot be read. From the run's columnar copy (columns.FILE) when it was built
-    from these very files; else from the files, and the copy (re)written with ``save``
-    where the run dir takes it."""
+    what cannot be read, RunDirError for a plan.json that is not the reviewed plan. From
+    the run's columnar copy (columns.FILE) when it was built from these very files; else
+    from the files, and the copy (re)written with ``save`` where the run dir takes it."""
     d = Path(path)
-    if not (d / "plan.json").is_file():
+    if not os.path.lexists(d / PLAN_JSON):
         raise CompareError(f"{d}: no plan.json here (not a run dir); give a run dir "
                            "(outputs/<experiment>/<stamp>)")
     res_path = d / "results.jsonl"
@@ -126,11 +134,14 @@ def load_run(path: Path | str, *, save: bool = True) -> Run:
     digest, benchmarks = columns.listing_digest(d)
     cached = columns.read(d, digest)
     if cached is not None:
+        problem = plan_problem(d / PLAN_JSON)   # the copy was made from a reviewed plan.json
+        if problem is not None:                 # with these bytes; still, never trust it
+            raise problem
         try:
             return Run.from_json(d, cached[1], cached[0])
         except (KeyError, TypeError, ValueError):
             pass   # not what write() wrote: read the files
-    run = _read_files(d)
+    run = _read_files(RunDir.open(d))
     run.requests = columns.build(d, benchmarks)
     if save:
         try:
@@ -140,55 +151,48 @@ def load_run(path: Path | str, *, save: bool = True) -> Run:
     return run
 
 
-def _read_files(d: Path) -> Run:
-    plan = _plan_file(d / "plan.json")
-    try:
-        servers = {s["id"]: s for s in plan["servers"]}
-        benchmarks = list(plan["benchmarks"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CompareError(f"{d / 'plan.json'}: corrupt ({type(e).__name__}: {e}); compile "
-                           "the experiment again or restore the file") from None
+def _read_files(run_dir: RunDir) -> Run:
+    d, plan = run_dir.path, run_dir.plan
     res_path = d / "results.jsonl"
-    rows, warnings = read_rows(res_path)
+    rows, warnings = run_dir.results()
     if not rows and res_path.stat().st_size:
         raise CompareError(f"{res_path}: corrupt (no line is a result row: "
                            f"{warnings[0] if warnings else 'empty'}); rerun the sweep")
-    report = _json_file(d / "report.json")
-    manifest = _manifest(d, report)
+    report = run_dir.report_json()
+    manifest = _manifest(run_dir, report)
     # the intervals report.json holds (the speedup's, from requests/) beside the row's own
     report_rows = {r.get("benchmark"): r for r in report.get("rows") or [] if isinstance(r, dict)}
     points: dict[str, Point] = {}
     planned: dict[str, str] = {}
-    for b in benchmarks:
-        srv = servers.get(b.get("server"), {})
-        key = _key(srv.get("params") or {}, b.get("params") or {})
-        c = (b.get("params") or {}).get("concurrency")
-        label = f"{srv.get('label') or b.get('server')} @ c={c}"
+    for b in plan.benchmarks:
+        key = point_key(plan.server(b.server).params, b.params)
+        label = plan.point_label(b)
         planned[key] = label
-        row = rows.get(b["id"])
+        row = rows.get(b.id)
         if row is None:
             continue
         ivs = dict(row.extra.get("intervals") or {}) if isinstance(
             row.extra.get("intervals"), dict) else {}
-        rep = report_rows.get(b["id"]) or {}
+        rep = report_rows.get(b.id) or {}
         for _, metric in FIGURES.values():
             if metric not in ivs and _number(rep.get(f"{metric}_lo")) and _number(
                     rep.get(f"{metric}_hi")):
                 ivs[metric] = [rep[f"{metric}_lo"], rep[f"{metric}_hi"]]
         t = row.extra.get("finished_at")
-        points[key] = Point(key=key, label=label, benchmark=b["id"], status=row.status,
-                            metrics=row.metrics, intervals=ivs, baseline=b.get("baseline"),
+        points[key] = Point(key=key, label=label, benchmark=b.id, status=row.status,
+                            metrics=row.metrics, intervals=ivs, baseline=b.baseline,
                             duration=_duration(row), finished_at=t if _number(t) else None)
     return Run(d, manifest, points, planned, warnings)
 
 
-def _manifest(d: Path, report: dict) -> dict:
+def _manifest(run_dir: RunDir, report: dict) -> dict:
     """The run's manifest through its one reader (manifest.json, else report.json's copy),
     as JSON; {} when it has none. CompareError naming the file and field when it is bad."""
     try:
-        found = read_manifest(d)
+        found = run_dir.manifest()
         if found is None and "manifest" in report:
-            found = parse_manifest(report["manifest"], str(d / "report.json"), "manifest")
+            found = parse_manifest(report["manifest"], str(run_dir.path / "report.json"),
+                                   "manifest")
     except ManifestError as e:
         raise CompareError(f"{e}; rerun the report (specc report RUN_DIR), or delete it") \
             from None
@@ -207,39 +211,6 @@ def _duration(row) -> float:
 
 
 # --------------------------------------------------------------------------- reading
-
-def _plan_file(path: Path):
-    """plan.json through the bounded reader: a FIFO, /dev/zero or a file over its cap is
-    one line (CompareError), never a hang or a read without end."""
-    from specc.files import PLAN_BYTES, UnreadableFile, load_json
-
-    try:
-        return load_json(path, PLAN_BYTES)
-    except (OSError, UnreadableFile) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise CompareError(f"{path}: corrupt or unreadable ({why}); compile the experiment "
-                           "again or restore the file") from None
-
-
-def _json_file(path: Path) -> dict:
-    """report.json through the bounded reader: absent or not JSON, {} (compare reads it
-    only for intervals and the manifest); a FIFO, a device, a file over its cap,
-    CompareError."""
-    from specc.files import PLAN_BYTES, UnreadableFile, parse_json, read_bounded
-
-    try:
-        raw = read_bounded(path, PLAN_BYTES)
-    except FileNotFoundError:
-        return {}
-    except UnreadableFile as e:
-        raise CompareError(f"{e}; move it aside, or rewrite it: specc report "
-                           f"{path.parent}") from None
-    try:
-        obj = parse_json(raw, str(path))
-    except UnreadableFile:
-        return {}
-    return obj if isinstance(obj, dict) else {}
-
 
 def strict_json(result: dict) -> str:
     """``result`` as strict JSON: a non-finite number (JSON has none; `compare --json` is

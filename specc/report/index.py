@@ -22,6 +22,7 @@ from pathlib import Path
 
 from specc.report import indexpath
 from specc.report.compare import FIGURES, CompareError, load_run
+from specc.rundir import PLAN_JSON, plan_problem
 
 #: Where the index lives unless --db says: specc/report/indexpath.py (beside the run dirs).
 ENV = indexpath.ENV
@@ -301,18 +302,22 @@ def index_runs(paths: list, db: Path, *, rebuild: bool = False) -> dict:
     held (those still on disk) and the given ones. Returns {indexed: [[path, points]],
     gone: [paths the old index held that are no longer run dirs]}."""
     dirs = run_dirs(paths)
+    for d in dirs:   # before the index is touched: a plan.json that is not the reviewed plan
+        problem = plan_problem(d / PLAN_JSON)
+        if problem is not None:
+            raise problem
     gone: list[str] = []
     if rebuild:
         old = _old_runs(db)
-        _remove_index(db)
         have = {str(d.resolve()) for d in dirs}
         for p in old:
             if p in have:
                 continue
-            if (Path(p) / "plan.json").is_file():
+            if (Path(p) / PLAN_JSON).is_file() and plan_problem(Path(p) / PLAN_JSON) is None:
                 dirs.append(Path(p))
-            else:
+            else:   # gone, or its plan.json no longer the one it ran (specc index names it)
                 gone.append(p)
+        _remove_index(db)
     if not dirs and not rebuild:
         raise IndexDbError("give run dirs to index (specc index RUN_DIR...), or --rebuild")
     conn = connect(db)
@@ -380,12 +385,29 @@ def history(db: Path, point: str = "", metric: str = "output_throughput") -> dic
                            "finish, older ones with: specc index RUN_DIR...")
     conn = connect(db)
     try:
-        return _history(conn, db, point, metric)
+        out = _history(conn, db, point, metric)
+        shown = ([r["run"] for r in out["runs"]] if "runs" in out else
+                 [r[0] for r in conn.execute("SELECT path FROM runs ORDER BY id")])
     except sqlite3.Error as e:
         raise IndexDbError(f"{db}: not a readable results index ({e}); "
                            f"{_rebuild_hint(db)}") from None
     finally:
         conn.close()
+    _check_plans(shown)
+    return out
+
+
+def _check_plans(paths) -> None:
+    """The runs a history shows are the runs they were: each run dir still on disk must
+    hold the plan.json it ran (the index outlives a run dir deleted since, not one whose
+    plan was edited): RunDirError, the same line as every command's, for one that does not."""
+    for p in paths:
+        plan_file = Path(p) / PLAN_JSON if isinstance(p, str) and p else None
+        if plan_file is None or not os.path.lexists(plan_file):
+            continue
+        problem = plan_problem(plan_file)
+        if problem is not None:
+            raise problem
 
 
 def _history(conn, db: Path, point: str, metric: str) -> dict:

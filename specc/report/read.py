@@ -4,26 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specc.plan import Plan, PlanError
-from specc.report.model import PointRow, Report, ReportError
-from specc.results import ResultRow, read_rows, speedup
-from specc.state import StateError, read_state
+from specc.report.model import PointRow, Report
+from specc.results import ResultRow, speedup
+from specc.rundir import RunDir, StateError
 
 
 def build_report(run_dir: Path | str) -> Report:
-    """Read plan.json, results.jsonl and state.json of ``run_dir``; write nothing."""
-    run_dir = Path(run_dir)
-    plan_path = run_dir / "plan.json"
-    if not plan_path.exists():
-        raise ReportError(f"{run_dir}: no plan.json (was the config valid?)")
-    try:
-        plan = Plan.load(plan_path)   # the one strict reader: a corrupt plan is one line
-    except PlanError as e:
-        raise ReportError(f"{plan_path}: {e}") from None
-    results, warnings = read_rows(run_dir / "results.jsonl")
+    """Read plan.json, results.jsonl and state.json of ``run_dir``; write nothing.
+    RunDirError (one line) for a plan.json that is not the reviewed plan."""
+    rd = RunDir.open(run_dir)
+    run_dir, plan = rd.path, rd.plan
+    results, warnings = rd.results()
+    warnings = list(warnings)
 
     try:   # the one strict reader the executor and `specc down` use
-        state = read_state(run_dir / "state.json")
+        state = rd.state()
     except StateError as e:
         state = {}
         warnings.append(f"state.json: {e}; server states not shown")
@@ -34,9 +29,7 @@ def build_report(run_dir: Path | str) -> Report:
     decision = None
     measured = None   # search=tune: the servers the search started (others are not pending)
     if plan.search is not None:
-        from specc.run.tune import read as read_decision
-
-        decision = read_decision(run_dir)
+        decision = rd.tune()
         measured = {r.server for r in results.values()}
     for b in plan.benchmarks:
         bid = b.id

@@ -24,6 +24,7 @@ from specc.plan import Plan, Server
 from specc.run.progress import SweepProgress
 from specc.run.readiness import wait_ready
 from specc.results import ResultLog
+from specc.rundir import accept_edited
 from specc.state import RunState, StateError, corrupt_line
 
 
@@ -215,7 +216,7 @@ class Executor:
                     await self._stop_async(server, "failed", reason=taken)
                     break
                 self.state.update(server.id, status="benchmarking", point=bench.id)
-                self.progress.point_started(bench.id, f"{server.label} @ c={bench.params.concurrency}")
+                self.progress.point_started(bench.id, self.plan.point_label(bench))
                 await self._sample_machine(f"before {bench.id}")
                 row = await self._watched_point(running, bench)
                 await self._sample_machine(f"after {bench.id}")
@@ -382,6 +383,7 @@ def execute_plan(plan: Plan, run_dir: Path, *, ctx=None, retry_failed: bool = Fa
     with interrupts.handled(stopper):
         try:
             with rundir.locked(run_dir):
+                accept_edited(run_dir)   # what runs is what its report reads (specc.rundir)
                 code = _execute_locked(plan, run_dir, ctx, retry_failed, stopper)
         except rundir.RunDirBusy as e:
             print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)

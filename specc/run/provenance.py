@@ -9,7 +9,6 @@ run's report.
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 import re
 import shutil
@@ -21,6 +20,9 @@ from pathlib import Path
 from specc.files import atomic_write
 from specc.manifest import (MANIFEST, MANIFEST_VERSION, DatasetHash, EngineRelease, GpuInfo,
                             GpuProcess, Launch, LoadRange, MachineState, Manifest, SpeccInfo)
+from specc.plan import Plan
+from specc.rundir import RunDir, StateError
+
 #: The prompt set specc ships (dataset=specc): the file a `specc` point's prompts come from.
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts.jsonl"
 
@@ -108,13 +110,13 @@ def gpu_info(smi: str = "nvidia-smi") -> dict:
 
 # -- the plan's inputs -----------------------------------------------------------------
 
-def dataset_hashes(benchmarks: list[dict]) -> list[dict]:
+def dataset_hashes(benchmarks) -> list[dict]:
     """Each distinct prompt source the points read, with its content's sha256 (null with
     `note` where it is not a local file: generated prompts, a Hugging Face dataset id)."""
     seen: dict[tuple, dict] = {}
     for b in benchmarks:
-        p = b.get("params") or {}
-        kind, path = p.get("dataset"), p.get("dataset_path")
+        p = b.params
+        kind, path = p.dataset, p.dataset_path
         key = (kind, path)
         if key in seen:
             continue
@@ -123,7 +125,7 @@ def dataset_hashes(benchmarks: list[dict]) -> list[dict]:
             entry["path"] = "specc/data/prompts.jsonl"
             entry["sha256"] = sha256_file(SHIPPED_PROMPTS)
         elif kind == "random":
-            entry["note"] = f"generated from the seed ({p.get('seed')})"
+            entry["note"] = f"generated from the seed ({p.seed})"
         elif path and Path(path).is_file():
             entry["sha256"] = sha256_file(path)
         elif path:
@@ -132,31 +134,31 @@ def dataset_hashes(benchmarks: list[dict]) -> list[dict]:
     return list(seen.values())
 
 
-def launch_commands(servers: list[dict]) -> list[dict]:
+def launch_commands(servers) -> list[dict]:
     """Each server's resolved launch command, secrets as `${NAME}` references (they are in
     the plan already; split again so that a hand-edited plan cannot leak one here)."""
     from specc.secrets import split_args, split_env
 
     out = []
     for s in servers:
-        argv, _, _ = split_args(list(s.get("argv") or []))
-        env, _ = split_env(dict(s.get("env") or {}))
-        out.append({"server": s.get("id"), "label": s.get("label"), "argv": argv, "env": env,
-                    "secrets": list(s.get("secrets") or [])})
+        argv, _, _ = split_args(list(s.argv))
+        env, _ = split_env(dict(s.env))
+        out.append({"server": s.id, "label": s.label, "argv": argv, "env": env,
+                    "secrets": list(s.secrets)})
     return out
 
 
-def engine_info(plan: dict, state: dict) -> dict:
+def engine_info(plan: Plan, state: dict) -> dict:
     """The engine and its release: as the plan pinned it, and as each running server
     reported it (recorded in state.json when the server became ready)."""
-    info = plan.get("engine_info") or {}
+    info = plan.engine_info
     reported = {}
     for sid, st in ((state or {}).get("servers") or {}).items():
         if isinstance(st, dict) and st.get("engine_release"):
             reported[sid] = st["engine_release"]
     releases = sorted(set(reported.values()))
-    return {"name": plan.get("engine"), "pinned_release": info.get("pinned_version"),
-            "plan_release": info.get("version"),
+    return {"name": plan.engine, "pinned_release": info.pinned_version,
+            "plan_release": info.version,
             "reported_release": releases[0] if len(releases) == 1 else (releases or None),
             "reported_by_server": reported}
 
@@ -177,20 +179,21 @@ def machine_state(run_dir: Path) -> MachineState | None:
 
 
 def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> Manifest:
-    """The manifest of ``run_dir`` (plan.json required; state.json optional)."""
-    run_dir = Path(run_dir)
-    plan = json.loads((run_dir / "plan.json").read_text())
+    """The manifest of ``run_dir`` (plan.json required, through its one door; state.json
+    optional)."""
+    rd = RunDir.open(run_dir)
+    run_dir, plan = rd.path, rd.plan
     try:
-        state = json.loads((run_dir / "state.json").read_text())
-    except (OSError, ValueError):
+        state = rd.state()
+    except StateError:
         state = {}
     config = run_dir / ".hydra" / "config.yaml"
-    engine = engine_info(plan, state if isinstance(state, dict) else {})
+    engine = engine_info(plan, state)
     reported = engine["reported_release"]
     gpu = gpus if gpus is not None else gpu_info()
     return Manifest(
         version=MANIFEST_VERSION,
-        experiment=plan.get("experiment"),
+        experiment=plan.experiment,
         specc=SpeccInfo(**specc_info()),
         engine=EngineRelease(**{**engine, "reported_release": tuple(reported) if isinstance(
             reported, list) else reported}),
@@ -199,13 +202,13 @@ def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> Manifest
         python_executable=sys.executable,
         platform=platform.platform(),
         gpu=GpuInfo(**gpu),
-        datasets=tuple(DatasetHash(**d) for d in dataset_hashes(plan.get("benchmarks") or [])),
+        datasets=tuple(DatasetHash(**d) for d in dataset_hashes(plan.benchmarks)),
         config_sha256=sha256_file(config) if config.exists() else None,
-        plan_sha256=sha256_file(run_dir / "plan.json"),
-        plan_digest=plan.get("digest"),
+        plan_sha256=rd.plan_sha256,
+        plan_digest=rd.digest,
         launch=tuple(Launch(server=x["server"], label=x["label"], argv=tuple(x["argv"]),
                             env=x["env"], secrets=tuple(x["secrets"]))
-                     for x in launch_commands(plan.get("servers") or [])),
+                     for x in launch_commands(plan.servers)),
         machine=machine_state(run_dir))
 
 
@@ -214,7 +217,7 @@ def write_manifest(run_dir: Path | str, **kw) -> Path | None:
     run_dir = Path(run_dir)
     try:
         atomic_write(run_dir / MANIFEST, build_manifest(run_dir, **kw).dumps())
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError) as e:   # RunDirError is a ValueError
         print(f"warning: {MANIFEST} not written ({e})", file=sys.stderr)
         return None
     return run_dir / MANIFEST

@@ -213,29 +213,16 @@ def latest(root: Path | str = OUTPUTS) -> Path | None:
     return max(found, key=lambda d: (_last_used(d), str(d)), default=None)
 
 
-def recorded_digest(plan_file: Path) -> str | None:
-    """The digest plan.json's last line records, read from its tail only (a plan of 10^5
-    points is tens of MB); checked against the whole file only for a match."""
-    try:
-        with open(plan_file, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 200))
-            tail = f.read()
-    except OSError:
-        return None
-    at = tail.rfind(b'"digest":"')
-    return tail[at + 10:at + 10 + 71].decode("ascii", "replace") if at >= 0 else None
-
-
 def progress_of(run_dir: Path, plan) -> tuple[int, int, str | None]:
     """(points finished, points that count, why the run is unfinished or None). An executor
     must have started here (state.json or results.jsonl); search=tune counts the points of
     the servers it started and is unfinished until its search stopped on its own."""
     from specc.results import read_rows
-    from specc.state import StateError, read_state
+    from specc.rundir import StateError, state_of, tune_decision
 
     run_dir = Path(run_dir)
     try:
-        ran = bool(read_state(run_dir / "state.json").get("executor"))
+        ran = bool(state_of(run_dir).get("executor"))
     except StateError:
         ran = True   # something was started; the executor says what is wrong with it
     if not ran and not (run_dir / "results.jsonl").exists():
@@ -246,9 +233,7 @@ def progress_of(run_dir: Path, plan) -> tuple[int, int, str | None]:
         return 0, len(plan.benchmarks), "its results.jsonl cannot be read"
     done = sum(b.id in rows for b in plan.benchmarks)
     if plan.search is not None:
-        from specc.run.tune import read as read_tune
-
-        tune = read_tune(run_dir) or {}
+        tune = tune_decision(run_dir) or {}
         if not tune.get("stopped"):
             return done, len(plan.benchmarks), "the search had not finished"
         return done, done, None
@@ -259,7 +244,7 @@ def progress_of(run_dir: Path, plan) -> tuple[int, int, str | None]:
 def unfinished_runs(run_dir: Path | str, digest: str, plan) -> list[tuple[Path, str, str | None]]:
     """Other run dirs beside `run_dir` holding the same plan (same digest, unedited) whose
     run did not finish, last used first: (dir, what is left, who runs it now or None)."""
-    from specc.plan import digest_check
+    from specc.rundir import PLAN_JSON, plan_problem, recorded_digest
 
     run_dir = Path(run_dir)
     here = os.path.realpath(run_dir)
@@ -270,15 +255,8 @@ def unfinished_runs(run_dir: Path | str, digest: str, plan) -> list[tuple[Path, 
         return []
     out = []
     for d in siblings:
-        plan_file = d / "plan.json"
-        if not plan_file.is_file() or recorded_digest(plan_file) != digest:
-            continue
-        try:
-            recorded, unedited = digest_check(plan_file.read_bytes())
-        except OSError:
-            continue
-        if recorded != digest or not unedited:
-            continue
+        if recorded_digest(d) != digest or plan_problem(d / PLAN_JSON) is not None:
+            continue   # another plan, or this one edited since (its digest no longer matches)
         done, total, why = progress_of(d, plan)
         if why is not None:
             out.append((d, f"{done} of {total} points finished; {why}", busy(d)))

@@ -220,8 +220,7 @@ class Driver:
             self.progress.server_phase(a.server, a.phase, a.since, a.detail)
         elif isinstance(a, jt.PointStarted):
             bench = self.bench[a.point]
-            self.progress.point_started(
-                a.point, f"{self.plan.server(a.server).label} @ c={bench.params.concurrency}")
+            self.progress.point_started(a.point, self.plan.point_label(bench))
         elif isinstance(a, jt.ServerState):
             if a.fresh:
                 self.state.start(a.server, **a.fields)
@@ -417,6 +416,9 @@ def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> i
         return exits.INVALID
     try:
         with rundir.locked(run_dir, command="specc run (Slurm driver)"):
+            from specc.rundir import accept_edited
+
+            accept_edited(run_dir)   # what runs is what its report reads
             code = _drive(plan, run_dir, retry_failed)
     except rundir.RunDirBusy as e:   # one driver (or executor) per run dir
         print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
@@ -474,9 +476,11 @@ def is_slurm_run(run_dir: Path) -> bool:
 
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
-    try:
-        return Plan.load(Path(run_dir) / "plan.json").cluster is not None
-    except (OSError, ValueError):   # PlanError is a ValueError
+    from specc.rundir import RunDir, RunDirError
+
+    try:   # whatever its digest: `down` must cancel the jobs of a plan edited since
+        return RunDir.open(run_dir, edited_ok=True).plan.cluster is not None
+    except RunDirError:
         return jobs_path(run_dir).exists()
 
 
@@ -496,11 +500,12 @@ def status_text(run_dir: Path) -> str:
     its servers' phase from state.json."""
     from tabulate import tabulate
 
-    state = {}
-    try:
-        state = load_json(Path(run_dir) / "state.json", STATE_BYTES).get("servers") or {}
-    except (OSError, ValueError, AttributeError):
-        pass
+    from specc.rundir import StateError, state_of
+
+    try:   # the executor's state.json through its one checked reader
+        state = state_of(run_dir).get("servers") or {}
+    except StateError:
+        state = {}
     try:
         jobs, queue = _ours(run_dir)
         note = ""

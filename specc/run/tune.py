@@ -15,9 +15,7 @@ import time
 from pathlib import Path
 
 from specc.files import atomic_write
-
-#: The decision's file in the run dir.
-TUNE_JSON = "tune.json"
+from specc.rundir import TUNE_JSON   # its reader: specc.rundir.tune_decision
 
 
 def model_for(plan):
@@ -163,12 +161,3 @@ def _duration(row: dict | None) -> float:
 
 def write(run_dir: Path, decision: dict) -> None:
     atomic_write(Path(run_dir) / TUNE_JSON, json.dumps(decision, indent=2) + "\n")
-
-
-def read(run_dir: Path) -> dict | None:
-    """tune.json, or None (a grid run, or one that could not be read)."""
-    try:
-        data = json.loads((Path(run_dir) / TUNE_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
