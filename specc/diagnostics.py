@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from specc.records import Record
+
 SEVERITIES = ("error", "warning", "info")
 
 
 @dataclass(frozen=True, order=True)
-class Diagnostic:
+class Diagnostic(Record):
+    """One problem: plan.json keeps the compile's (its `diagnostics`), read back by the
+    records' reader."""
+
     code: str
     severity: str
     path: str

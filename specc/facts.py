@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from specc.records import Record, _load
 
 #: Keys taken from config.json (or its text_config for multimodal wrappers).
 CONFIG_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "max_seq_len",
@@ -64,12 +67,13 @@ def path_problem(path: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class ModelFacts:
-    """What specc knows about one model, where each value came from, and what was wrong."""
+class ModelFacts(Record):
+    """What specc knows about one model, where each value came from, and what was wrong.
+    plan.json states the target's and the draft's (`facts`): to_json / read."""
 
     path: str
-    values: dict = field(default_factory=dict)
-    sources: dict = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     #: The context length as the engine derives it (rope rules), None if unknown.
     context_length: int | None = None
     #: (fact key or "" for the whole file, one line naming the file and the field).
@@ -95,6 +99,27 @@ class ModelFacts:
         if self.dropped_facts_for is not None:
             out["dropped_facts_for"] = self.dropped_facts_for
         return out
+
+    @classmethod
+    def read(cls, value, path: str) -> ModelFacts:
+        """The facts plan.json states (to_json's keys): RecordError naming the first misfit.
+        What was wrong with the model's files is the compile's to say, not the plan's."""
+        data = _load(_StatedFacts, value, path)
+        return cls(path=data.path, values=data.values, sources=data.sources,
+                   context_length=data.derived_context_length, location=data.location,
+                   dropped_facts_for=data.dropped_facts_for)
+
+
+@dataclass(frozen=True)
+class _StatedFacts(Record):
+    """ModelFacts as plan.json writes them (ModelFacts.to_json), for the strict reader."""
+
+    path: str
+    location: str
+    values: dict[str, Any]
+    sources: dict[str, str]
+    derived_context_length: int | None
+    dropped_facts_for: str | None = None
 
 
 @dataclass(frozen=True)

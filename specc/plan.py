@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 
+from specc.diagnostics import Diagnostic
+from specc.facts import ModelFacts
 from specc.records import PlanError, Record, _kind, _load
 
 #: bench_serving's random dataset's ShareGPT-format source, relative to the run dir: a
@@ -272,6 +274,14 @@ class ScheduleLag(Record):
 
 # -- the engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
+class ReleaseProbe(Record):
+    """Where a running server says its release: GET each of `paths` until one answers a
+    JSON object, and read `field` (a dotted key) from it."""
+    paths: tuple[str, ...]
+    field: str = "version"
+
+
+@dataclass(frozen=True)
 class EngineInfo(Record):
     """What running the plan needs to know of its engine, written by the engine's adapter at
     compile time: the process that runs a plan imports no adapter (docs/architecture.md)."""
@@ -289,9 +299,9 @@ class EngineInfo(Record):
     parser: str
     #: The distribution whose installed release must be `version` (None: specc's own).
     package: str | None = None
-    #: Where a running server says its release: {"paths": [...], "field": dotted key}
-    #: (None: it does not); the run manifest records the answer (specc/run/provenance.py).
-    release_probe: dict | None = None
+    #: Where a running server says its release (None: it does not); the run manifest
+    #: records the answer (specc/run/provenance.py).
+    release_probe: ReleaseProbe | None = None
 
     def _check(self):
         out = [] if self.launcher else ["launcher: at least the program"]
@@ -561,10 +571,23 @@ class Benchmark(Record):
 
 @dataclass(frozen=True)
 class Dropped(Record):
-    point: dict
+    """Sweep points the compiler left out: `point` is the swept values (config path -> its
+    JSON value) they share, `code` and `reason` why."""
+    point: dict[str, typing.Any]
     code: str
     reason: str
     points: int = 1
+
+
+@dataclass(frozen=True)
+class Estimates(Record):
+    """The compiler's time estimates: each server's (start and its points), and the whole
+    run's wall time (waves in parallel), with what they came from."""
+    servers_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None
+    note: str = ""
+
+    OMITTED_AT_DEFAULT = ("servers_s", "wall_s", "note")
 
 
 # -- where the plan runs ------------------------------------------------------------------
@@ -660,10 +683,11 @@ class Search(Record):
     gpu: str | None = None
     #: Mean KV tokens per sequence while decoding (input_len + output_len / 2).
     context: float | None = None
-    #: The draft model's facts, as the tuner reads them.
-    draft_facts: dict | None = None
+    #: The draft model's facts (specc.facts.ModelFacts.values: fact key -> its value), as the
+    #: tuner reads them.
+    draft_facts: dict[str, typing.Any] | None = None
     #: Latency SLO, e.g. {"p99_ttft_ms": 200}: the capacity at it is reported.
-    slo: dict = field(default_factory=dict)
+    slo: dict[str, float] = field(default_factory=dict)
 
     def _check(self):
         out = [] if self.name == "tune" else [f"name {self.name!r}: only 'tune' is a search"]
@@ -683,11 +707,12 @@ class Plan(Record):
     engine: str
     servers: tuple[Server, ...]
     benchmarks: tuple[Benchmark, ...]
-    diagnostics: tuple[dict, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()
     dropped: tuple[Dropped, ...] = ()
     engine_info: EngineInfo = field(kw_only=True)   # required; kw_only keeps plan.json's order
-    facts: dict = field(default_factory=dict)
-    estimates: dict = field(default_factory=dict)
+    #: The model facts the plan states: "target", and "draft" (None without one).
+    facts: dict[str, ModelFacts | None] = field(default_factory=dict)
+    estimates: Estimates = field(default_factory=lambda: Estimates())
     fail_fast: bool = False
     #: The Slurm jobs (cluster=slurm); None, and left out of plan.json: runs on this machine.
     cluster: Cluster | None = None
@@ -758,7 +783,7 @@ class Plan(Record):
 
     @property
     def errors(self) -> list:
-        return [d for d in self.diagnostics if d["severity"] == "error"]
+        return [d for d in self.diagnostics if d.severity == "error"]
 
     # -- (de)serialisation -------------------------------------------------------
     def to_json(self) -> dict:

@@ -109,7 +109,7 @@ def test_null_fields_count_as_absent_and_a_symlinked_file_is_read(compose, tmp_p
     os.symlink(blob, d / "config.json")
     result, errors = _errors(compose, d)
     assert errors == [] and result.ok
-    assert result.plan.facts["target"]["values"]["max_position_embeddings"] == 4096
+    assert result.plan.facts["target"].values["max_position_embeddings"] == 4096
 
 
 def test_a_bad_index_file_is_reported_too(compose, tmp_path):

@@ -94,7 +94,7 @@ def test_no_baseline_when_disabled(compose):
     assert result.ok
     assert all(not s.baseline for s in result.plan.servers)
     assert all(b.baseline is None for b in result.plan.benchmarks)
-    assert "NO_BASELINE" in {d["code"] for d in result.plan.diagnostics}
+    assert "NO_BASELINE" in {d.code for d in result.plan.diagnostics}
 
 
 def _ids(plan):
@@ -330,9 +330,9 @@ def test_wall_time_estimate_uses_the_hardware_gpu_calibration(compose):
     HBM bandwidth) estimates a longer sweep than the measured H200, and says which it used."""
     h200 = _compile(compose, PACK + ["hardware=h200x8", "hardware.tp=1"]).plan.estimates
     h100 = _compile(compose, PACK + ["hardware=h100x8", "hardware.tp=1"]).plan.estimates
-    assert "H200 calibration measured" in h200["note"]
-    assert "H100 calibration derived" in h100["note"]
-    assert h100["wall_s"] > h200["wall_s"]
+    assert "H200 calibration measured" in h200.note
+    assert "H100 calibration derived" in h100.note
+    assert h100.wall_s > h200.wall_s
 
 
 def test_a_sweep_over_lengths_reads_the_prompt_set_once(compose, monkeypatch):

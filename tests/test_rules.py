@@ -541,16 +541,16 @@ def test_config_json_wins_and_is_the_recorded_source(compose, tmp_path):
     result = compile_config(cfg)
     assert result.ok, [d.line() for d in result.diagnostics]
     facts = result.plan.facts["target"]
-    assert facts["values"]["max_position_embeddings"] == 4096     # not the conf's 131072
-    assert facts["derived_context_length"] == 4096
-    assert facts["values"]["weight_gb"] == pytest.approx(16.0)
-    assert facts["sources"]["max_position_embeddings"] == str(target / "config.json")
-    assert facts["sources"]["architecture"] == str(target / "config.json")
-    assert facts["sources"]["weight_gb"] == str(target / "model.safetensors.index.json")
+    assert facts.values["max_position_embeddings"] == 4096     # not the conf's 131072
+    assert facts.context_length == 4096
+    assert facts.values["weight_gb"] == pytest.approx(16.0)
+    assert facts.sources["max_position_embeddings"] == str(target / "config.json")
+    assert facts.sources["architecture"] == str(target / "config.json")
+    assert facts.sources["weight_gb"] == str(target / "model.safetensors.index.json")
     # the config group's facts describe the group's model, not this one: none is taken
-    assert "active_params_b" not in facts["values"]
-    assert not [s for s in facts["sources"].values() if s.startswith("conf:")]
-    assert facts["dropped_facts_for"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert "active_params_b" not in facts.values
+    assert not [s for s in facts.sources.values() if s.startswith("conf:")]
+    assert facts.dropped_facts_for == "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_config_json_wins_over_the_facts_written_for_it(tmp_path):

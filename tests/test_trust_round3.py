@@ -509,7 +509,7 @@ def test_the_estimate_covers_the_traces_own_span_and_a_rates_schedule(tmp_path):
     def wall(*overrides):
         result = compile_config(compose_config([*SIM, *overrides]))
         assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]
-        return result.plan.estimates["servers_s"]
+        return result.plan.estimates.servers_s
 
     closed = wall()
     for servers in (wall("benchmark.dataset=trace", f"benchmark.dataset_path={path}"),

@@ -62,7 +62,7 @@ def job_name(plan: Plan, wave: int | None, server_ids: list[str]) -> str:
 
 def _need_s(plan: Plan, server) -> tuple[float, float]:
     """(readiness deadline, points' estimated time) of one server, in seconds."""
-    est = plan.estimates.get("servers_s", {}).get(server.id)
+    est = plan.estimates.servers_s.get(server.id)
     start = server.readiness.estimated_start_s or 0.0
     points = max(0.0, (est - start)) if est is not None else 0.0
     return float(server.readiness.deadline_s), points

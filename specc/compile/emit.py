@@ -17,7 +17,7 @@ from tabulate import tabulate
 from specc.compile import columns
 from specc.compile.markdown import one_line, seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
-from specc.facts import defaulted
+from specc.facts import ModelFacts, defaulted
 from specc.files import atomic_write
 from specc.secrets import REDACT_VALUES_ENV, REF, Clean, referenced, untouched
 from specc.plan import BenchParams, Benchmark, Params, Plan, Record
@@ -125,7 +125,7 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 
 def _fields(obj) -> dict:
     """A plan dataclass as the dict of its fields, one level deep (the encoder recurses)."""
-    if isinstance(obj, Params):   # flat, nested records as their JSON
+    if isinstance(obj, (Params, ModelFacts)):   # flat, nested records as their JSON
         return obj.to_json()
     if is_dataclass(obj):
         omit = getattr(obj, "OMITTED_AT_DEFAULT", ())
@@ -520,8 +520,7 @@ def review(plan: Plan | None, diagnostics: list[Diagnostic], *, title: str,
                                    "budget"], tablefmt="github"))
     lines += ["", "## Model facts", ""] + facts_section(plan.facts)
     est = plan.estimates
-    lines += ["", "## Estimated wall time", "",
-              f"{_fmt_s(est.get('wall_s'))} ({est.get('note', '')})", ""]
+    lines += ["", "## Estimated wall time", "", f"{_fmt_s(est.wall_s)} ({est.note})", ""]
     return "\n".join(lines)
 
 
@@ -537,7 +536,7 @@ def _fact_source(source: str) -> str:
 
 def facts_section(facts: dict) -> list[str]:
     """The target's and the draft's facts side by side, each with where it came from."""
-    models = [(which, f) for which, f in facts.items() if f]
+    models = [(which, f.to_json()) for which, f in facts.items() if f]
     lines = []
     for which, f in models:
         where = ("hub id: not checked, specc reads no files for it"

@@ -25,7 +25,7 @@ from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
 from specc.compile.build import build_many
-from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams
+from specc.plan import BenchParams, Benchmark, Estimates, Plan, Readiness, Server, ServerParams
 
 
 def _slug(text: str) -> str:
@@ -248,13 +248,13 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
                                else list(range(len(points))) * len(plan_servers), of=benchmarks)
     plan = Plan(
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
-        benchmarks=benchmarks, diagnostics=tuple(d.to_json() for d in diags),
+        benchmarks=benchmarks, diagnostics=tuple(diags),
         dropped=matrix.dropped,
         engine_info=engine.info(),
         facts=_facts(first, matrix.servers),
-        estimates={"servers_s": estimates,
-                   "wall_s": estimate.wall_seconds((s.wave, estimates[s.id]) for s in plan_servers),
-                   "note": estimate.note(first)},
+        estimates=Estimates(
+            servers_s=estimates, note=estimate.note(first),
+            wall_s=estimate.wall_seconds((s.wave, estimates[s.id]) for s in plan_servers)),
         fail_fast=bool(cfg.get("fail_fast")))
     return plan, diags, params
 
@@ -264,7 +264,7 @@ def _facts(first, servers) -> dict:
     server that loads one (the first server is the baseline, which loads none)."""
     draft = next((e.spec.draft for e in servers if e.spec.uses_draft_model and e.spec.draft),
                  None)
-    return {"target": first.target.to_json(), "draft": draft.to_json() if draft else None}
+    return {"target": first.target, "draft": draft or None}
 
 
 def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:

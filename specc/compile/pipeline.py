@@ -92,7 +92,7 @@ def compile_config(config: dict) -> Compilation:
         found += _names_fit(plan)
     if plan is not None and diags:
         plan = dataclasses.replace(
-            plan, diagnostics=tuple(d.to_json() for d in diags) + tuple(plan.diagnostics))
+            plan, diagnostics=tuple(diags) + tuple(plan.diagnostics))
     if plan is not None and not has_errors(found):
         plan, searched = attach_search(config, plan)
         found += searched

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, AcceptPositions, Acceptance, CacheFlush,
-                        EngineInfo, Phase, Probe, Readiness, ScheduleLag, literal)
+                        EngineInfo, Phase, Probe, Readiness, ReleaseProbe, ScheduleLag, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -246,7 +246,8 @@ class Engine(ABC):
                           version_read=self.version_read, health_path=self.health_path,
                           uses_gpus=self.uses_gpus, health_timeout_s=self.health_timeout_s,
                           launcher=self.launcher, parser=self.parser, package=self.package,
-                          release_probe=self.release_probe)
+                          release_probe=None if self.release_probe is None else ReleaseProbe(
+                              tuple(self.release_probe["paths"]), self.release_probe["field"]))
 
     # -- launch ---------------------------------------------------------------
     @abstractmethod

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from specc import stats
+from specc.diagnostics import Diagnostic
 
 DASH = "\u2014"  # shown for unknown values
 
@@ -254,7 +255,7 @@ class Report:
     rows: list[PointRow]
     server_failures: list[dict] = field(default_factory=list)
     dropped: list[dict] = field(default_factory=list)
-    diagnostics: list[dict] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     plots: dict[str, Path] = field(default_factory=dict)
     plot_notes: list[str] = field(default_factory=list)

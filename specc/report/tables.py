@@ -252,12 +252,12 @@ def render_markdown(report: Report) -> str:
                        f"{md(d.get('reason') or '')}".rstrip())
         out.append("")
 
-    warn_diags = [d for d in report.diagnostics if d.get("severity") in ("warning", "error")]
+    warn_diags = [d for d in report.diagnostics if d.severity in ("warning", "error")]
     if warn_diags:
         out += ["## Compile diagnostics", ""]
         for d in warn_diags:
-            out.append(f"- {md(d.get('severity'))} `{md_code(d.get('code'))}` at "
-                       f"`{md_code(d.get('path'))}`: {md(d.get('message'))}")
+            out.append(f"- {md(d.severity)} `{md_code(d.code)}` at "
+                       f"`{md_code(d.path)}`: {md(d.message)}")
         out.append("")
 
     if report.plots or report.plot_notes:

@@ -20,7 +20,7 @@ from specc.files import RecordWriteError, UnreadableFile
 from specc.run import interrupts, lifecycle, ownership, rundir
 from specc.run.outcome import backfill_speedups, exit_code, point_summary, remember
 from specc.run.point import failed_row, run_point, with_speedup
-from specc.plan import Plan, Server
+from specc.plan import Plan, ReleaseProbe, Server
 from specc.run.progress import SweepProgress
 from specc.run.readiness import wait_ready
 from specc.results import ResultLog
@@ -44,7 +44,7 @@ class Executor:
         results.jsonl and state.json; a Slurm job passes its own files)."""
         if plan.errors:
             raise PlanRefused(f"the plan holds {len(plan.errors)} error(s): "
-                              + "; ".join(d["message"] for d in plan.errors))
+                              + "; ".join(d.message for d in plan.errors))
         import invoke
 
         self.plan = plan
@@ -512,7 +512,7 @@ def _run_with_signals(ex: Executor, stopper: interrupts.Stopper) -> int:
         loop.close()
 
 
-async def _reported_release(server: Server, probe: dict | None) -> str | None:
+async def _reported_release(server: Server, probe: ReleaseProbe | None) -> str | None:
     """The release the ready server says it runs (engine_info.release_probe), or None."""
     if not probe:
         return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from specc.files import atomic_write
 from specc.manifest import (MANIFEST, MANIFEST_VERSION, DatasetHash, EngineRelease, GpuInfo,
                             GpuProcess, Launch, LoadRange, MachineState, Manifest, SpeccInfo)
-from specc.plan import Plan
+from specc.plan import Plan, ReleaseProbe
 from specc.rundir import RunDir, StateError
 
 #: The prompt set specc ships (dataset=specc): the file a `specc` point's prompts come from.
@@ -225,16 +225,16 @@ def write_manifest(run_dir: Path | str, **kw) -> Path | None:
 
 # -- the server's own word on its release ------------------------------------------------
 
-async def read_release(client, url: str, probe: dict | None) -> str | None:
-    """The release a running server reports (``probe``: {"paths": [...], "field": ...}
-    from plan.json engine_info.release_probe); None when it does not say."""
+async def read_release(client, url: str, probe: ReleaseProbe | None) -> str | None:
+    """The release a running server reports (``probe``: plan.json's
+    engine_info.release_probe); None when it does not say."""
     if not probe:
         return None
     import httpx
 
     from specc.run.answers import BadAnswer, get_capped, loads
 
-    for path in probe.get("paths") or ():
+    for path in probe.paths:
         try:
             status, body = await get_capped(client, url + path, total_s=10.0)
             if status != 200:
@@ -242,7 +242,7 @@ async def read_release(client, url: str, probe: dict | None) -> str | None:
             value = loads(body)
         except (httpx.HTTPError, BadAnswer):
             continue
-        for key in str(probe.get("field") or "version").split("."):
+        for key in (probe.field or "version").split("."):
             value = value.get(key) if isinstance(value, dict) else None
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)[:100]

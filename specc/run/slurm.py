@@ -330,7 +330,7 @@ class Driver:
         plan_progress(self.plan, self.results, self.progress)
         todo = [j for j in t.jobs if j.name not in following and not j.live and t.unfinished(j)]
         # longest first: with fewer nodes than jobs, the sweep ends soonest (LPT)
-        est = self.plan.estimates.get("servers_s", {})
+        est = self.plan.estimates.servers_s
         order = [j.name for j in sorted(todo, key=lambda j: -max(est.get(s, 0.0)
                                                                  for s in j.spec.servers))]
         tuner = None
@@ -412,7 +412,7 @@ def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> i
         return exits.INVALID
     if plan.errors:
         print(f"error PLAN_HAS_ERRORS: the plan holds {len(plan.errors)} error(s): "
-              + "; ".join(d["message"] for d in plan.errors), file=sys.stderr)
+              + "; ".join(d.message for d in plan.errors), file=sys.stderr)
         return exits.INVALID
     try:
         with rundir.locked(run_dir, command="specc run (Slurm driver)"):

@@ -159,5 +159,6 @@ def perf_steps(target_values: dict, draft_values: dict | None, *, tp: int, gpu: 
 def plan_steps(plan, *, tp: int):
     """perf_steps for a plan with a search record (target facts, draft facts, GPU, context)."""
     rec = plan.search
-    return perf_steps((plan.facts.get("target") or {}).get("values") or {}, rec.draft_facts,
+    target = plan.facts.get("target")
+    return perf_steps(target.values if target is not None else {}, rec.draft_facts,
                       tp=tp, gpu=rec.gpu, context=rec.context)
