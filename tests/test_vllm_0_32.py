@@ -88,7 +88,7 @@ def test_a_vllm_tables_header_names_the_workload_not_where_counters_are(compose)
     params = b.params.to_json()
     assert "accept_positions" in params          # the point reads per-position counters
     row = PointRow(benchmark=b.id, server=b.server, label="baseline", is_baseline=True,
-                   server_params={}, params=params, status="ok")
+                   server_params=plan.server(b.server).params, params=b.params, status="ok")
     title = Group(workload=row.workload, concurrency=row.concurrency, rows=[row]).title()
     assert "accept_positions" not in title and "vllm:" not in title
     assert title == (f"Concurrency {params['concurrency']} \u2014 specc, out 128 tokens, "

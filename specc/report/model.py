@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from specc import stats
 from specc.diagnostics import Diagnostic
+from specc.plan import BenchParams, ServerParams
 
 DASH = "\u2014"  # shown for unknown values
 
@@ -91,8 +92,9 @@ class PointRow:
     server: str
     label: str
     is_baseline: bool
-    server_params: dict
-    params: dict
+    #: the plan's own records, as the compiler wrote them (compare keys points by the same)
+    server_params: ServerParams
+    params: BenchParams
     status: str  # "ok" | "failed" | "pending"
     reason: str | None = None
     metrics: dict = field(default_factory=dict)
@@ -126,7 +128,7 @@ class PointRow:
 
     @property
     def concurrency(self) -> Any:
-        return self.params.get("concurrency")
+        return self.params.concurrency
 
     @property
     def output_tps(self) -> float | None:
@@ -147,7 +149,8 @@ class PointRow:
 
     @property
     def workload(self) -> tuple:
-        return tuple(sorted((k, _key(v)) for k, v in self.params.items() if k not in _NOT_WORKLOAD))
+        return tuple(sorted((k, _key(v)) for k, v in self.params.to_json().items()
+                            if k not in _NOT_WORKLOAD))
 
     @property
     def group_key(self) -> tuple:
@@ -163,7 +166,7 @@ class PointRow:
             "baseline": self.is_baseline, "status": self.status, "reason": self.reason,
             "baseline_benchmark": self.baseline_benchmark, "speedup": self.speedup,
         })
-        for source in (self.server_params, self.params):
+        for source in (self.server_params.to_json(), self.params.to_json()):
             for k, v in source.items():
                 out[k if k not in out else f"param.{k}"] = v
         for k, v in self.metrics.items():
@@ -233,7 +236,7 @@ class Group:
     def title(self, with_workload: bool = True) -> str:
         t = f"Concurrency {_conc_text(self.concurrency)}"
         w = _workload_text(self.workload)
-        prompts = sorted({str(r.params["num_prompts"]) for r in self.rows if r.params.get("num_prompts") is not None})
+        prompts = sorted({str(r.params.num_prompts) for r in self.rows})
         if prompts:
             w = f"{w}, {'/'.join(prompts)} prompts" if w else f"{'/'.join(prompts)} prompts"
         return f"{t} \u2014 {w}" if (with_workload and w) else t

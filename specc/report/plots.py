@@ -87,7 +87,7 @@ def _plot_heatmap(report: Report, Figure):
     workloads: dict[tuple, tuple] = {}
     for r in report.rows:
         sp = r.speedup
-        steps, topk = r.server_params.get("num_steps"), r.server_params.get("topk")
+        steps, topk = r.server_params.num_steps, r.server_params.topk
         if r.is_baseline or r.status != "ok" or sp is None or steps is None or topk is None:
             continue
         key = (str(r.workload), _sort_num(r.concurrency))
@@ -95,7 +95,7 @@ def _plot_heatmap(report: Report, Figure):
         panel = cells.setdefault(key, {})
         cur = panel.get((steps, topk))
         if cur is None or sp > cur[0]:
-            panel[(steps, topk)] = (sp, r.server_params.get("num_draft_tokens"), r.speedup_iv)
+            panel[(steps, topk)] = (sp, r.server_params.num_draft_tokens, r.speedup_iv)
     if not cells:
         report.plot_notes.append("speedup_heatmap: no speculative points with a speedup")
         return None

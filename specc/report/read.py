@@ -54,8 +54,8 @@ def build_report(run_dir: Path | str) -> Report:
         rows.append(PointRow(
             benchmark=bid, server=b.server, label=srv.label or b.server,
             is_baseline=srv.baseline,
-            server_params=srv.params.to_json(),
-            params=b.params.to_json(),
+            server_params=srv.params,
+            params=b.params,
             status=status, reason=reason, metrics=dict(metrics),
             baseline_benchmark=b.baseline,
         ))
