@@ -410,7 +410,8 @@ def index(c, runs, rebuild=False, db=""):
     _print(f"index: {path} ({len(out['indexed'])} runs {'rebuilt' if rebuild else 'added'})")
 
 
-@task(help={"point": "a configuration: its id or (part of) its label, e.g. 'EAGLE3 s3 k1 "
+@task(help={"point": "a configuration: its id, fields of what it measures ('num_steps=3 "
+                     "topk=1 concurrency=2'), or (part of) its label, e.g. 'EAGLE3 s3 k1 "
                      "d4 @ c=2' (default: list the configurations)",
             "metric": "output_throughput (default), speedup, ttft, itl, or any results.jsonl "
                       "metric name",

@@ -199,3 +199,22 @@ def test_each_project_keeps_its_own_index_beside_its_run_dirs(tmp_path):
     (tmp_path / "three").mkdir()
     p = specc("history", cwd=tmp_path / "three")
     assert p.returncode == 2 and "no results index yet" in p.stderr, p.stderr
+
+
+def test_point_matches_on_the_typed_key_and_the_label_is_only_printed(tmp_path):
+    """`--point` given as fields of what a point measures (its typed key) finds the
+    configuration the label names; the label is only what history prints."""
+    old, new = _two_runs(tmp_path)
+    db = tmp_path / "index.sqlite"
+    assert _specc("index", "--db", db, old, new).returncode == 0
+    by_key = _history(db, "--point", "algorithm=EAGLE3 num_steps=1 concurrency=4")
+    by_label = _history(db, "--point", "EAGLE3 s1 @ c=4")
+    assert by_key["config"] == by_label["config"]
+    assert [r["run"] for r in by_key["runs"]] == [str(old), str(new)]
+    # a field no point has, or a value none holds: one line, exit 2
+    for bad in ("num_steps=9 concurrency=4", "no_such_field=1"):
+        p = _specc("history", "--db", db, "--point", bad)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    # two configurations match: named, exit 2
+    p = _specc("history", "--db", db, "--point", "concurrency=4")
+    assert p.returncode == 2 and "matches 2 configurations" in p.stderr, p.stderr

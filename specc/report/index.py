@@ -425,10 +425,14 @@ def _history(conn, db: Path, point: str, metric: str) -> dict:
         return {"db": str(db), "configs": [{"id": i, "label": lab, "key": k, "runs": n}
                                            for i, lab, k, n in configs],
                 "skipped": skipped}
-    chosen = ([c for c in configs if point in (c[0], c[1])]
-              or [c for c in configs if point.lower() in c[1].lower()])
+    terms = key_terms(point)
+    if terms is not None:   # what it measures: fields of its typed key
+        chosen = [c for c in configs if _key_matches(c[2], terms)]
+    else:   # an id, else a label as printed: resolved to the keys that carry it
+        chosen = ([c for c in configs if point in (c[0], c[1])]
+                  or [c for c in configs if point.lower() in c[1].lower()])
     if not chosen:
-        raise IndexDbError(f"--point {point!r}: no configuration of that id or label in "
+        raise IndexDbError(f"--point {point!r}: no configuration of that id, label or key in "
                            f"{db}; `specc history` lists them")
     if len(chosen) > 1:
         names = "; ".join(f"{c[0]} ({c[1]})" for c in chosen[:6])
@@ -456,6 +460,38 @@ def _history(conn, db: Path, point: str, metric: str) -> dict:
             runs.append(got)
     return {"db": str(db), "config": {"id": cid, "label": label, "key": key},
             "metric": name, "runs": runs, "skipped": skipped, "floor": _floor(name, runs)}
+
+
+def key_terms(point: str) -> dict[str, str] | None:
+    """`--point num_steps=3 topk=1 concurrency=2` (or comma-separated): field -> the value
+    asked for, each a field of the points' typed key (ServerParams, BenchParams); None when
+    ``point`` is not such a list (an id or a label: `EAGLE3 s3 @ c=2` has words without =)."""
+    parts = [t for t in point.replace(",", " ").split() if t]
+    if not parts or not all("=" in t and t.split("=", 1)[0].isidentifier() for t in parts):
+        return None
+    return dict(t.split("=", 1) for t in parts)
+
+
+def _key_matches(key, terms: dict[str, str]) -> bool:
+    """Whether a configuration's key (compare's [server params, client params]) holds every
+    field of ``terms`` at the value asked for (a number equal as a number, else as JSON)."""
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(x, dict) for x in key)):
+        return False
+    fields = {**key[1], **key[0]}
+    for name, want in terms.items():
+        if name not in fields:
+            return False
+        have = fields[name]
+        if isinstance(have, str):
+            if have != want:
+                return False
+            continue
+        try:
+            if json.loads(want) != have:
+                return False
+        except ValueError:
+            return False
+    return True
 
 
 #: finished_at past this (year 5138) is not a time a run finished: an edited row.
