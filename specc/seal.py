@@ -7,13 +7,12 @@ someone else, and shows what differs from the copy it kept of the reviewed plan.
 The key lives outside any run dir: `$XDG_STATE_HOME/specc/seal.key` (default
 `~/.local/state/specc/seal.key`), 32 random bytes as hex, mode 0600 in a 0700 directory,
 made by the first compile (two at once end with one key). Beside it, `reviewed/` keeps a
-compressed copy of the last sealed plans (docs/trust-inputs.md says what this protects
+copy of the last sealed plans (docs/trust-inputs.md says what this protects
 against and what not).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import hmac
 import json
@@ -22,20 +21,21 @@ import re
 import secrets
 import stat
 import time
-import zlib
 from pathlib import Path
+
+from specc.files import PLAN_BYTES, parse_json, read_bounded
 
 #: What plan.json ends with: its digest, then (when sealed) its seal; the body they cover
 #: is every byte before `,\n"digest"`.
 TAIL = re.compile(rb',\n"digest":"(sha256:[0-9a-f]{64})"(?:,\n"seal":"(hmac-sha256:[0-9a-f]{64})")?\}\n\Z')
 PREFIX = "hmac-sha256:"
 
-#: Reviewed copies kept: the newest this many, and no more bytes (compressed) than this;
-#: a plan whose copy alone is larger is sealed but not kept (no diff shown for it).
+#: Reviewed copies kept (as written, uncompressed: a 10^5-point plan is ~85 MB): the newest
+#: KEEP_COPIES, and no more bytes than KEEP_BYTES in all; a plan over KEEP_ONE_BYTES is
+#: sealed but not kept (no diff is shown for it).
 KEEP_COPIES = 32
-KEEP_BYTES = 256 << 20
-#: A reviewed copy is read back to at most this many bytes (plan.json's own cap).
-COPY_READ_BYTES = 1 << 30
+KEEP_BYTES = 512 << 20
+KEEP_ONE_BYTES = 256 << 20
 
 
 class SealKeyError(ValueError):
@@ -144,9 +144,17 @@ class Sealer:
 
     def __init__(self, secret: bytes):
         self._mac = hmac.new(secret, digestmod=hashlib.sha256)
-        self._zip = zlib.compressobj(1, zlib.DEFLATED, 31)   # gzip framing, fastest level
-        self._parts: list[bytes] | None = []
+        self._copy = None   # the reviewed copy, written as it streams (never held whole)
+        self._tmp: Path | None = None
         self._size = 0
+        try:
+            where = reviewed_dir()
+            where.mkdir(mode=0o700, exist_ok=True)
+            self._tmp = where / f".{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            self._copy = open(os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                              "wb")
+        except OSError:   # no copy: the seal holds all the same, only no diff later
+            self._discard()
 
     @classmethod
     def for_compile(cls) -> tuple[Sealer | None, str | None]:
@@ -160,36 +168,47 @@ class Sealer:
 
     def update(self, data: bytes) -> None:
         self._mac.update(data)
-        if self._parts is not None:
-            self._parts.append(self._zip.compress(data))
-            self._size += len(self._parts[-1])
-            if self._size > KEEP_BYTES:   # too big to keep: sealed, not copied
-                self._parts = None
+        if self._copy is not None:
+            try:   # as written: compressing took 1 s of a 2 s compile at 10^5 points
+                self._copy.write(data)
+                self._size += len(data)
+            except OSError:
+                self._discard()
+            if self._size > KEEP_ONE_BYTES:   # too big to keep: sealed, not copied
+                self._discard()
 
     @property
     def value(self) -> str:
         return PREFIX + self._mac.hexdigest()
 
+    def _discard(self) -> None:
+        if self._copy is not None:
+            self._copy.close()
+            self._copy = None
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None
+
     def keep(self, digest: str, run_dir: Path) -> None:
         """Keep the sealed bytes (compressed) as the reviewed copy of `digest`, beside a note
         of the run dir it was compiled into; prune the oldest past KEEP_COPIES/KEEP_BYTES.
         Never fails a compile: a copy that cannot be kept only means no diff later."""
-        if self._parts is None:
+        if self._copy is None or self._tmp is None:
             return
-        self._parts.append(self._zip.flush())
-        where = reviewed_dir()
+        where = self._tmp.parent
         name = digest.removeprefix("sha256:")
         try:
-            where.mkdir(mode=0o700, parents=False, exist_ok=True)
-            tmp = where / f".{name}.{os.getpid()}.tmp"
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-                f.writelines(self._parts)
-            os.replace(tmp, where / f"{name}.json.gz")
+            self._copy.write(b"}\n")   # a JSON file: diff it by hand too
+            self._copy.close()
+            self._copy = None
             (where / f"{name}.dir").write_text(os.path.realpath(run_dir) + "\n")
+            os.replace(self._tmp, where / f"{name}.json")
+            self._tmp = None
             _prune(where)
         except OSError:
             pass
-        self._parts = None
+        finally:
+            self._discard()
 
 
 def reviewed_dir() -> Path:
@@ -197,13 +216,16 @@ def reviewed_dir() -> Path:
 
 
 def _prune(where: Path) -> None:
-    copies = sorted(where.glob("*.json.gz"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for tmp in where.glob(".*.tmp"):   # a compile that died mid-write, an hour ago or more
+        if tmp.stat().st_mtime < time.time() - 3600:
+            tmp.unlink(missing_ok=True)
+    copies = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     total = 0
     for k, p in enumerate(copies):
         total += p.stat().st_size
         if k >= KEEP_COPIES or total > KEEP_BYTES:
             p.unlink(missing_ok=True)
-            p.with_name(p.name.removesuffix(".json.gz") + ".dir").unlink(missing_ok=True)
+            p.with_suffix(".dir").unlink(missing_ok=True)
 
 
 # -- checking -----------------------------------------------------------------------------
@@ -230,7 +252,7 @@ def check(raw: bytes) -> Verdict:
     """Check plan.json's bytes: its digest, then its seal under this user's key."""
     m = TAIL.search(raw, max(0, len(raw) - 300))
     if m is None:
-        recorded = re.search(rb'"digest":"(sha256:[0-9a-f]{64})"', raw[-300:])
+        recorded = re.search(rb'"digest":\s*"(sha256:[0-9a-f]{64})"', raw[-300:])
         why = (f"was edited after it was compiled (review.md names {recorded.group(1).decode()})"
                if recorded else "carries no digest (written by hand or by an older specc)")
         return Verdict("edited", why, recorded.group(1).decode() if recorded else None)
@@ -256,8 +278,6 @@ def check(raw: bytes) -> Verdict:
 
 def check_file(path: Path | str) -> Verdict:
     """`check` of a plan.json read through the bounded reader (UnreadableFile, OSError)."""
-    from specc.files import PLAN_BYTES, read_bounded
-
     return check(read_bounded(path, PLAN_BYTES))
 
 
@@ -276,18 +296,14 @@ def reviewed_copy(digest: str | None, run_dir: Path | str) -> tuple[dict | None,
     except OSError:
         pass
     for name in names:
-        path = where / f"{name}.json.gz"
+        path = where / f"{name}.json"
         try:
-            with gzip.open(path, "rb") as f:
-                body = f.read(COPY_READ_BYTES + 1)
-            if len(body) > COPY_READ_BYTES:
-                continue
-            value = json.loads(body + b"}\n")
-        except (OSError, EOFError, ValueError, RecursionError, zlib.error):
+            value = parse_json(read_bounded(path, KEEP_ONE_BYTES + 2), str(path))
+        except (OSError, ValueError):
             continue
         if isinstance(value, dict):
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-            return value, f"the plan compiled {stamp} (sha256:{name[:12]}...)"
+            return value, f"the plan compiled {stamp} ({path})"
     return None, ""
 
 
