@@ -183,14 +183,17 @@ class Sealer:
 
     def _discard(self) -> None:
         if self._copy is not None:
-            self._copy.close()
+            try:
+                self._copy.close()
+            except OSError:
+                pass
             self._copy = None
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
             self._tmp = None
 
     def keep(self, digest: str, run_dir: Path) -> None:
-        """Keep the sealed bytes (compressed) as the reviewed copy of `digest`, beside a note
+        """Keep the sealed bytes (closed as a JSON file) as the reviewed copy of `digest`, beside a note
         of the run dir it was compiled into; prune the oldest past KEEP_COPIES/KEEP_BYTES.
         Never fails a compile: a copy that cannot be kept only means no diff later."""
         if self._copy is None or self._tmp is None:
