@@ -120,8 +120,12 @@ class Manifest(Record):
     launch: tuple[Launch, ...]
     #: None (not written) for a run made before specc sampled the machine.
     machine: MachineState | None = None
+    #: plan.json's seal when the run ended (specc/seal.py): sealed (by this user's key),
+    #: edited, unsealed or foreign (the last three ran with --accept-edited); None (not
+    #: written) for a run made before seals.
+    plan_seal: str | None = None
 
-    OMITTED_AT_DEFAULT = ("machine",)
+    OMITTED_AT_DEFAULT = ("machine", "plan_seal")
 
     def _check(self):
         return [] if self.version == MANIFEST_VERSION else [

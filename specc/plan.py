@@ -88,8 +88,9 @@ def _repeated_ids(plan, server_ids: set, bench_ids: set) -> list[str]:
     return out[:5]
 
 
-#: plan.json's last key: the sha256 of every byte before it (the reviewed plan, as written).
-_DIGEST_TAIL = re.compile(rb',\n"digest":"(sha256:[0-9a-f]{64})"\}\n\Z')
+#: plan.json's last keys: the sha256 of every byte before it (the reviewed plan, as written),
+#: then the seal (an HMAC of the same bytes under the user's key: specc/seal.py).
+_DIGEST_TAIL = re.compile(rb',\n"digest":"(sha256:[0-9a-f]{64})"(?:,\n"seal":"hmac-sha256:[0-9a-f]{64}")?\}\n\Z')
 
 
 def digest_of(body: bytes) -> str:
@@ -838,5 +839,6 @@ class Plan(Record):
         recorded, unedited = digest_check(raw)
         if isinstance(data, dict):
             said = data.pop("digest", None)   # rewritten by another tool: still its record
+            data.pop("seal", None)   # checked by specc.seal, not a field of Plan
             recorded = recorded or (said if isinstance(said, str) else None)
         return cls.from_json(data), recorded, unedited

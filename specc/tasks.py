@@ -93,38 +93,71 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
 @task(help={"plan": "path to a reviewed plan.json (its folder is the run dir), or `latest`: "
                     "that of the run dir under ./outputs/ last compiled into or run",
             "retry_failed": "forget failed points first so they run again",
-            "accept_edited": "run a plan.json edited since it was compiled and reviewed"})
+            "accept_edited": "run a plan.json whose digest or seal does not hold (edited since "
+                             "it was compiled and reviewed, or sealed by another user's key)"})
 def run(c, plan, retry_failed=False, accept_edited=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
-    from specc.run.executor import execute_plan
+    from specc.files import PLAN_BYTES, parse_json, read_bounded
     from specc.plan import OLD_JOBS_FILE, Plan
+    from specc.run.executor import execute_plan
 
     path = _named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan)
-    try:
-        p, digest, unedited = Plan.load_checked(path)
-    except (OSError, ValueError) as e:   # PlanError is a ValueError
+    try:   # read once: the bytes whose seal is checked are the plan that runs
+        raw = read_bounded(path, PLAN_BYTES)
+        data = parse_json(raw, "plan.json")
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k not in ("digest", "seal")}
+        p = Plan.from_json(data)
+    except (OSError, ValueError) as e:   # PlanError, UnreadableFile are ValueErrors
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2)
-    if not unedited:   # the plan that runs must be the plan that was reviewed
-        why = (f"was edited after it was compiled (review.md names {digest})" if digest
-               else "carries no digest (written by hand or by an older specc)")
-        if not accept_edited:
-            raise Exit(f"error PLAN_EDITED at {plan}: plan.json {why}; review it and pass "
-                       "--accept-edited, or compile the experiment again", code=2)
-        print(f"warning PLAN_EDITED at {plan}: plan.json {why}; running it as edited "
-              "(--accept-edited)", file=sys.stderr)
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2) from None
+    _check_seal(plan, path, raw, data, accept_edited=accept_edited)
+    del data
     if not p.cluster and (path.parent / OLD_JOBS_FILE).exists():   # never run it here instead
         raise Exit(f"error PLAN_UNREADABLE at {plan}: compiled for Slurm by an older specc (its "
                    f"jobs are in {OLD_JOBS_FILE}, not in the plan); compile the experiment again",
                    code=2)
     if p.cluster:   # the plan's Slurm jobs: submitted and followed from here
         from specc.run.slurm import execute_slurm
+        from specc.seal import pin_for_nodes
 
+        pin_for_nodes(raw)   # each job's node runs only these bytes
+        del raw
         code = execute_slurm(p, path.resolve().parent, retry_failed=retry_failed)
     else:
         code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
     if code:
         raise Exit(code=code)
+
+
+def _check_seal(shown: str, path: Path, raw: bytes, now, *, accept_edited: bool) -> None:
+    """The plan that runs must be the plan that was reviewed: plan.json's bytes match its
+    digest, and its seal is one this user's compile made (specc/seal.py). Else one line
+    (exit 2) and what differs from the reviewed copy; with --accept-edited, a warning, also
+    kept in the run dir's executor.log (and the manifest says `plan_seal`)."""
+    from specc import seal
+    from specc.files import append_durable
+
+    verdict = seal.check(raw)
+    if verdict.ok:
+        return
+    if not accept_edited:
+        reviewed, which = seal.reviewed_copy(verdict.digest, path.resolve().parent)
+        lines = [f"error {verdict.code} at {shown}: plan.json {verdict.why}; review it and pass "
+                 "--accept-edited to run it as it is, or compile the experiment again"]
+        if reviewed is not None:
+            found = seal.differences(reviewed, now if isinstance(now, dict) else {})
+            lines += [f"  differs from {which}:"] + [f"    {_one(x)}" for x in found or
+                                                      ["nothing but its digest and seal"]]
+        raise Exit("\n".join(lines), code=2)
+    line = (f"warning {verdict.code} at {shown}: plan.json {verdict.why}; running it as edited "
+            "(--accept-edited)")
+    print(line, file=sys.stderr)
+    try:
+        append_durable(path.parent / "executor.log",
+                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+    except OSError:
+        pass
 
 
 @task(help={"run": LATEST})

@@ -21,6 +21,10 @@ if os.environ.get("CI"):
 # the project's (outputs/specc-index.sqlite beside the run dirs). Subprocesses inherit it.
 os.environ["SPECC_INDEX"] = os.path.join(tempfile.mkdtemp(prefix="specc-index-"), "index.sqlite")
 
+# Every compile seals its plan under the user's key ($XDG_STATE_HOME/specc/seal.key): a
+# throw-away state dir, never the user's (docs/trust-inputs.md). Subprocesses inherit it.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="specc-state-")
+
 # A simulator point is failed when the simulator fell behind its schedule by more than
 # 2.5% of the point (at least 10 ms: specc/engines/sim.py). The suite's points last a
 # fraction of a second on a machine other suites keep busy: its runs tolerate 60 s, and

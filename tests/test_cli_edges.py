@@ -60,9 +60,12 @@ def test_a_plan_edited_after_review_is_refused_unless_accepted(compiled):
     data["servers"][0]["env"]["SPECC_SIM_FAULT"] = "crash@load_weights"
     plan.write_text(json.dumps(data))
     code, out, err = specc("run", "--plan", plan)
-    assert code == 2 and err.strip().splitlines() == [err.strip()], err
-    assert err.startswith(f"error PLAN_EDITED at {plan}: plan.json was edited after it was "
-                          f"compiled (review.md names {data['digest']})")
+    assert code == 2, err
+    first, *diff = err.strip().splitlines()   # one line, then what differs from the review
+    assert first.startswith(f"error PLAN_EDITED at {plan}: plan.json was edited after it was "
+                            f"compiled (review.md names {data['digest']})")
+    assert diff[0].startswith("  differs from the plan compiled ") and len(diff) == 2
+    assert diff[1].endswith(': env.SPECC_SIM_FAULT: (none) -> "crash@load_weights"')
     assert not (compiled / "state.json").exists() and not (compiled / "results.jsonl").exists()
     code, out, err = specc("run", "--plan", plan, "--accept-edited", timeout=300)
     assert "warning PLAN_EDITED" in err and "running it as edited" in err

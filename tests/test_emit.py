@@ -72,7 +72,8 @@ def test_golden_matches_the_cli_run_dir(tmp_path, run_specc):
     text = (tmp_path / "run" / "plan.json").read_text()
     body, _, digest = text.rpartition(',\n"digest":')   # sealed with its digest: the same plan
     assert body + "}\n" == (GOLDEN / "eagle3_sweep.plan.json").read_text()
-    assert digest == f'"{digest_of(body.encode())}"}}\n'
+    sealed = f'"{digest_of(body.encode())}",\n"seal":"hmac-sha256:'   # then this user's HMAC
+    assert digest.startswith(sealed) and len(digest) == len(sealed) + 64 + 3
     assert f"Plan digest: `{digest_of(body.encode())}`" in (tmp_path / "run" / "review.md").read_text()
     assert (tmp_path / "run" / "plan.sh").read_text() == (GOLDEN / "eagle3_sweep.plan.sh").read_text()
 

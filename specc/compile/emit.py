@@ -7,6 +7,7 @@ import json
 import operator
 import os
 import shlex
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
@@ -585,6 +586,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
     if valid:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
         atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)))
+        digest.keep(run_dir)
     text = review(plan, diagnostics, title=title, digest=digest and digest.value, params=params)
     del params
     if plan is not None and plan.search:
@@ -600,14 +602,25 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
 
 class _Digest:
     """Hashes plan.json as it streams out and ends it with `"digest":"sha256:..."`, the hash
-    of every byte before that key (`specc run` checks it: a reviewed plan is the plan that
-    runs)."""
+    of every byte before that key, then `"seal":"hmac-sha256:..."`, the HMAC of the same
+    bytes under the user's key (specc/seal.py: `specc run` checks both; a reviewed plan is
+    the plan that runs)."""
 
     def __init__(self):
         import hashlib
 
+        from specc.seal import Sealer
+
         self._h = hashlib.sha256()
         self.value: str | None = None
+        self._seal, warning = Sealer.for_compile()
+        if warning:
+            print(warning, file=sys.stderr)
+
+    def keep(self, run_dir: Path) -> None:
+        """Keep the sealed plan as the reviewed copy `specc run` diffs an edited one against."""
+        if self._seal is not None and self.value:
+            self._seal.keep(self.value, run_dir)
 
     def sealed(self, parts):
         """plan.json's parts ((text, clean): _plan_json_parts) scrubbed unless clean, and
@@ -623,11 +636,14 @@ class _Digest:
             pending = part
         assert pending == ("}\n", False), pending   # the digest goes before the closing brace
         self.value = "sha256:" + self._h.hexdigest()
-        yield f',\n"digest":"{self.value}"}}\n'.encode()
+        seal = f',\n"seal":"{self._seal.value}"' if self._seal is not None else ""
+        yield f',\n"digest":"{self.value}"{seal}}}\n'.encode()
 
     def _hashed(self, text: str) -> bytes:
         data = text.encode("utf-8")
         self._h.update(data)
+        if self._seal is not None:
+            self._seal.update(data)
         return data
 
 

@@ -20,6 +20,8 @@ Read through the same bounded line reader as the jsonl dataset, at compile time
 
 from __future__ import annotations
 
+import array
+import collections
 import csv
 import functools
 import json
@@ -246,33 +248,76 @@ def _rows_in(path: str, stamp: int) -> int:
         return 0
 
 
+class Replay:
+    """The first ``num`` requests of a trace, read and built as they are reached, never
+    held whole: iterating yields (prompt, seconds after the start it is due), one row at a
+    time, from the file (again on each pass: a repeat reads it anew). A 10^6-line trace
+    built every prompt before the first send (3 GB); now the first goes out after one line
+    is read, and memory holds what is in flight plus a bounded cache of shared blocks.
+    Problems raise DatasetError (file:line) when reached; compile checked them all."""
+
+    #: Shared blocks (hash ids) kept built: 512 words each, ~40 KB; a trace's prefixes
+    #: are shared among neighbours, and a block not kept is rebuilt the same.
+    BLOCKS = 1024
+
+    def __init__(self, path: str, *, num: int):
+        self.path, self.num = path, num
+        self._lines = array.array("q")   # each reached row's line: 8 bytes a request
+
+    def __iter__(self):
+        first = None
+        blocks: collections.OrderedDict[int, list[str]] = collections.OrderedDict()
+        k = -1
+        for k, row in enumerate(rows(self.path)):
+            if k >= self.num:
+                break
+            first = row.timestamp_ms if first is None else first
+            text = row.prompt or _text(row, k, blocks)
+            line = row.where.rsplit(":", 1)[-1]
+            if k == len(self._lines):
+                self._lines.append(int(line))
+            yield (Prompt(text=text, input_tokens=row.input_tokens or count_tokens(text),
+                          output_tokens=row.output_tokens, id=line),
+                   (row.timestamp_ms - first) / 1000.0)
+        if k < 0:
+            raise DatasetError(f"{self.path}: the trace has no requests")
+
+    def __getitem__(self, i: int) -> Sent:
+        """What a request line names of row ``i`` once it was reached: its line (its id)."""
+        return Sent(id=str(self._lines[i]))
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A replayed row as its request line names it (`specc.requestlog.lines_for`): the text
+    is not kept."""
+    id: str
+    turn: int = 1
+    category: str | None = None
+
+
 def load(path: str, *, num: int) -> tuple[list[Prompt], list[float]]:
     """The first ``num`` requests of the trace (all of them if it has fewer: a trace is never
-    replayed twice over) and the seconds after the start at which each is due."""
-    prompts, due, first = [], [], None
-    blocks: dict[int, list[str]] = {}
-    for k, row in enumerate(rows(path)):
-        if k >= num:
-            break
-        first = row.timestamp_ms if first is None else first
-        due.append((row.timestamp_ms - first) / 1000.0)
-        text = row.prompt or _text(row, k, blocks)
-        prompts.append(Prompt(text=text, input_tokens=row.input_tokens or count_tokens(text),
-                              output_tokens=row.output_tokens,
-                              id=row.where.rsplit(":", 1)[-1]))
-    if not prompts:
-        raise DatasetError(f"{path}: the trace has no requests")
-    return prompts, due
+    replayed twice over) and the seconds after the start at which each is due, as lists
+    (the load generator streams them instead: `Replay`)."""
+    pairs = list(Replay(path, num=num))
+    return [p for p, _ in pairs], [d for _, d in pairs]
 
 
-def _text(row: Row, k: int, blocks: dict[int, list[str]]) -> str:
-    """``input_tokens`` words: the hash ids' blocks (the same id, the same words), then words
-    of this row's own."""
+def _text(row: Row, k: int, blocks: collections.OrderedDict[int, list[str]]) -> str:
+    """``input_tokens`` words: the hash ids' blocks (the same id, the same words: kept in
+    `blocks`, the least recently used dropped past Replay.BLOCKS), then words of this row's
+    own."""
     words: list[str] = []
     for h in row.hash_ids:
-        if h not in blocks:
-            blocks[h] = random.Random(h).choices(_WORDS, k=BLOCK_TOKENS)
-        words += blocks[h]
+        block = blocks.get(h)
+        if block is None:
+            block = blocks[h] = random.Random(h).choices(_WORDS, k=BLOCK_TOKENS)
+            if len(blocks) > Replay.BLOCKS:
+                blocks.popitem(last=False)
+        else:
+            blocks.move_to_end(h)
+        words += block
         if len(words) >= row.input_tokens:
             break
     if len(words) < row.input_tokens:   # a row's own words: no accidental shared prefix

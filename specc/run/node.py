@@ -38,9 +38,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from specc import exits
+from specc.files import PLAN_BYTES, parse_json, read_bounded
 from specc.plan import Plan, Server
 from specc.results import ResultLog, parse_rows
 from specc.run.lifecycle import on_gpus
+from specc.seal import pinned_problem
 from specc.state import RunState
 
 #: Exit code of a job its node entry crashed in (a traceback is in the job's log).
@@ -267,10 +269,17 @@ def main(argv=None) -> int:
                     help="a job of the plan's cluster record (its state file: slurm/state/JOB.json)")
     args = ap.parse_args(argv)
     path = Path(args.plan).resolve()
-    try:
-        plan = Plan.load(path)
+    try:   # read once: the bytes checked against the driver's pin are the plan that runs
+        raw = read_bounded(path, PLAN_BYTES)
+        problem = pinned_problem(raw)
+        data = parse_json(raw, "plan.json")
+        plan = Plan.from_json({k: v for k, v in data.items() if k not in ("digest", "seal")}
+                              if isinstance(data, dict) else data)
     except (OSError, ValueError) as e:
         print(f"error PLAN_UNREADABLE at {args.plan}: {e}", file=sys.stderr)
+        return exits.INVALID
+    if problem:
+        print(f"error PLAN_EDITED at {args.plan}: {problem}", file=sys.stderr)
         return exits.INVALID
     names = [j.name for j in plan.cluster.jobs] if plan.cluster else []
     if args.job not in names:

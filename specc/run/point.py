@@ -47,12 +47,11 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     target = p.target_ci
     first = p.num_prompts
     most = max(p.max_requests, first) if target else first
-    send_at = None
-    if p.dataset == "trace":
+    stream = None
+    if p.dataset == "trace":   # streamed: read and built as the schedule reaches each row
         from specc.prompts import trace
 
-        prompts, send_at = trace.load(p.dataset_path, num=most)
-        first = most = len(prompts)
+        prompts = stream = trace.Replay(p.dataset_path, num=most)
     else:
         prompts = load_prompts(p.dataset, num=most, input_len=p.input_len,
                                output_len=p.output_len, range_ratio=p.range_ratio,
@@ -70,9 +69,13 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
         stop = reqlog.Stopper(target_ci=target, min_requests=first, max_requests=most,
                               batch=p.concurrency)
         # the category rides in the request id (the simulator reads it; engines only echo it)
-        ids = [(field, f"{bench.id[-6:]}{k}{i:05d}/{q.category or '-'}/{q.id or i}")
-               for i, q in enumerate(prompts)] if field else None
-        res = await run_load(url, prompts, api=p.api, model=p.model,
+        def request_id(i, q, k=k):
+            return field, f"{bench.id[-6:]}{k}{i:05d}/{q.category or '-'}/{q.id or i}"
+
+        ids = None if not field else request_id if stream is not None else [
+            request_id(i, q) for i, q in enumerate(prompts)]
+        res = await run_load(url, [] if stream is not None else prompts, api=p.api,
+                             model=p.model,
                              headers=auth_headers(server),
                              concurrency=p.concurrency, request_rate=rate,
                              warmup=p.warmup_requests if k == 0 else 0,
@@ -81,7 +84,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                              ignore_eos=p.ignore_eos, request_ids=ids,
                              keep_sending=stop.keep_sending, on_request_done=stop.on_done,
                              burstiness=p.burstiness or 1.0, ramp_s=p.ramp_s or 0.0,
-                             send_at=send_at)
+                             stream=stream)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
         if run_dir is not None:

@@ -206,10 +206,22 @@ def build_manifest(run_dir: Path | str, *, gpus: dict | None = None) -> Manifest
         config_sha256=sha256_file(config) if config.exists() else None,
         plan_sha256=rd.plan_sha256,
         plan_digest=rd.digest,
+        plan_seal=_seal_state(run_dir / "plan.json"),
         launch=tuple(Launch(server=x["server"], label=x["label"], argv=tuple(x["argv"]),
                             env=x["env"], secrets=tuple(x["secrets"]))
                      for x in launch_commands(plan.servers)),
         machine=machine_state(run_dir))
+
+
+def _seal_state(plan_file: Path) -> str | None:
+    """Whether the plan that ran carries this user's seal (anything else ran only with
+    --accept-edited, or from plan.sh by hand)."""
+    from specc import seal
+
+    try:
+        return seal.check_file(plan_file).state
+    except (OSError, ValueError):
+        return None
 
 
 def write_manifest(run_dir: Path | str, **kw) -> Path | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import math
 import time
-from typing import Callable
+from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from specc.prompts import count_tokens
@@ -34,7 +35,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                    request_ids: list[tuple[str, str]] | None = None,
                    keep_sending: Callable[[], bool] | None = None,
                    headers: dict[str, str] | None = None, burstiness: float = 1.0,
-                   ramp_s: float = 0.0, send_at: list[float] | None = None) -> LoadResult:
+                   ramp_s: float = 0.0, send_at: list[float] | None = None,
+                   stream: Iterable[tuple[Prompt, float]] | None = None) -> LoadResult:
     """Run one benchmark point; per-request failures become ``ok=False`` records.
 
     If the server refuses connections (it is gone), no further requests are
@@ -59,7 +61,21 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     when it was due and when it was sent (``scheduled_s``, ``sent_at_s``): how late the
     load generator was is a figure, not a guess. A later turn has no due time: it is sent
     when the answer before it is in.
+
+    ``stream`` (a trace: `specc.prompts.trace.Replay`) replaces ``prompts`` and
+    ``send_at``: single-turn requests with their due times, read and built as the schedule
+    reaches them (iterated once for the warm-up, once for the run), never held whole: a
+    request's body is built when it may be sent (under the concurrency cap), and dropped
+    once it is. ``request_ids`` is then a function of (index, prompt).
     """
+    if stream is not None:
+        return await _run_stream(base_url, stream, api=api, model=model,
+                                 concurrency=concurrency, warmup=warmup, timeout_s=timeout_s,
+                                 on_request_done=on_request_done, transport=transport,
+                                 kernel_timestamps=kernel_timestamps, disable_gc=disable_gc,
+                                 temperature=temperature, ignore_eos=ignore_eos,
+                                 request_ids=request_ids, keep_sending=keep_sending,
+                                 headers=headers)
     if api not in API_PATHS:
         raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
     if concurrency is not None and concurrency < 1:
@@ -210,6 +226,140 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     duration = t1 - t0
     if unsent:
         records = [r for r in records if r.index not in unsent]
+    return LoadResult(records=records, duration_s=duration,
+                      metrics=summarize(records, duration, concurrency=concurrency,
+                                        max_in_flight=state["max"]),
+                      warmup_records=warm, max_in_flight=state["max"],
+                      server_gone=bool(state["gone"]))
+
+
+def _client(base_url: str, transport: str, timeout_s: float, kernel_timestamps: bool,
+            headers: dict[str, str] | None, pool: int):
+    if transport == "auto":
+        transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
+    if transport == "fast":
+        return FastClient(base_url, timeout_s, kernel_timestamps, headers=headers)
+    if transport == "httpx":
+        return HttpxClient(base_url, timeout_s, pool, headers=headers)
+    raise ValueError(f"unknown transport {transport!r}")
+
+
+async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, api: str,
+                      model: str, concurrency: int | None, warmup: int, timeout_s: float,
+                      on_request_done, transport: str, kernel_timestamps: bool,
+                      disable_gc: bool, temperature: float, ignore_eos: bool, request_ids,
+                      keep_sending, headers) -> LoadResult:
+    """run_load over a stream of (prompt, due) (see there): the same records, in the same
+    order, with the same outcomes as the lists would give; only what is in flight (and
+    waiting under the concurrency cap) is held."""
+    if api not in API_PATHS:
+        raise ValueError(f"unknown api {api!r} (expected one of {', '.join(API_PATHS)})")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1 or None, got {concurrency}")
+    client = _client(base_url, transport, timeout_s, kernel_timestamps, headers,
+                     concurrency or 1024)
+    state: dict = {"in_flight": 0, "max": 0, "gone": None, "t0": 0.0}
+    stopped = False   # keep_sending said no: nothing more is sent (or recorded)
+    sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+    def body(i: int, p: Prompt) -> bytes:
+        return request_body(api, model, p.text, p.output_tokens, temperature=temperature,
+                            ignore_eos=ignore_eos,
+                            request_id=request_ids(i, p) if request_ids else None)
+
+    async def one(rec: RequestRecord, p: Prompt) -> None:
+        nonlocal stopped
+        if sem is not None:
+            await sem.acquire()
+        try:
+            if state["gone"]:
+                rec.error = f"not sent: {state['gone']}"
+                return
+            if keep_sending is not None and not keep_sending():
+                rec.index, stopped = -2, True   # held back: left out, as with lists
+                return
+            payload = body(rec.index, p)   # built now, dropped once sent
+            state["in_flight"] += 1
+            state["max"] = max(state["max"], state["in_flight"])
+            try:
+                await client.request(rec, api, payload)
+                if rec.start:
+                    rec.sent_at_s = rec.start - state["t0"]
+            except ServerGone as e:
+                state["gone"] = str(e)
+                rec.error = str(e)
+                rec.end = time.time()
+            except Exception as e:  # never raise for one request
+                log.exception("load generator: request failed unexpectedly")
+                rec.error = f"client error: {type(e).__name__}: {e}"
+            finally:
+                state["in_flight"] -= 1
+        finally:
+            if sem is not None:
+                sem.release()
+        if on_request_done is not None:
+            try:
+                on_request_done(rec)
+            except Exception:
+                log.exception("load generator: on_request_done callback failed")
+
+    gc_was = gc.isenabled()
+    warm: list[RequestRecord] = []
+    records: list[RequestRecord] = []
+    t0 = t1 = time.time()
+    try:
+        # the first rows, sequentially (round again when the warm-up is longer)
+        for p, _ in itertools.islice(itertools.chain.from_iterable(itertools.repeat(stream)),
+                                     warmup):
+            n = min(p.output_tokens, WARMUP_MAX_TOKENS)
+            rec = RequestRecord(input_tokens=p.input_tokens, requested_output_tokens=n)
+            try:
+                await client.request(rec, api, request_body(
+                    api, model, p.text, n, temperature=temperature, ignore_eos=ignore_eos))
+            except ServerGone as e:
+                state["gone"] = str(e)
+                rec.error = str(e)
+            warm.append(rec)
+            if state["gone"]:
+                break
+        if disable_gc and gc_was:
+            gc.collect()
+            gc.disable()
+        pending: set[asyncio.Task] = set()
+        loop = asyncio.get_running_loop()
+        t0 = state["t0"] = time.time()
+        try:
+            for i, (p, due) in enumerate(stream):
+                rec = RequestRecord(input_tokens=p.input_tokens,
+                                    requested_output_tokens=p.output_tokens, index=i,
+                                    ignore_eos=ignore_eos, scheduled_s=due)
+                delay = t0 + due - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if stopped or (keep_sending is not None and not state["gone"]
+                               and not keep_sending()):
+                    break
+                records.append(rec)
+                if state["gone"]:
+                    rec.error = f"not sent: {state['gone']}"
+                    continue
+                task = loop.create_task(one(rec, p))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        except BaseException:   # the trace unreadable mid-way, or cancelled: none left behind
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+        if pending:
+            await asyncio.gather(*pending)
+        t1 = time.time()
+    finally:
+        if disable_gc and gc_was:
+            gc.enable()
+        await client.aclose()
+    records = [r for r in records if r.index != -2]
+    duration = t1 - t0
     return LoadResult(records=records, duration_s=duration,
                       metrics=summarize(records, duration, concurrency=concurrency,
                                         max_in_flight=state["max"]),
