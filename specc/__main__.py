@@ -69,11 +69,11 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
         if code is not None:
             return code
     if config.get("execute") and result.plan.cluster:
-        from specc.files import PLAN_BYTES, read_bounded
+        from specc.rundir import plan_bytes
         from specc.run.slurm import execute_slurm
         from specc.seal import pin_for_nodes
 
-        pin_for_nodes(read_bounded(run_dir / "plan.json", PLAN_BYTES))   # what nodes may run
+        pin_for_nodes(plan_bytes(run_dir / "plan.json"))   # what nodes may run
 
         return execute_slurm(result.plan, run_dir)
     if config.get("execute"):

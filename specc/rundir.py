@@ -200,6 +200,22 @@ def recorded_digest(run_dir: Path | str) -> str | None:
     return tail[at + 10:at + 10 + 71].decode("ascii", "replace") if at >= 0 else None
 
 
+def plan_bytes(path: Path | str) -> bytes:
+    """plan.json's bytes as they are, bounded (OSError, UnreadableFile)."""
+    return read_bounded(Path(path), PLAN_BYTES)
+
+
+def plan_to_run(path: Path | str) -> tuple[bytes, Any, Plan]:
+    """For the callers that check the seal on the very bytes they then run (`specc run`, the
+    Slurm node driver): (the bytes, their JSON less its digest and seal, the Plan). OSError,
+    or a ValueError (UnreadableFile, PlanError) that says why."""
+    raw = plan_bytes(path)
+    data = parse_json(raw, str(path))
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k not in ("digest", "seal")}
+    return raw, data, Plan.from_json(data)
+
+
 def state_of(run_dir: Path | str) -> dict:
     """state.json of a run dir whose plan need not be read (`specc status` on Slurm, `down`)."""
     return read_state(Path(run_dir) / STATE_JSON)
@@ -230,4 +246,4 @@ def _json_object(path: Path, limit: int) -> dict[str, Any]:
 
 
 __all__ = ["RunDir", "RunDirError", "ManifestError", "StateError", "plan_problem",
-           "state_of", "tune_decision", "accept_edited", "TUNE_JSON"]
+           "plan_bytes", "plan_to_run", "state_of", "tune_decision", "accept_edited", "TUNE_JSON"]

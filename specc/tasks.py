@@ -97,17 +97,13 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
                              "it was compiled and reviewed, or sealed by another user's key)"})
 def run(c, plan, retry_failed=False, accept_edited=False):
     """Run a reviewed plan.json as written: launch, readiness, benchmarks, teardown, report."""
-    from specc.files import PLAN_BYTES, parse_json, read_bounded
-    from specc.plan import OLD_JOBS_FILE, Plan
+    from specc.rundir import plan_to_run
+    from specc.plan import OLD_JOBS_FILE
     from specc.run.executor import execute_plan
 
     path = _named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan)
     try:   # read once: the bytes whose seal is checked are the plan that runs
-        raw = read_bounded(path, PLAN_BYTES)
-        data = parse_json(raw, "plan.json")
-        if isinstance(data, dict):
-            data = {k: v for k, v in data.items() if k not in ("digest", "seal")}
-        p = Plan.from_json(data)
+        raw, data, p = plan_to_run(path)
     except (OSError, ValueError) as e:   # PlanError, UnreadableFile are ValueErrors
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2) from None

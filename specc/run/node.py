@@ -38,11 +38,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from specc import exits
-from specc.files import PLAN_BYTES, parse_json, read_bounded
 from specc.plan import Plan, Server
 from specc.results import ResultLog, parse_rows
 from specc.run.lifecycle import on_gpus
 from specc.seal import pinned_problem
+from specc.rundir import plan_to_run
 from specc.state import RunState
 
 #: Exit code of a job its node entry crashed in (a traceback is in the job's log).
@@ -270,11 +270,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     path = Path(args.plan).resolve()
     try:   # read once: the bytes checked against the driver's pin are the plan that runs
-        raw = read_bounded(path, PLAN_BYTES)
+        raw, _, plan = plan_to_run(path)
         problem = pinned_problem(raw)
-        data = parse_json(raw, "plan.json")
-        plan = Plan.from_json({k: v for k, v in data.items() if k not in ("digest", "seal")}
-                              if isinstance(data, dict) else data)
     except (OSError, ValueError) as e:
         print(f"error PLAN_UNREADABLE at {args.plan}: {e}", file=sys.stderr)
         return exits.INVALID
