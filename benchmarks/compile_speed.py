@@ -17,8 +17,9 @@ as the largest, and the size of what it wrote. Matrices, both from llama3_eagle3
   concurrencies x 100 output lengths x N/1,000 seeds): the per-point path alone;
 - server2: ONE server x N client points on two wide axes (N/100 concurrencies x 100 input
   lengths 4-400): every point a distinct shape for the wall-time estimate, and one long override.
-Goal: 10^5 sweep points in under 2 s and 200 MB in the points, server and server2 shapes
-(the per-point path); in the servers shape, no step worse than linear (its cost is per server:
+Goal: 10^5 sweep points in under 2 s and 200 MB beyond start-up (a one-point compile of the
+same experiment, measured next to each) in the points, server and server2 shapes (the
+per-point path); in the servers shape, no step worse than linear (its cost is per server:
 12,000 of them); files growing linearly. The machine is shared: compare medians taken
 close together (docs/performance.md).
 Also the whole process for `+experiment=eagle3_sweep`, the everyday case.
@@ -92,19 +93,30 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+#: One point on one server of the same experiment: the start-up every shape pays (Python,
+#: Hydra, composing, a one-point compile and its files), taken next to each shape's runs.
+STARTUP = ["+experiment=llama3_eagle3_pack", "baseline=false",
+           "++sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}]}"]
+
+
 def measure(points: int, shape: str, runs: int) -> None:
-    walls, cpus, peaks = [], [], []
+    walls, cpus, peaks, start = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
             wall, cpu, peak = run_once(overrides(points, shape), Path(tmp) / str(i))
             walls.append(wall)
             cpus.append(cpu)
             peaks.append(peak)
+            start.append(run_once(STARTUP, Path(tmp) / f"start{i}"))
         out = Path(tmp) / "0"
         sizes = {name: (out / name).stat().st_size for name in ("plan.json", "plan.sh", "review.md")}
+    s_wall, s_cpu = statistics.median(s[0] for s in start), statistics.median(s[1] for s in start)
+    s_peak = max(s[2] for s in start)
     print(f"{shape:>7} {points:>9,} sweep points: {statistics.median(walls):6.2f} s "
           f"(median of {runs}; {min(walls):.2f}-{max(walls):.2f}; CPU {statistics.median(cpus):.2f} s), "
-          f"peak RSS {_mb(max(peaks))}; "
+          f"peak RSS {_mb(max(peaks))}; beyond start-up (one point: {s_wall:.2f} s, CPU "
+          f"{s_cpu:.2f} s, {_mb(s_peak)}): {statistics.median(walls) - s_wall:.2f} s, CPU "
+          f"{statistics.median(cpus) - s_cpu:.2f} s, {_mb(max(peaks) - s_peak)}; "
           f"plan.json {_mb(sizes['plan.json'])} "
           f"({sizes['plan.json'] / ((1 if shape.startswith('server') and shape != 'servers' else 1.2) * points):.0f} B per "
           f"benchmark point), plan.sh {_mb(sizes['plan.sh'])}, review.md "
