@@ -14,8 +14,11 @@ as the largest, and the size of what it wrote. Matrices, both from llama3_eagle3
   max_running_requests) x 10 concurrencies; with the N/50 baselines, 1.2 N points
   on 0.12 N servers;
 - server: ONE server (one EAGLE-3 setting, no baseline) x N client points (10
-  concurrencies x 100 output lengths x N/1,000 seeds): the per-point path alone.
-Goal: 10^5 sweep points in under 2 s and 200 MB in the points and server shapes (the
+  concurrencies x 100 output lengths x N/1,000 seeds): the per-point path alone;
+- server2: ONE server x N client points on two wide axes (N/100 concurrencies x 100 input
+  lengths 4-400): every point a distinct shape for the wall-time estimate, and one long override.
+Goal: 10^5 sweep points in under 2 s and 200 MB beyond start-up (a one-point compile of the
+same experiment, measured next to each) in the points, server and server2 shapes (the
 per-point path); in the servers shape, no step worse than linear (its cost is per server:
 12,000 of them); files growing linearly. The machine is shared: compare medians taken
 close together (docs/performance.md).
@@ -53,6 +56,12 @@ def overrides(points: int, shape: str) -> list[str]:
         return ["+experiment=llama3_eagle3_pack", "baseline=false",
                 f"++sweep={{speculation:[{{num_steps:3,topk:1,num_draft_tokens:4}}],{axes}}}",
                 f"max_points={points}"]
+    if shape == "server2":
+        axes = (f"benchmark.concurrency:[{_ints(range(1, 1 + max(1, points // 100)))}],"
+                f"benchmark.input_len:[{_ints(range(4, 404, 4))}]")
+        return ["+experiment=llama3_eagle3_pack", "baseline=false",
+                f"++sweep={{speculation:[{{num_steps:3,topk:1,num_draft_tokens:4}}],{axes}}}",
+                f"max_points={points}"]
     if shape == "points":
         axes = (f"server.max_running_requests:[512,1024],benchmark.concurrency:[{CONCURRENCY}],"
                 f"benchmark.output_len:[{_ints(range(8, 808, 8))}],"
@@ -67,14 +76,15 @@ def overrides(points: int, shape: str) -> list[str]:
 def run_once(args: list[str], run_dir: Path) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds, peak RSS bytes) of one `python -m specc` process (CPU
     time is the steadier figure on a shared machine)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "specc", *args, f"hydra.run.dir={run_dir}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
+    with tempfile.TemporaryFile() as stderr:   # a pipe read after wait4 would block a long stderr
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "specc", *args, f"hydra.run.dir={run_dir}"],
+                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stderr.seek(0)
+        err = stderr.read().decode(errors="replace")
     assert proc.returncode == 0, err[-2000:]
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
 
@@ -83,21 +93,32 @@ def _mb(n: float) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+#: One point on one server of the same experiment: the start-up every shape pays (Python,
+#: Hydra, composing, a one-point compile and its files), taken next to each shape's runs.
+STARTUP = ["+experiment=llama3_eagle3_pack", "baseline=false",
+           "++sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}]}"]
+
+
 def measure(points: int, shape: str, runs: int) -> None:
-    walls, cpus, peaks = [], [], []
+    walls, cpus, peaks, start = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(runs):
             wall, cpu, peak = run_once(overrides(points, shape), Path(tmp) / str(i))
             walls.append(wall)
             cpus.append(cpu)
             peaks.append(peak)
+            start.append(run_once(STARTUP, Path(tmp) / f"start{i}"))
         out = Path(tmp) / "0"
         sizes = {name: (out / name).stat().st_size for name in ("plan.json", "plan.sh", "review.md")}
+    s_wall, s_cpu = statistics.median(s[0] for s in start), statistics.median(s[1] for s in start)
+    s_peak = max(s[2] for s in start)
     print(f"{shape:>7} {points:>9,} sweep points: {statistics.median(walls):6.2f} s "
           f"(median of {runs}; {min(walls):.2f}-{max(walls):.2f}; CPU {statistics.median(cpus):.2f} s), "
-          f"peak RSS {_mb(max(peaks))}; "
+          f"peak RSS {_mb(max(peaks))}; beyond start-up (one point: {s_wall:.2f} s, CPU "
+          f"{s_cpu:.2f} s, {_mb(s_peak)}): {statistics.median(walls) - s_wall:.2f} s, CPU "
+          f"{statistics.median(cpus) - s_cpu:.2f} s, {_mb(max(peaks) - s_peak)}; "
           f"plan.json {_mb(sizes['plan.json'])} "
-          f"({sizes['plan.json'] / ((1 if shape == 'server' else 1.2) * points):.0f} B per "
+          f"({sizes['plan.json'] / ((1 if shape.startswith('server') and shape != 'servers' else 1.2) * points):.0f} B per "
           f"benchmark point), plan.sh {_mb(sizes['plan.sh'])}, review.md "
           f"{sizes['review.md'] / 1e3:.0f} KB", flush=True)
 
@@ -134,15 +155,17 @@ def main() -> None:
                     help="comma-separated sweep sizes of the servers shape ('' for none)")
     ap.add_argument("--server", default="100000",
                     help="comma-separated sweep sizes of the one-server shape ('' for none)")
+    ap.add_argument("--server2", default="100000",
+                    help="comma-separated sweep sizes of the one-server two-axis shape ('' for none)")
     ap.add_argument("--profile", type=int, metavar="N", help="cProfile one N-point compile")
-    ap.add_argument("--shape", default="points", choices=["points", "servers", "server"],
+    ap.add_argument("--shape", default="points", choices=["points", "servers", "server", "server2"],
                     help="the matrix --profile compiles")
     args = ap.parse_args()
     if args.profile:
         profile(args.profile, args.shape)
         return
     for shape, sizes in (("points", args.points), ("servers", args.servers),
-                         ("server", args.server)):
+                         ("server", args.server), ("server2", args.server2)):
         for n in filter(None, sizes.split(",")):
             measure(int(n), shape, args.runs)
     walls = []

@@ -199,6 +199,12 @@ def _variadic(argv: list[str]) -> list[str]:
 def run_task(argv: list[str]) -> int:
     """`specc <task> [options]` -> the task's exit code."""
     if {"--help", "-h"} & set(argv[1:]):
+        from specc import help as cli_help
+
+        text = cli_help.task_help(argv[0])   # invoke's text, without importing invoke
+        if text is not None:
+            print(text, end="")
+            return exits.OK
         # invoke would read `--help` as the value of a required positional (`--run`)
         argv = ["--help", argv[0]]
     argv = _variadic(argv)
@@ -258,22 +264,47 @@ def _closed_pipe() -> int:
 def _main(argv: list[str]) -> int:
     """A task runs a plan and imports no compile or config module (docs/architecture.md)."""
     if argv and _is_word(argv[0]):
-        from specc.tasks import namespace
+        from specc import help as cli_help
 
-        names = sorted(namespace.task_names)
+        names = cli_help.task_names()
+        if names is None:
+            from specc.tasks import namespace
+
+            names = sorted(namespace.task_names)
         if argv[0] not in names:
             print(f"error CONFIG_OVERRIDE_SYNTAX at {argv[0]}: '{argv[0]}' is neither a task "
                   f"nor a Hydra override (fix: a task ({', '.join(names)}) or key=value)",
                   file=sys.stderr)
             return exits.INVALID
         return run_task(argv)
+    if argv in (["--help"], ["-h"]):
+        return _help()
     from specc.config import compose
 
-    code = compose.run(argv, job, _combine)
-    if argv in (["--help"], ["-h"]):
-        print("\n== Tasks (specc <task> --help) ==")
-        code = code or run_task(["--list"])
-    return code
+    return compose.run(argv, job, _combine)
+
+
+def _help() -> int:
+    """`specc --help`: Hydra's help (the config groups, the default config) and the tasks,
+    read from conf/ and specc/tasks.py without composing through Hydra or importing invoke
+    (specc/help.py; Hydra and invoke say it where that reader cannot)."""
+    from specc import help as cli_help
+
+    text = cli_help.config_help()
+    if text is None:
+        from specc.config import compose
+
+        code = compose.run(["--help"], job, _combine)
+        if code:
+            return code
+    else:
+        print(text)
+    print("\n== Tasks (specc <task> --help) ==")
+    tasks = cli_help.task_list()
+    if tasks is None:
+        return run_task(["--list"])
+    print(tasks, end="")
+    return exits.OK
 
 
 if __name__ == "__main__":

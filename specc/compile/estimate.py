@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 
 from specc.compile.matrix import canonical
 from specc.compile.spec import ServerSpec
@@ -46,18 +47,29 @@ def _model_inputs(spec: ServerSpec, engine: Engine) -> tuple:
 
 
 def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values):
-    """(running, input_len, output_len) -> seconds of one wave of requests on this server."""
+    """(running, input_len, output_len) -> seconds of one wave of requests on this server.
+
+    Each part of the model runs once per distinct value of what it reads: the prefill once
+    per prompt-token count, the decode rate's context-free part once per batch size (10^5
+    points on two swept axes are 10^5 shapes, but a few thousand of each)."""
     from specc.perf import model as perf
 
     target = perf.model_cost(target_values, tp=tp, gpu=gpu)
     spec_cfg = perf.SpecConfig(*speculation) if speculation else None
     draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if speculation and draft_values else None
+    prefill: dict[int, float] = {}
+    rates: dict[int, Callable[[float | None], float]] = {}
 
-    @lru_cache(maxsize=None)
+    @cache
     def wave_s(running: int, input_len: int, output_len: int) -> float:
-        context = input_len + output_len / 2   # mean KV length while decoding
-        per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft, context)
-        return target.prefill_s(running * input_len) + output_len / per_stream
+        rate = rates.get(running)
+        if rate is None:
+            rate = rates[running] = perf.tokens_per_s_per_stream_at(target, running, spec_cfg, draft)
+        tokens = running * input_len
+        first = prefill.get(tokens)
+        if first is None:
+            first = prefill[tokens] = target.prefill_s(tokens)
+        return first + output_len / rate(input_len + output_len / 2)   # mean KV length decoding
 
     return wave_s
 

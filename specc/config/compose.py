@@ -7,12 +7,15 @@ groups or options, YAML syntax, bad overrides) become one line each, exit 2.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from specc import secrets
 from specc.config import schema
@@ -270,6 +273,46 @@ def submitit_problems(argv: list[str], launcher: str) -> list[str]:
     return lines
 
 
+#: Flags and overrides that bring configs from outside conf/, which may set hydra.mode.
+_OTHER_CONFIGS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn",
+                  "hydra.searchpath")
+
+
+def _mode_on_command_line(argv: list[str]) -> tuple[bool, Any]:
+    """(whether the command line alone decides Hydra's run mode, the mode): None (Hydra then
+    takes -m or not) when no override names `hydra.mode` and every config comes from conf/
+    (whose files set no mode: tests/test_cli_help.py), or the mode an override gives."""
+    from hydra.types import RunMode
+
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
+    if any(k in _OTHER_CONFIGS for k in keys):
+        return False, None
+    named = [a for a, k in zip(argv, keys) if k == "hydra.mode"]
+    if not named:
+        return True, None
+    key, _, value = named[-1].partition("=")
+    if key.startswith("~") or value not in RunMode.__members__:
+        return False, None
+    return True, RunMode[value]
+
+
+@contextlib.contextmanager
+def _composed_once(argv: list[str]) -> Iterator[None]:
+    """Hydra composes the whole config once only to read `hydra.mode` (Hydra.get_mode), then
+    again to run it: a long override (10^5 sweep points) was parsed twice and its values
+    built twice. Where the command line decides the mode, it is said without composing."""
+    from hydra._internal.hydra import Hydra
+
+    get_mode = Hydra.get_mode
+    decided, mode = _mode_on_command_line(argv)
+    if decided:
+        Hydra.get_mode = lambda self, config_name, overrides: mode  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Hydra.get_mode = get_mode  # type: ignore[method-assign]
+
+
 def _available(group: str) -> str:
     return ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
 
@@ -359,7 +402,8 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     argparse_error = argparse.ArgumentParser.error
     argparse.ArgumentParser.error = _usage_error   # one line, not 7 of usage
     try:
-        _main()
+        with _composed_once(argv):
+            _main()
     except UsageError as exc:
         print(secrets.redact(f"error CONFIG_USAGE at <command line>: {exc} (fix: `specc --help` "
                              "lists the flags; overrides are key=value)", seen), file=sys.stderr)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
@@ -69,44 +69,45 @@ class Calibration:
             raise KeyError(f"calibration {self.kind} ({self.path}) has no constant {key!r}")
         return v
 
-    # -- the constants the model reads --------------------------------------
-    @property
+    # -- the constants the model reads (each worked out once: the model asks for them on
+    # every step it prices, 10^5 times in a large compile's estimate) ------------------
+    @cached_property
     def bw_dense(self) -> float:
         return float(self.require("hbm_bw_dense_Bps"))
 
-    @property
+    @cached_property
     def gemm_launch_s(self) -> float:
         return float(self.value("gemm_launch_s", 0.0))
 
-    @property
+    @cached_property
     def blend_p(self) -> float:
         return float(self.value("gemm_blend_p", 16.0))
 
-    @property
+    @cached_property
     def gemm_flops_table(self) -> list[list[float]]:
         return self.require("gemm_flops_by_rows")
 
-    @property
+    @cached_property
     def bw_moe(self) -> float:
         return float(self.value("hbm_bw_moe_Bps") or self.bw_dense)
 
-    @property
+    @cached_property
     def moe_flops(self) -> float:
         return float(self.value("moe_flops") or self.gemm_flops_table[-1][1])
 
-    @property
+    @cached_property
     def moe_layer_fixed_s(self) -> float:
         return float(self.value("moe_layer_fixed_s", 0.0))
 
-    @property
+    @cached_property
     def elementwise_kernel_s(self) -> float:
         return float(self.value("elementwise_kernel_s", 0.0))
 
-    @property
+    @cached_property
     def attn_bw(self) -> float:
         return float(self.value("attn_kv_bw_Bps") or self.bw_dense)
 
-    @property
+    @cached_property
     def attn_layer_fixed_s(self) -> float:
         return float(self.value("attn_layer_fixed_s", 0.0))
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .hardware import Calibration, calibration
@@ -217,9 +218,21 @@ class ModelCost:
     def step_s(self, n: int, seqs: int | None = None, context: float | None = None) -> float:
         """One forward pass over ``n`` tokens of ``seqs`` sequences (default n) whose
         KV caches hold ``context`` tokens each (default REF_CONTEXT)."""
+        return self.step_at(n, seqs)(context)
+
+    def step_at(self, n: int, seqs: int | None = None) -> Callable[[float | None], float]:
+        """``step_s(n, seqs, context)`` as a function of the context: what does not depend on
+        it is worked out once (the same floats; a compile's estimate prices one batch at
+        many contexts)."""
         n = max(int(n), 1)
         seqs = n if seqs is None else max(int(seqs), 1)
-        return self.gemm_s(n) + self.fixed_s + self.attn_s(seqs, context) + n * self.per_token_s
+        fixed, kv_bytes, bw = self.gemm_s(n) + self.fixed_s, seqs * self.kv_bytes_per_ctx_token, self.hw.attn_bw
+        tokens = n * self.per_token_s
+
+        def at(context: float | None) -> float:   # attn_s inlined: seqs * kv * ctx / bw
+            ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
+            return fixed + kv_bytes * ctx / bw + tokens
+        return at
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """One prefill pass over the admitted prompts: large, well-shaped GEMMs (every
@@ -523,20 +536,33 @@ def spec_overhead_s(spec: SpecConfig, draft: ModelCost | None = None) -> float:
 def decode_step_s(target: ModelCost, b: int, spec: SpecConfig | None = None,
                   draft: ModelCost | None = None, context: float | None = None) -> float:
     """Wall time of one decode step for b running requests of ``context`` KV tokens each."""
+    return decode_step_at(target, b, spec, draft)(context)
+
+
+def decode_step_at(target: ModelCost, b: int, spec: SpecConfig | None = None,
+                   draft: ModelCost | None = None) -> Callable[[float | None], float]:
+    """``decode_step_s`` at one batch size as a function of the context (see step_at)."""
     b = max(int(b), 1)
     if spec is None:
-        return target.step_s(b, b, context)
-    d = draft or target
-    draft_s = (spec.num_steps + 1) * d.step_s(b * spec.topk, b, context)
-    return (draft_s + target.step_s(b * spec.num_draft_tokens, b, context)
-            + spec_overhead_s(spec, draft))
+        return target.step_at(b, b)
+    draft_step = (draft or target).step_at(b * spec.topk, b)
+    verify = target.step_at(b * spec.num_draft_tokens, b)
+    passes, overhead = spec.num_steps + 1, spec_overhead_s(spec, draft)
+    return lambda context: passes * draft_step(context) + verify(context) + overhead
 
 
 def tokens_per_s_per_stream(target: ModelCost, b: int, spec: SpecConfig | None = None,
                             draft: ModelCost | None = None, context: float | None = None) -> float:
+    return tokens_per_s_per_stream_at(target, b, spec, draft)(context)
+
+
+def tokens_per_s_per_stream_at(target: ModelCost, b: int, spec: SpecConfig | None = None,
+                               draft: ModelCost | None = None) -> Callable[[float | None], float]:
+    """``tokens_per_s_per_stream`` at one batch size as a function of the context."""
     tok = 1.0 if spec is None else expected_accept_length(
         spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)
-    return tok / decode_step_s(target, b, spec, draft, context)
+    step = decode_step_at(target, b, spec, draft)
+    return lambda context: tok / step(context)
 
 
 def speedup(target: ModelCost, b: int, spec: SpecConfig, draft: ModelCost | None = None,
@@ -545,4 +571,4 @@ def speedup(target: ModelCost, b: int, spec: SpecConfig, draft: ModelCost | None
             / tokens_per_s_per_stream(target, b, context=context))
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math")]
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "math", "Callable")]

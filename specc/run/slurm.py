@@ -49,7 +49,6 @@ from specc.run import rundir
 from specc.run.jobtracker import TERMINAL, JobSpec, Row, Tracker
 from specc.run.node import read_rows, results_path, state_path
 from specc.run.outcome import backfill_speedups, exit_code, point_summary
-from specc.run.point import failed_row
 from specc.state import RunState
 
 #: How often the run dir is read for phases and rows (file reads only, no Slurm RPC).
@@ -298,6 +297,8 @@ class Driver:
                 reason += f"; job log: {tail}"
         self.progress.log(f"job {a.job_id or '-'} {a.job}: {reason}"
                           + (f"; {len(a.points)} point(s) failed" if a.points else ""))
+        from specc.run.point import failed_row   # (HTTP client and prompts: not for `specc status`)
+
         for bid in a.points:
             self.results.append(failed_row(self.bench[bid], reason))
         self.progress.skip(a.points, reason[:120], f"job {a.job}")
