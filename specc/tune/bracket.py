@@ -242,8 +242,13 @@ class Bracket:
             text = (f"meets at {_num(capacity)}, fails at {_num(upper)} "
                     f"({(upper - capacity) / capacity:.0%} apart, precision "
                     f"{self.precision:.0%})")
+        if at_cap is not None and at_cap.value is not None:
+            text += (f"; at {_num(capacity)} {self.key} = {at_cap.value:.4g} "
+                     f"[{_r(at_cap.lo)}, {_r(at_cap.hi)}] (95%, {at_cap.n} requests)")
         return Done({"key": self.key, "limit_ms": self.limit, "capacity": _num(capacity),
-                     "upper": _num(upper), "status": status, "text": text,
+                     "load": "concurrency" if self.integer else "request_rate",
+                     "upper": _num(upper), "fails": _num(fails), "status": status,
+                     "text": text,
                      "statistic": None if at_cap is None else {
                          "value": _r(at_cap.value), "interval": [_r(at_cap.lo), _r(at_cap.hi)],
                          "requests": at_cap.n},
@@ -286,17 +291,19 @@ def most_probes(ladder, precision: float, integer: bool = True) -> int:
     return (1 + RETRIES) * worst + RETRIES * len(ladder)
 
 
-def capacity_gain(base: dict | None, spec: dict | None) -> dict | None:
-    """"speculation adds X% capacity" with its interval: the capacity of each lies in
-    [capacity, upper) (upper: the first load not meeting; the probe precision), so the
-    gain lies between spec.capacity / (base.upper - 1) and (spec.upper - 1) / base.capacity
-    (concurrency; a rate: the open ends). None unless both capacities are known."""
+def capacity_gain(base: dict | None, spec: dict | None, integer: bool = True) -> dict | None:
+    """"speculation adds X% capacity" with its interval: each capacity lies between the
+    highest load shown to meet and the lowest shown to fail (less one request of
+    concurrency; a rate: that rate), so the gain lies between spec.capacity /
+    base.highest and spec.highest / base.capacity. Where nothing above the capacity was
+    shown to fail (undecided, or meets at the most probed), that end is open (None).
+    None unless both capacities are known."""
     if not base or not spec or not base.get("capacity") or spec.get("capacity") is None:
         return None
-    step = 1.0 if float(base["capacity"]).is_integer() else 0.0
+    step = 1.0 if integer else 0.0
     b, s = float(base["capacity"]), float(spec["capacity"])
-    b_hi = max(b, float(base["upper"]) - step) if base.get("upper") is not None else None
-    s_hi = max(s, float(spec["upper"]) - step) if spec.get("upper") is not None else None
+    b_hi = max(b, float(base["fails"]) - step) if base.get("fails") is not None else None
+    s_hi = max(s, float(spec["fails"]) - step) if spec.get("fails") is not None else None
     value = (s / b - 1.0) * 100.0
     lo = (s / b_hi - 1.0) * 100.0 if b_hi else None
     hi = (s_hi / b - 1.0) * 100.0 if s_hi else None
@@ -326,7 +333,8 @@ def summary(key: str, limit: float, baseline: str, results: dict[str, dict[str, 
                  "speculative": {"server": top, **spec[top]} if top else None,
                  "others": {s: {"capacity": r.get("capacity"), "status": r.get("status"),
                                 "text": r.get("text")} for s, r in spec.items() if s != top}}
-    gain = capacity_gain(base, spec.get(top) if top else None)
+    gain = capacity_gain(base, spec.get(top) if top else None,
+                         integer=(base or {}).get("load") != "request_rate")
     if gain is None:
         why = ("the baseline was not bracketed" if not base else
                "the baseline meets the limit nowhere" if base.get("capacity") is None else
