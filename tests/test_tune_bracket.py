@@ -20,14 +20,16 @@ def run(capacity, *, ladder=LADDER, precision=0.1, undecided=lambda at, tries: F
     (`undecided(at, tries)`: that probe straddles); returns (result, probes asked)."""
     b = B.Bracket("p99_ttft_ms", 200.0, precision=precision, **kw)
     for a in ladder:
-        b.observe(B.Probe(float(a), B.MEETS if a <= capacity else B.FAILS, extra=False))
+        b.observe(B.Probe(float(a), B.MEETS if a <= capacity else B.FAILS, n=16,
+                          extra=False))
     asked = []
     while isinstance(step := b.next(), B.Next):
-        asked.append((step.at, step.factor))
+        asked.append((step.at, step.requests))
         tries = sum(p.at == step.at for p in b.probes)
         verdict = (B.UNDECIDED if undecided(step.at, tries) else
                    B.MEETS if step.at <= capacity else B.FAILS)
-        b.observe(B.Probe(step.at, verdict, why="straddles" if verdict == B.UNDECIDED else ""))
+        b.observe(B.Probe(step.at, verdict, n=max(step.requests, 600),
+                          why="straddles" if verdict == B.UNDECIDED else ""))
         assert len(asked) < 100
     return step.result, asked
 
@@ -78,7 +80,7 @@ def test_halving_below_the_ladder_then_bisecting():
 def test_an_undecided_probe_is_retried_with_more_requests_then_reported_undecided():
     # at 80 the interval straddles the limit however many requests: never a pass
     res, asked = run(100, undecided=lambda at, tries: at == 80.0)
-    assert (80.0, 1) in asked and (80.0, 2) in asked   # again, with twice the requests
+    assert (80.0, 0) in asked and (80.0, 1200) in asked   # again, with twice the requests
     assert res["status"] == "undecided" and res["capacity"] < 80
     assert res["upper"] == 80 and res["fails"] == 128   # 80 was not shown to fail
     assert 80 in res["undecided"] and "undecided after 2 probes" in res["text"]
@@ -86,16 +88,16 @@ def test_an_undecided_probe_is_retried_with_more_requests_then_reported_undecide
 
 def test_an_undecided_probe_that_decides_on_retry_counts():
     res, asked = run(100, undecided=lambda at, tries: at == 80.0 and tries == 0)
-    assert asked.count((80.0, 2)) == 1
+    assert asked.count((80.0, 1200)) == 1
     assert res["status"] == "precise" and res["capacity"] <= 100 < res["fails"]
 
 
 def test_an_undecided_ladder_point_is_measured_again_first():
     b = B.Bracket("p99_ttft_ms", 200.0)
-    b.observe(B.Probe(8.0, B.UNDECIDED, why="too few", extra=False))
-    b.observe(B.Probe(32.0, B.FAILS, extra=False))
+    b.observe(B.Probe(8.0, B.UNDECIDED, n=16, why="too few", extra=False))
+    b.observe(B.Probe(32.0, B.FAILS, n=16, extra=False))
     step = b.next()
-    assert isinstance(step, B.Next) and (step.at, step.factor) == (8.0, 2)
+    assert isinstance(step, B.Next) and (step.at, step.requests) == (8.0, 32)
 
 
 def test_the_most_probes_bound_holds_against_an_adversary():
@@ -106,7 +108,8 @@ def test_the_most_probes_bound_holds_against_an_adversary():
             cap = rng.choice([0, 1, 2, 5, 9, 31, 33, 45, 100, 127, 129, 300, 900, 5000])
             bad = {float(x) for x in rng.sample(range(1, 1100), 40)}
             res, asked = run(cap, precision=precision,
-                             undecided=lambda at, tries: at in bad and rng.random() < 0.8)
+                             undecided=lambda at, tries, bad=bad: at in bad
+                             and rng.random() < 0.8)
             assert len(asked) <= most, (precision, cap, asked)
 
 

@@ -110,13 +110,13 @@ class Brackets:
                               extra=False, failed=failed))
         return b
 
-    def _probe_bench(self, server_id: str, at: float, factor: int, key: str):
+    def _probe_bench(self, server_id: str, at: float, requests: int, key: str):
         """The server's own benchmark at the nearest ladder load at or below `at`, moved
-        to `at`, with enough requests for the percentile (times `factor` on a retry)."""
+        to `at`, with enough requests for the percentile (and at least `requests`)."""
         benches = self._ladder_benchmarks(server_id)
         tpl = next((b for b in reversed(benches) if self._load(b.params) <= at), benches[0])
         p = tpl.params
-        n = max(p.num_prompts, B.min_requests(key), 0 if self.rate else int(at)) * factor
+        n = max(p.num_prompts, B.min_requests(key), 0 if self.rate else int(at), requests)
         load = {"request_rate": at} if self.rate else {"concurrency": int(at)}
         params = dataclasses.replace(p, num_prompts=n, min_requests=n, max_requests=n,
                                      target_ci=None, **load)
@@ -172,7 +172,7 @@ class Brackets:
                     out[key] = step.result
                     self.log(f"bracket {server_id} {key}: {step.result['text']}")
                     break
-                bench = self._probe_bench(server_id, step.at, step.factor, key)
+                bench = self._probe_bench(server_id, step.at, step.requests, key)
                 self.log(f"bracket {server_id} {key}: {B._num(step.at)} "
                          f"({bench.params.num_prompts} requests): {step.reason}")
                 row = await run_probe(bench)

@@ -96,24 +96,26 @@ def judge(key: str, limit: float, at: float, values_ms, *, extra: bool = True,
     q = quantile_of(key)
     iv = stats.mean_interval(vals) if q is None else stats.quantile_interval(vals, q)
     lo, hi = iv.lo, iv.hi
-    base = dict(value=iv.value, lo=lo, hi=hi, n=len(vals), extra=extra)
+
+    def probe(verdict: str, why: str = "") -> Probe:
+        return Probe(at, verdict, iv.value, lo, hi, len(vals), why, extra)
+
     if lo is not None and lo > limit:
-        return Probe(at, FAILS, **base)
+        return probe(FAILS)
     if q is not None and not stats.quantile_upper_defined(len(vals), q):
-        return Probe(at, UNDECIDED, why=f"{len(vals)} requests are too few to bound the "
-                     f"{key.split('_', 1)[0]} from above (at least {min_requests(key)})",
-                     **base)
+        return probe(UNDECIDED, f"{len(vals)} requests are too few to bound the "
+                     f"{key.split('_', 1)[0]} from above (at least {min_requests(key)})")
     if hi is not None and hi <= limit:
-        return Probe(at, MEETS, **base)
-    return Probe(at, UNDECIDED, why=f"its interval [{_r(lo)}, {_r(hi)}] straddles the "
-                 f"limit {limit:g}", **base)
+        return probe(MEETS)
+    return probe(UNDECIDED, f"its interval [{_r(lo)}, {_r(hi)}] straddles the limit {limit:g}")
 
 
 @dataclass(frozen=True)
 class Next:
-    """Probe this load next, with `factor` times the usual requests (a retry)."""
+    """Probe this load next, with at least `requests` requests (a retry: twice the last
+    probe's there; 0: the usual number)."""
     at: float
-    factor: int = 1
+    requests: int = 0
     reason: str = ""
 
 
@@ -182,24 +184,24 @@ class Bracket:
                        reverse=True)
         if open_:
             a = open_[0]
-            return Next(a, 2 ** self._tries(a), f"undecided at {_num(a)} "
-                        f"({latest[a].why}): again with more requests")
+            return Next(a, 2 * max(p.n for p in self.probes if p.at == a),
+                        f"undecided at {_num(a)} ({latest[a].why}): again with more requests")
         if not self.probes:
-            return Next(self.floor, 1, "nothing measured yet")
+            return Next(self.floor, 0, "nothing measured yet")
         if meets is None:   # nothing shown to meet: halve below the lowest load not meeting
             low = upper if upper is not None else min(latest)
             if low <= self.floor or (not self.integer and low <= self.floor * (1 + self.precision)):
                 return self._done(None, upper)
             at = max(self.floor, self._mid(0.0, low) if self.integer else low / 2)
-            return Next(at, 1, f"nothing meets up to {_num(low)}: halving")
+            return Next(at, 0, f"nothing meets up to {_num(low)}: halving")
         if upper is None:   # everything meets so far: double
             at = meets * 2
             if at > self._top():
                 return self._done(meets, None)
-            return Next(self._round(at), 1, f"meets at {_num(meets)}: doubling")
+            return Next(self._round(at), 0, f"meets at {_num(meets)}: doubling")
         if self._close(meets, upper):
             return self._done(meets, upper)
-        return Next(self._mid(meets, upper), 1,
+        return Next(self._mid(meets, upper), 0,
                     f"between {_num(meets)} (meets) and {_num(upper)}: bisecting")
 
     def _close(self, lo: float, hi: float) -> bool:
@@ -264,20 +266,20 @@ def most_probes(ladder, precision: float, integer: bool = True) -> int:
     bottom, then bisecting), by the bracket's own rules, with each load measured up to
     1 + RETRIES times and every ladder load retried (an undecided probe that stays
     undecided bounds the bracket as a failing one would)."""
-    from functools import lru_cache
+    from functools import cache
 
     ladder = sorted(float(a) for a in ladder)
     rules = Bracket("mean_ttft_ms", 1.0, precision, integer,
                     floor=1.0 if integer else ladder[0] / 8)
 
-    @lru_cache(maxsize=None)
+    @cache
     def bisect(lo: float, hi: float) -> int:
         if rules._close(lo, hi):
             return 0
         mid = rules._mid(lo, hi)
         return 1 + max(bisect(lo, mid), bisect(mid, hi))
 
-    @lru_cache(maxsize=None)
+    @cache
     def halve(low: float) -> int:
         if low <= rules.floor or (not integer and low <= rules.floor * (1 + precision)):
             return 0
@@ -341,6 +343,7 @@ def summary(key: str, limit: float, baseline: str, results: dict[str, dict[str, 
                "no speculative setting meets the limit" if top is None else "")
         out["text"] = f"no capacity figure at {key} <= {limit:g}: {why}"
         return out
+    assert base is not None and top is not None   # capacity_gain needs both
     out.update(gain)
     lo, hi = gain["interval"]
     iv = f" [{_fmt(lo)}, {_fmt(hi)}]"
