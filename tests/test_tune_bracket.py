@@ -15,13 +15,14 @@ LADDER = [1, 8, 32, 128]
 
 
 def run(capacity, *, ladder=LADDER, precision=0.1, undecided=lambda at, tries: False,
-        **kw):
+        short=(), **kw):
     """Drive a bracket against a server whose statistic meets the limit up to `capacity`
     (`undecided(at, tries)`: that probe straddles); returns (result, probes asked)."""
     b = B.Bracket("p99_ttft_ms", 200.0, precision=precision, **kw)
-    for a in ladder:
-        b.observe(B.Probe(float(a), B.MEETS if a <= capacity else B.FAILS, n=16,
-                          extra=False))
+    for a in ladder:   # `short`: ladder points too short to decide
+        b.observe(B.Probe(float(a), B.UNDECIDED if a in short else
+                          B.MEETS if a <= capacity else B.FAILS, n=16, extra=False,
+                          short=a in short))
     asked = []
     while isinstance(step := b.next(), B.Next):
         asked.append((step.at, step.requests))
@@ -94,10 +95,18 @@ def test_an_undecided_probe_that_decides_on_retry_counts():
 
 def test_an_undecided_ladder_point_is_measured_again_first():
     b = B.Bracket("p99_ttft_ms", 200.0)
-    b.observe(B.Probe(8.0, B.UNDECIDED, n=16, why="too few", extra=False))
+    b.observe(B.Probe(8.0, B.UNDECIDED, n=600, why="straddles", extra=False))
     b.observe(B.Probe(32.0, B.FAILS, n=16, extra=False))
     step = b.next()
-    assert isinstance(step, B.Next) and (step.at, step.requests) == (8.0, 32)
+    assert isinstance(step, B.Next) and (step.at, step.requests) == (8.0, 1200)
+
+
+def test_ladder_points_too_short_for_the_percentile_are_not_a_try():
+    # the ladder's 16 requests say nothing about a p99 meeting: each is measured with the
+    # usual probe, the middle one first; a failure there makes those above it moot
+    res, asked = run(20, short={1, 8, 32, 128})
+    assert asked[0] == (32.0, 0) and 128.0 not in [at for at, _ in asked]
+    assert res["status"] == "precise" and res["capacity"] <= 20 < res["fails"]
 
 
 def test_the_most_probes_bound_holds_against_an_adversary():
@@ -109,7 +118,8 @@ def test_the_most_probes_bound_holds_against_an_adversary():
             bad = {float(x) for x in rng.sample(range(1, 1100), 40)}
             res, asked = run(cap, precision=precision,
                              undecided=lambda at, tries, bad=bad: at in bad
-                             and rng.random() < 0.8)
+                             and rng.random() < 0.8,
+                             short=set(rng.sample(LADDER, rng.randint(0, 4))))
             assert len(asked) <= most, (precision, cap, asked)
 
 

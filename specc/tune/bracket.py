@@ -77,6 +77,9 @@ class Probe:
     why: str = ""
     #: Measured by the bracket (False: a ladder point it was fed).
     extra: bool = True
+    #: Too few requests to bound the statistic from above: not a try (a ladder point of
+    #: 16 requests says nothing about a p99 meeting).
+    short: bool = False
 
     def to_json(self) -> dict:
         return {"at": _num(self.at), "verdict": self.verdict, "value": _r(self.value),
@@ -97,14 +100,15 @@ def judge(key: str, limit: float, at: float, values_ms, *, extra: bool = True,
     iv = stats.mean_interval(vals) if q is None else stats.quantile_interval(vals, q)
     lo, hi = iv.lo, iv.hi
 
-    def probe(verdict: str, why: str = "") -> Probe:
-        return Probe(at, verdict, iv.value, lo, hi, len(vals), why, extra)
+    def probe(verdict: str, why: str = "", short: bool = False) -> Probe:
+        return Probe(at, verdict, iv.value, lo, hi, len(vals), why, extra, short)
 
     if lo is not None and lo > limit:
         return probe(FAILS)
     if q is not None and not stats.quantile_upper_defined(len(vals), q):
         return probe(UNDECIDED, f"{len(vals)} requests are too few to bound the "
-                     f"{key.split('_', 1)[0]} from above (at least {min_requests(key)})")
+                     f"{key.split('_', 1)[0]} from above (at least {min_requests(key)})",
+                     short=True)
     if hi is not None and hi <= limit:
         return probe(MEETS)
     return probe(UNDECIDED, f"its interval [{_r(lo)}, {_r(hi)}] straddles the limit {limit:g}")
@@ -151,7 +155,8 @@ class Bracket:
         return out
 
     def _tries(self, at: float) -> int:
-        return sum(p.at == at for p in self.probes)
+        """Probes at this load that could have decided it (a short one could not)."""
+        return sum(p.at == at and not p.short for p in self.probes)
 
     def _bounds(self) -> tuple[float | None, float | None, float | None]:
         """(capacity: the highest load meeting below every failing one; the lowest load
@@ -177,14 +182,14 @@ class Bracket:
         meets, fails, upper = self._bounds()
         latest = self._latest()
         # an undecided load that could still move the bracket: measure it again, the
-        # highest first (a pass there makes the lower ones moot)
-        open_ = sorted((a for a, p in latest.items() if p.verdict == UNDECIDED
-                        and self._tries(a) <= RETRIES
-                        and (meets is None or a > meets) and (upper is None or a < upper)),
-                       reverse=True)
+        # middle one first (a pass there makes those below moot, a fail those above)
+        open_ = sorted(a for a, p in latest.items() if p.verdict == UNDECIDED
+                       and self._tries(a) <= RETRIES
+                       and (meets is None or a > meets) and (upper is None or a < upper))
         if open_:
-            a = open_[0]
-            return Next(a, 2 * max(p.n for p in self.probes if p.at == a),
+            a = open_[len(open_) // 2]
+            return Next(a, 2 * max((p.n for p in self.probes if p.at == a and not p.short),
+                                   default=0),
                         f"undecided at {_num(a)} ({latest[a].why}): again with more requests")
         if not self.probes:
             return Next(self.floor, 0, "nothing measured yet")
@@ -264,8 +269,9 @@ def most_probes(ladder, precision: float, integer: bool = True) -> int:
     """The most extra probes one bracket can take on a ladder: the longest decided path
     (bisecting a ladder gap; doubling past the top, then bisecting; halving below the
     bottom, then bisecting), by the bracket's own rules, with each load measured up to
-    1 + RETRIES times and every ladder load retried (an undecided probe that stays
-    undecided bounds the bracket as a failing one would)."""
+    1 + RETRIES times and every ladder load measured again as often (a ladder point too
+    short for the percentile is no try; an undecided probe that stays undecided bounds
+    the bracket as a failing one would)."""
     from functools import cache
 
     ladder = sorted(float(a) for a in ladder)
@@ -290,7 +296,7 @@ def most_probes(ladder, precision: float, integer: bool = True) -> int:
     double = max([MAX_DOUBLINGS] + [k + bisect(top * 2 ** (k - 1), top * 2 ** k)
                                     for k in range(1, MAX_DOUBLINGS + 1)])
     worst = max([double, halve(ladder[0])] + [bisect(a, b) for a, b in zip(ladder, ladder[1:])])
-    return (1 + RETRIES) * worst + RETRIES * len(ladder)
+    return (1 + RETRIES) * (worst + len(ladder))
 
 
 def capacity_gain(base: dict | None, spec: dict | None, integer: bool = True) -> dict | None:
