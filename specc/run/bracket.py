@@ -64,6 +64,8 @@ class Brackets:
         self.rate = rate_based(plan)
         #: server -> key -> the bracket's result (tune.json's slo.<key>.bracket)
         self.results: dict[str, dict[str, dict]] = {}
+        #: server -> its ladder benchmarks, for a server outside the plan's
+        self.extra_ladders: dict[str, list] = {}
 
     # -- which servers ---------------------------------------------------------------
     def worth(self, server_id: str, key: str) -> str | None:
@@ -85,7 +87,10 @@ class Brackets:
 
     # -- the points ------------------------------------------------------------------
     def _ladder_benchmarks(self, server_id: str) -> list:
-        return sorted(self.plan.benchmarks_of(server_id), key=lambda b: self._load(b.params))
+        """The server's measured points: the plan's, or those a caller registered for a
+        server the plan does not hold (a deployed schedule's verification start)."""
+        benches = self.extra_ladders.get(server_id) or self.plan.benchmarks_of(server_id)
+        return sorted(benches, key=lambda b: self._load(b.params))
 
     def _load(self, params) -> float:
         return float(params.request_rate) if self.rate else float(params.concurrency)
@@ -149,14 +154,19 @@ class Brackets:
                           failed=failed))
 
     # -- on a server that is up ----------------------------------------------------------
-    async def bracket_server(self, server_id: str, run_probe) -> dict[str, dict]:
+    async def bracket_server(self, server_id: str, run_probe, *, benchmarks=None,
+                             always: bool = False) -> dict[str, dict]:
         """Bracket every SLO key on the server that is up; `run_probe(benchmark)` measures
         one more point on it (a results row, or None when nothing can be recorded).
-        Returns key -> result (also kept in ``results``)."""
+        `benchmarks`: its ladder points when the plan does not hold the server (their rows
+        by ``row_of``); `always`: bracket it even where it cannot raise the best (the
+        deployed schedule). Returns key -> result (also kept in ``results``)."""
+        if benchmarks is not None:
+            self.extra_ladders[server_id] = list(benchmarks)
         out = self.results.setdefault(server_id, {})
         brackets: dict[str, B.Bracket] = {}
         for key in self.keys:
-            why = bracketable(key) or self.worth(server_id, key)
+            why = bracketable(key) or (None if always else self.worth(server_id, key))
             if why:
                 out[key] = {"key": key, "status": "not bracketed", "text": why,
                             "capacity": None}
