@@ -201,3 +201,15 @@ def test_precision_bounds_match_the_schema():
 
     prec = SCHEMA["properties"]["search"]["properties"]["precision"]
     assert (prec["minimum"], prec["maximum"]) == B.PRECISION_BOUNDS
+
+
+def test_verdicts_that_are_not_monotone_are_said():
+    # noise between probes: 128 meets on the ladder above the failing 32
+    b = B.Bracket("p99_ttft_ms", 200.0)
+    for a, v in ((1, B.MEETS), (8, B.MEETS), (32, B.FAILS), (128, B.MEETS)):
+        b.observe(B.Probe(float(a), v, n=600, extra=False))
+    while isinstance(step := b.next(), B.Next):
+        b.observe(B.Probe(step.at, B.MEETS if step.at <= 20 else B.FAILS, n=600))
+    res = step.result
+    assert res["capacity"] <= 20 < res["fails"] <= 32   # the conservative reading
+    assert res["not_monotone"] == [128] and "not monotone" in res["text"]

@@ -252,6 +252,13 @@ class Bracket:
         if at_cap is not None and at_cap.value is not None:
             text += (f"; at {_num(capacity)} {self.key} = {at_cap.value:.4g} "
                      f"[{_r(at_cap.lo)}, {_r(at_cap.hi)}] (95%, {at_cap.n} requests)")
+        # a load meeting above one that fails: the probes disagree by more than their
+        # intervals (noise between probes, e.g. a busy machine): said, never hidden
+        inverted = sorted(a for a, p in latest.items() if p.verdict == MEETS
+                          and fails is not None and a > fails)
+        if inverted:
+            text += (f"; not monotone: meets at {', '.join(str(_num(a)) for a in inverted)} "
+                     f"above the failing {_num(fails)} (noise between probes)")
         return Done({"key": self.key, "limit_ms": self.limit, "capacity": _num(capacity),
                      "load": "concurrency" if self.integer else "request_rate",
                      "upper": _num(upper), "fails": _num(fails), "status": status,
@@ -262,6 +269,7 @@ class Bracket:
                      "precision": self.precision,
                      "probes": sum(p.extra for p in self.probes),
                      "undecided": [_num(a) for a in undecided],
+                     "not_monotone": [_num(a) for a in inverted],
                      "points": [p.to_json() for p in self.probes]})
 
 
