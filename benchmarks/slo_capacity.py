@@ -150,6 +150,9 @@ def main() -> int:
             continue
         g_ok, flagged = grid_capacity(rows, gid, args.limit, with_flagged=False)
         g_all, _ = grid_capacity(rows, gid, args.limit, with_flagged=True)
+        meeting = [r["params"]["concurrency"] for r in rows if r["server"] == gid
+                   and r["status"] == "ok" and (r.get("metrics") or {}).get(KEY) is not None
+                   and r["metrics"][KEY] <= args.limit]
         cap = r.get("capacity")
         err = None if not (cap and g_ok) else abs(cap - g_ok) / g_ok
         label = "baseline" if role == "baseline" else (
@@ -157,7 +160,8 @@ def main() -> int:
         print(f"{label:<12} bracketed {cap} ({r.get('status')}, fails at {r.get('fails')}, "
               f"{r.get('probes')} probes; {KEY} at it {r.get('statistic')}) | dense grid "
               f"{g_ok} (ok points; {g_all} with the {len(flagged)} flagged "
-              f"{flagged}) | {'-' if err is None else f'{err:.1%}'} apart")
+              f"{flagged}; the highest meeting at all: {max(meeting, default=None)}) | "
+              f"{'-' if err is None else f'{err:.1%}'} apart")
         ok &= err is not None and err <= 0.10
         # the grid itself, so its own noise shows: the loaded simulator's p99 is not
         # monotone in concurrency when the machine is busy
