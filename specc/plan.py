@@ -689,6 +689,9 @@ class Search(Record):
     draft_facts: dict[str, typing.Any] | None = None
     #: Latency SLO, e.g. {"p99_ttft_ms": 200}: the capacity at it is reported.
     slo: dict[str, float] = field(default_factory=dict)
+    #: The SLO bracket stops when the first load not meeting is within this of the
+    #: capacity (relative; specc.tune.bracket).
+    precision: float = 0.1
 
     def _check(self):
         out = [] if self.name == "tune" else [f"name {self.name!r}: only 'tune' is a search"]
@@ -699,6 +702,8 @@ class Search(Record):
             out.append(f"probe {self.probe!r} is not a candidate")
         if self.max_starts < 2:
             out.append("max_starts must be >= 2 (the baseline and the probe)")
+        if not 0.01 <= self.precision <= 0.5:
+            out.append(f"precision {self.precision} is outside [0.01, 0.5]")
         return out
 
 

@@ -45,7 +45,8 @@ from typing import Sequence
 __all__ = ["Interval", "LEVEL", "RESAMPLES", "MAX_UNITS", "ratio_interval", "mean_interval",
            "quantile_interval", "throughput_interval", "speedup_interval",
            "paired_ratio_interval", "paired_ratio_resamples", "resampled_percentiles",
-           "significance", "fmt_speedup", "ties", "stop_decision", "requests_for"]
+           "significance", "fmt_speedup", "ties", "stop_decision", "requests_for",
+           "quantile_upper_defined"]
 
 LEVEL = 0.95
 RESAMPLES = 2000
@@ -261,12 +262,24 @@ def quantile_interval(values: Sequence[float], q: float, *, level: float = LEVEL
     value = float(np.quantile(v, q))
     if n < 2:
         return Interval(value, None, None, n, unit)
-    z = _Z if level == LEVEL else _normal_quantile(0.5 + level / 2.0)
-    sd = math.sqrt(n * q * (1.0 - q))
-    lo_rank = max(1, math.floor(n * q - z * sd))      # 1-based order statistics
-    hi_rank = min(n, math.ceil(n * q + z * sd) + 1)
+    lo_rank, hi_rank = _quantile_ranks(n, q, level)
+    lo_rank, hi_rank = max(1, lo_rank), min(n, hi_rank)
     return Interval(value, min(float(v[lo_rank - 1]), value), max(float(v[hi_rank - 1]), value),
                     n, unit)
+
+
+def _quantile_ranks(n: int, q: float, level: float) -> tuple[int, int]:
+    """The order-statistic interval's 1-based ranks, before clamping to the sample."""
+    z = _Z if level == LEVEL else _normal_quantile(0.5 + level / 2.0)
+    sd = math.sqrt(n * q * (1.0 - q))
+    return math.floor(n * q - z * sd), math.ceil(n * q + z * sd) + 1
+
+
+def quantile_upper_defined(n: int, q: float, level: float = LEVEL) -> bool:
+    """Whether ``n`` values bound the ``q`` quantile from above at ``level``: the upper
+    rank lies within the sample (else quantile_interval's hi is only the sample's
+    maximum, which p99 of 100 values exceeds one time in three)."""
+    return n >= 2 and _quantile_ranks(n, q, level)[1] <= n
 
 
 def _normal_quantile(p: float) -> float:

@@ -14,6 +14,7 @@ import re
 from specc import facts
 from specc.diagnostics import Diagnostic, error
 from specc.plan import Candidate, Plan, Search, ServerParams
+from specc.tune import bracket
 
 #: A latency SLO key: a statistic of TTFT, ITL, TPOT or end-to-end latency, in ms.
 SLO_KEY = re.compile(r"^(mean|median|p90|p95|p99)_(ttft|itl|tpot|e2e_latency)_ms$")
@@ -72,7 +73,8 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                     concurrencies=tuple(ladder), probe=cands[0].server,
                     max_starts=min(int(max_starts), grid_starts), margin=margin,
                     prior_acceptance=prior, gpu=gpu, context=context,
-                    draft_facts=draft, slo=dict(search.get("slo") or {}))
+                    draft_facts=draft, slo=dict(search.get("slo") or {}),
+                    precision=float(search.get("precision", bracket.PRECISION)))
     model = predict.plan_steps(dataclasses.replace(plan, search=record),
                                tp=candidates[0].params.tp)
     probe = predict.choose_probe(cands, prior, margin, model, ladder)
@@ -131,8 +133,28 @@ def review_section(plan: Plan) -> str:
         f"setting is reported with its paired {s.level:.0%} interval and the settings whose "
         "intervals overlap it (ties); the crossover is the lowest concurrency at which no "
         "candidate's interval reaches 1.0.", "",
-        f"SLO: {slo}.", "",
+        f"SLO: {slo}.", "", *_bracket_lines(plan),
         "plan.sh runs the whole grid (every candidate, the worst case) in plan order: the "
         "adaptive search needs the executor (`specc run --plan plan.json` or execute=true).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _bracket_lines(plan: Plan) -> list[str]:
+    """The SLO bracket's most extra points, so the most the search can cost stays honest."""
+    s = plan.search
+    if s is None or not s.slo:
+        return []
+    rates = sorted({b.params.request_rate for b in plan.benchmarks if b.params.request_rate})
+    most = bracket.most_probes(rates or s.concurrencies, s.precision, integer=not rates)
+    servers = s.max_starts
+    return [f"SLO capacity: for each key, bracketed on the baseline and on each started "
+            f"setting that could raise the best speculative capacity, while its server is "
+            f"up ({'request rate' if rates else 'concurrency'}): double past the highest load that meets the limit (up to "
+            f"{2 ** bracket.MAX_DOUBLINGS}x the ladder's top), then bisect until the first "
+            f"load not meeting is within {s.precision:.0%} of it. A probe is one more point "
+            "on that server with enough requests for the percentile; one whose 95% interval "
+            "straddles the limit (or too few requests to bound it) is undecided, measured "
+            "again with twice the requests, then reported undecided, never a pass. "
+            f"At most **{most}** extra points per key and server, **{most * len(s.slo) * servers}** "
+            f"in all ({len(s.slo)} key(s) x {servers} starts); no extra start.", ""]

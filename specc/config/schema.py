@@ -277,6 +277,8 @@ SCHEMA = _obj({
         "name": {"enum": ["grid", "tune"]},
         "max_starts": _nullable({"type": "integer", "minimum": 2}),
         "margin": {"type": "number", "minimum": 0, "maximum": 1},
+        # the SLO bracket's stated precision (specc.tune.bracket.PRECISION_BOUNDS)
+        "precision": {"type": "number", "minimum": 0.01, "maximum": 0.5},
         # keys are checked by compile/search.py (a latency metric, one line each)
         "slo": {"type": "object", "additionalProperties": {"type": "number",
                                                            "exclusiveMinimum": 0,

@@ -56,6 +56,12 @@ def lines(d: dict, label=lambda sid: sid, esc=None) -> list[str]:
                    f"{e_(b.get('concurrency'))} {e_(b.get('interval'))}, speculation up to "
                    f"{e_(sp.get('concurrency'))} {e_(sp.get('interval'))}"
                    + (f": {e_(s['text'])}." if s.get("text") else "."))
+        br = s.get("bracket")
+        if br:   # bracketed on the running servers (specc.tune.bracket)
+            out.append(f"SLO {e_(key)}, bracketed: {e_(br.get('text'))}" + "".join(
+                f"; {who} {e_((br.get(role) or {}).get('text') or 'not bracketed')}"
+                for who, role in (("baseline:", "baseline"), ("speculation:", "speculative")))
+                + ".")
     out += ["", "| candidate | started | predicted speedup | measured |", "|---|---|---|---|"]
     for row in d.get("candidates") or []:
         fmt = lambda m: ", ".join(f"c{e_(c)}: {v:.2f}" for c, v in (m or {}).items()  # noqa: E731

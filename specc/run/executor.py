@@ -57,6 +57,9 @@ class Executor:
         self.grace_s = grace_s
         self.stop_all = False
         self.write_error: str | None = None   # the run dir stopped taking writes
+        #: search=tune with an SLO: awaited with (server, running) after a server's points,
+        #: before its teardown, to add points to the server that is up (specc.run.bracket)
+        self.after_points = None
         self.progress = progress or SweepProgress(len(plan.benchmarks))
         for server in plan.servers:   # what `secrets.scrub` blanks in every file and line
             lifecycle.secret_values(server)
@@ -236,6 +239,10 @@ class Executor:
                     self._fail_points(server, f"server hung earlier: {row['reason']}")
                     await self._stop_async(server, "failed", reason=row["reason"])
                     break
+            else:
+                if self.after_points is not None and not self.stop_all \
+                        and server.id in self.running and running.exit_code() is None:
+                    await self.after_points(server, running)
         except asyncio.CancelledError:   # Ctrl-C / SIGTERM mid-point: no row for it
             self._stop(server, "stopped", stopped_by="interrupt")
             raise
@@ -247,6 +254,20 @@ class Executor:
                 await self._stop_async(server, "failed", reason=why)
             else:
                 await self._stop_async(server, "stopped")
+
+    async def extra_point(self, running, bench) -> dict | None:
+        """One more point, not in the plan, on the server that is up (the SLO bracket's
+        probes): watched as a planned one; its row is returned, not recorded (None: the
+        server is gone or the sweep is stopping)."""
+        if self.stop_all or not self._writes_ok() or running.exit_code() is not None:
+            return None
+        self.state.update(running.server.id, status="benchmarking", point=bench.id)
+        row = await self._watched_point(running, bench)
+        if row is not None and row.get("server_hung"):
+            self.failed_servers[running.server.id] = row["reason"]
+            await self._stop_async(running.server, "failed", reason=row["reason"])
+            return None
+        return row
 
     async def _sample_machine(self, when: str) -> None:
         """The machine's load, CPU steal and other GPU processes now, into machine.jsonl

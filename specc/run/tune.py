@@ -30,12 +30,15 @@ class Tuner:
     """The search, fed from a run dir's rows: asks it which server to start next. Used by
     the executor (one server at a time) and the Slurm driver (one job at a time)."""
 
-    def __init__(self, plan, run_dir: Path, row_of, log):
+    def __init__(self, plan, run_dir: Path, row_of, log, brackets=None):
+        """`brackets`: the SLO brackets (specc.run.bracket.Brackets) run on each server
+        while it is up; a server not started again gets its recorded probes back."""
         from specc.tune.search import Search
 
         self.plan, self.run_dir, self.row_of, self.log = plan, Path(run_dir), row_of, log
         self.search = Search(plan.search, model_for(plan))
         self.chosen: set[str] = set()
+        self.brackets = brackets
 
     def next_server(self) -> str | None:
         """The next server to start, or None (stop). A server whose points all finished in
@@ -54,6 +57,8 @@ class Tuner:
             self.chosen.add(sid)
             if earlier:
                 self.feed(sid)
+                if self.brackets is not None:
+                    self.brackets.replay(sid)
                 continue
             self.log(f"search: start {self.plan.server(sid).label}: {action.reason}")
             return sid
@@ -62,12 +67,27 @@ class Tuner:
         feed(self.search, self.plan, self.row_of, self.run_dir, server_id)
 
     def write(self) -> None:
+        if self.brackets is not None:
+            self.search.brackets = self.brackets.results
         write(self.run_dir, self.search.decision())
 
 
 async def run(ex) -> set[str]:
     """Run the search with executor `ex`; returns the servers it chose (each started once)."""
-    tuner = Tuner(ex.plan, ex.run_dir, ex.results.get, ex.progress.log)
+    brackets = None
+    if ex.plan.search.slo:   # the SLO capacity, bracketed on each server while it is up
+        from specc.run.bracket import Brackets
+
+        brackets = Brackets(ex.plan, ex.run_dir, ex.results.get, ex.progress.log)
+
+        async def after_points(server, running) -> None:
+            async def probe(bench):
+                return await ex.extra_point(running, bench)
+
+            await brackets.bracket_server(server.id, probe)
+
+        ex.after_points = after_points
+    tuner = Tuner(ex.plan, ex.run_dir, ex.results.get, ex.progress.log, brackets)
     try:
         while not ex.stop_all:
             sid = tuner.next_server()

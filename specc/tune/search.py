@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specc.tune import predict
+from specc.tune import bracket, predict
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Search:
         self.missed: dict[tuple[str, int], str] = {}
         self.stop_reason: str | None = None
         self._cache: dict = {}                # predictions and evidence, until the next point
+        #: server -> SLO key -> its bracketed capacity (specc.tune.bracket), when run
+        self.brackets: dict[str, dict[str, dict]] = {}
 
     # -- what the executor tells it ---------------------------------------------------
     def started(self, server: str, now: float, reason: str = "") -> None:
@@ -396,6 +398,9 @@ class Search:
                                  f"{key} <= {limit:g}" if s >= b else
                                  f"speculation costs {-entry['adds_percent']:g}% capacity at "
                                  f"{key} <= {limit:g}")
+            if self.brackets and not problem:
+                entry["bracket"] = bracket.summary(key, limit, self.rec.baseline,
+                                                   self.brackets)
             out[key] = entry
         return out
 
