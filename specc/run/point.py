@@ -48,10 +48,11 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     first = p.num_prompts
     most = max(p.max_requests, first) if target else first
     stream = None
+    prompts: list = []
     if p.dataset == "trace":   # streamed: read and built as the schedule reaches each row
         from specc.prompts import trace
 
-        prompts = stream = trace.Replay(p.dataset_path, num=most)
+        stream = trace.Replay(p.dataset_path or "", num=most)
     else:
         prompts = load_prompts(p.dataset, num=most, input_len=p.input_len,
                                output_len=p.output_len, range_ratio=p.range_ratio,
@@ -74,8 +75,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
 
         ids = None if not field else request_id if stream is not None else [
             request_id(i, q) for i, q in enumerate(prompts)]
-        res = await run_load(url, [] if stream is not None else prompts, api=p.api,
-                             model=p.model,
+        res = await run_load(url, prompts, api=p.api, model=p.model,
                              headers=auth_headers(server),
                              concurrency=p.concurrency, request_rate=rate,
                              warmup=p.warmup_requests if k == 0 else 0,
@@ -86,7 +86,8 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                              burstiness=p.burstiness or 1.0, ramp_s=p.ramp_s or 0.0,
                              stream=stream)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
-        mine = reqlog.lines_for(res.records, prompts, repeat=k, attempt=attempt)
+        mine = reqlog.lines_for(res.records, stream if stream is not None else prompts,
+                                repeat=k, attempt=attempt)
         if run_dir is not None:
             reqlog.append(run_dir, bench.id, mine)
         records += res.records

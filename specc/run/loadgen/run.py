@@ -32,7 +32,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                    on_request_done: Callable[[RequestRecord], None] | None = None,
                    transport: str = "auto", kernel_timestamps: bool = True,
                    disable_gc: bool = True, temperature: float = 0.0, ignore_eos: bool = True,
-                   request_ids: list[tuple[str, str]] | None = None,
+                   request_ids: list[tuple[str, str]] | Callable[[int, Prompt], tuple[str, str]]
+                   | None = None,
                    keep_sending: Callable[[], bool] | None = None,
                    headers: dict[str, str] | None = None, burstiness: float = 1.0,
                    ramp_s: float = 0.0, send_at: list[float] | None = None,
@@ -159,8 +160,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             p = prompts[i]
             return request_body(api, model, p.text, p.output_tokens, temperature=temperature,
                                 ignore_eos=ignore_eos,
-                                request_id=request_ids[i] if request_ids else None,
-                                messages=messages)
+                                request_id=request_ids[i] if isinstance(request_ids, list)
+                                else None, messages=messages)
 
         # a later turn's body is built when its previous turn has answered
         payloads = [body(i) if p.turn == 1 else b"" for i, p in enumerate(prompts)]
@@ -265,7 +266,7 @@ async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, 
     def body(i: int, p: Prompt) -> bytes:
         return request_body(api, model, p.text, p.output_tokens, temperature=temperature,
                             ignore_eos=ignore_eos,
-                            request_id=request_ids(i, p) if request_ids else None)
+                            request_id=request_ids(i, p) if callable(request_ids) else None)
 
     async def one(rec: RequestRecord, p: Prompt) -> None:
         nonlocal stopped
