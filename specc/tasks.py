@@ -174,7 +174,7 @@ def status(c, run):
     rows = []
     from specc.run import slurm
 
-    slurm_run = slurm.is_slurm_run(d)
+    slurm_run = slurm.is_slurm_run(d, rd.plan)
     if slurm_run:   # a job per server: Slurm's view, not local pids
         _print(slurm.status_text(d))
     for sid, s in ({} if slurm_run else state.get("servers", {})).items():
@@ -195,9 +195,11 @@ def status(c, run):
 
     total = len(rd.plan.benchmarks)
     try:
-        res = rd.results()[0]
+        res, skipped = rd.results()
     except RunDirError as e:
-        raise Exit(_one(e), code=2)
+        raise Exit(_one(e), code=2) from None
+    for w in skipped:   # a line specc cannot read: said, never a traceback
+        print(f"warning: {_one(w)}", file=sys.stderr)
     ok = sum(r.status == "ok" for r in res.values())
     print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 

@@ -469,14 +469,16 @@ def _report(run_dir: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- inv status / down
-def is_slurm_run(run_dir: Path) -> bool:
-    """A run dir whose plan.json has Slurm jobs (its `cluster` record), or was compiled for
-    Slurm by an older specc. A plan.json that cannot be read leaves the driver's record to
-    say so: `down` must still cancel the jobs."""
+def is_slurm_run(run_dir: Path, plan: Plan | None = None) -> bool:
+    """A run dir whose plan.json (or ``plan``, read already) has Slurm jobs (its `cluster`
+    record), or was compiled for Slurm by an older specc. A plan.json that cannot be read
+    leaves the driver's record to say so: `down` must still cancel the jobs."""
     from specc.plan import OLD_JOBS_FILE
 
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
+    if plan is not None:
+        return plan.cluster is not None
     from specc.rundir import RunDir, RunDirError
 
     try:   # whatever its digest: `down` must cancel the jobs of a plan edited since
