@@ -155,6 +155,8 @@ class Engine(ABC):
     #: The oldest release specc holds facts for.
     oldest_version = ""
     version_read = ""
+    #: The engine's own default port (a fact; specc plans from engine.base_port, 31000,
+    #: away from every engine's default).
     default_port = 30000
     health_path = "/health"
     health_timeout_s = 0.0
