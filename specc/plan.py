@@ -150,12 +150,13 @@ def build_many(cls, count: int, varying: dict[str, list], shared: dict | None = 
     in a fraction of the time (10^5 client points' params records: the frozen constructor
     sets each of 33 fields through object.__setattr__). Only for records whose
     construction checks and converts nothing: Params, and records without float fields
-    or checks (Benchmark)."""
+    or checks (Benchmark: a float field left at its default converts nothing)."""
     shared = shared or {}
     post = cls.__post_init__
     if not (post is Params.__post_init__ or (
             post is Record.__post_init__ and cls._check is Record._check
-            and not any(f.type in ("float", "float | None") for f in fields(cls)))):
+            and not any(f.type in ("float", "float | None") for f in fields(cls)
+                        if f.name in varying or f.name in shared))):
         raise TypeError(f"{cls.__name__} is built by its constructor (it checks or converts)")
     names = {f.name: f for f in fields(cls)}
     unknown = sorted((varying.keys() | shared.keys()) - names.keys())
@@ -442,6 +443,14 @@ class ScheduleLag(Record):
             "bound_s must be > 0 and bound_fraction >= 0"]
 
 
+@dataclass(frozen=True)
+class TimeDilation(Record):
+    """Where a point runner sets a simulated server's time dilation before a point (POST
+    `{"factor": s}` to `path`): every modelled duration then runs s times slower and the
+    point's measured times are divided by s (docs/simulator.md)."""
+    path: str
+
+
 # -- the engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class EngineInfo(Record):
@@ -709,10 +718,13 @@ class Server(Record):
     #: Where a server that runs in real time says how far it fell behind its schedule
     #: (the simulator's); written only when there is one.
     schedule_lag: ScheduleLag | None = None
+    #: Where a simulated server's time dilation is set per point (the simulator's);
+    #: written only when there is one.
+    time_dilation: TimeDilation | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
     OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key",
-                          "schedule_lag")
+                          "schedule_lag", "time_dilation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,6 +734,11 @@ class Benchmark(Record):
     baseline: str | None
     params: BenchParams
     argv: tuple[str, ...] | None = None
+    #: The point runs this many times slower than modelled, its times divided back (the
+    #: server's `time_dilation` says where to set it); written only when not 1.
+    time_dilation: float = 1.0
+
+    OMITTED_AT_DEFAULT = ("time_dilation",)
 
 
 @dataclass(frozen=True)
