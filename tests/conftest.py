@@ -30,6 +30,9 @@ os.environ["SPECC_SIM_LAG_FLOOR_S"] = "60"
 # tiny requests to seconds (specc/engines/sim.py, min_point_s): the suite runs them in real
 # time, and tests/test_time_dilation_plan.py checks the automatic rule.
 os.environ["SPECC_SIM_TIME_DILATION"] = "1"
+# The load generator's own turnaround: the same (specc/run/loadgen/turnaround.py, 10 ms
+# floor); tests/test_turnaround.py checks the real bound.
+os.environ["SPECC_CLIENT_TURNAROUND_FLOOR_S"] = "60"
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"

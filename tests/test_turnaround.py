@@ -14,7 +14,7 @@ import pytest
 
 from specc.run import point
 from specc.run.loadgen.records import RequestRecord
-from specc.run.loadgen.turnaround import BOUND_SHARE, behind, turnaround, undilate
+from specc.run.loadgen.turnaround import FLOOR_S, behind, turnaround, undilate
 
 T0 = 1000.0
 
@@ -31,8 +31,9 @@ def test_a_closed_loop_counts_only_the_time_past_a_freed_slot():
     assert fig["requests"] == 4
     assert fig["total_s"] == pytest.approx(0.001 + 0.030 + 0.005)
     assert fig["worst_s"] == pytest.approx(0.030)
+    assert fig["per_slot_s"] == pytest.approx(0.018)
     assert fig["share"] == pytest.approx(0.036 / (2 * 2.2), abs=1e-5)
-    assert fig["bound"] == BOUND_SHARE
+    assert fig["bound_s"] == pytest.approx(0.05 * 2.2)
     assert behind(fig) is None
 
 
@@ -44,11 +45,18 @@ def test_a_starved_client_fails_the_point_with_its_figures():
         recs.append(_rec(start, start + 0.1))
         t = start + 0.1
     fig = turnaround(recs, t0=T0, duration_s=t, concurrency=1)
-    assert fig["total_s"] == pytest.approx(0.18)
-    assert fig["share"] == pytest.approx(0.18 / t, abs=1e-5) and fig["share"] > BOUND_SHARE
-    assert behind(fig) == (f"load generator fell behind: its own turnaround took "
-                           f"{fig['share']:.1%} of the point's duration per slot (bound 5%; "
-                           f"180 ms over 10 requests, worst 20 ms)")
+    assert fig["total_s"] == pytest.approx(0.18) and fig["bound_s"] == pytest.approx(0.059)
+    assert fig["share"] == pytest.approx(0.18 / t, abs=1e-5)
+    assert behind(fig) == ("load generator fell behind: its own turnaround took 180 ms per "
+                           "slot, 15.3% of the point (bound 59 ms; 10 requests, worst 20 ms)")
+
+
+def test_a_short_point_is_judged_against_the_floor():
+    # 0.1 s point, 8 ms late: 8% of it, but under a process scheduler's slice
+    fig = turnaround([_rec(0.008, 0.1)], t0=T0, duration_s=0.1, concurrency=1)
+    assert fig["bound_s"] == FLOOR_S and behind(fig) is None
+    fig = turnaround([_rec(0.008, 0.1)], t0=T0, duration_s=0.1, concurrency=1, floor_s=0.005)
+    assert behind(fig) is not None
 
 
 def test_an_arrival_schedule_counts_from_each_request_due_time():
@@ -73,7 +81,7 @@ def test_undilating_divides_every_time_back():
 def _row(share: float) -> dict:
     return {"status": "ok", "reason": None, "metrics": {"output_throughput": share},
             "client_turnaround": {"requests": 16, "total_s": share * 2.0, "worst_s": 0.03,
-                                  "share": share, "bound": BOUND_SHARE}}
+                                  "per_slot_s": share * 2.0, "share": share, "bound_s": 0.1}}
 
 
 def test_a_point_whose_client_fell_behind_twice_is_failed(monkeypatch, tmp_path):
@@ -85,8 +93,9 @@ def test_a_point_whose_client_fell_behind_twice_is_failed(monkeypatch, tmp_path)
     monkeypatch.setattr(point, "_measure", measure)
     row = asyncio.run(point.run_point(None, None, run_dir=tmp_path))
     assert row["status"] == "failed"
-    assert row["reason"].startswith("load generator fell behind: its own turnaround took 8.0%")
-    assert "measured twice (first: load generator fell behind: its own turnaround took 9.0%" \
+    assert row["reason"].startswith("load generator fell behind: its own turnaround took 160 "
+                                    "ms per slot, 8.0% of the point (bound 100 ms")
+    assert "measured twice (first: load generator fell behind: its own turnaround took 180 ms" \
         in row["reason"]
 
 

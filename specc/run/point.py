@@ -89,7 +89,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                              burstiness=p.burstiness or 1.0, ramp_s=(p.ramp_s or 0.0) * s,
                              send_at=None if send_at is None else [t * s for t in send_at])
         turn = turnaround.turnaround(res.records, t0=res.t0, duration_s=res.duration_s,
-                                     concurrency=p.concurrency)
+                                     concurrency=p.concurrency)   # wall seconds
         if turn is not None:
             client["requests"] += turn["requests"]
             client["total_s"] += turn["total_s"]
@@ -115,12 +115,9 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     errors = [r.error for r in records if not r.ok]
     figures = figures_extra(lines, duration, repeats, p.target_ci)
     if client["requests"] and client["wall_s"] > 0:
-        wall = client.pop("wall_s")
-        slots_s = (p.concurrency * wall) if p.concurrency else wall
-        figures["client_turnaround"] = {
-            **client, "total_s": round(client["total_s"], 6),
-            "share": round((client["total_s"] if p.concurrency else client["worst_s"])
-                           / slots_s, 5), "bound": turnaround.BOUND_SHARE}
+        figures["client_turnaround"] = turnaround.figure(
+            int(client["requests"]), client["total_s"], client["worst_s"], client["wall_s"],
+            p.concurrency, turnaround.floor_s())
     return metrics, errors, gone, figures
 
 
