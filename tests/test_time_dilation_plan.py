@@ -67,8 +67,9 @@ def test_a_factor_below_1_is_a_config_error(compose):
 
 
 def test_a_dilated_point_reports_the_model_time_and_says_it_was_dilated(tmp_path):
-    """The same point at s=1 and s=3: the row at 3 says so, and its times, divided back,
-    are the model's (a tolerance a busy machine keeps: real time is the noisier one)."""
+    """The same point at s=1 and s=3: the row at 3 says so, and its duration, divided back,
+    is a third of the wall time it took (a busy machine only makes the wall time longer;
+    tests/sim/test_time_dilation.py checks the schedule itself exactly)."""
     rows = {}
     for s in (1, 3):
         guard = SimGuard(tmp_path / f"g{s}")
@@ -85,7 +86,10 @@ def test_a_dilated_point_reports_the_model_time_and_says_it_was_dilated(tmp_path
     one, three = rows[1], rows[3]
     assert "time_dilation" not in one and three["time_dilation"] == 3.0
     assert three["status"] == "ok" and three["client_turnaround"]["requests"] == 4
-    tpot1, tpot3 = one["metrics"]["mean_tpot_ms"], three["metrics"]["mean_tpot_ms"]
-    assert tpot3 == pytest.approx(tpot1, rel=0.25)
-    tput1, tput3 = one["metrics"]["output_throughput"], three["metrics"]["output_throughput"]
-    assert tput3 == pytest.approx(tput1, rel=0.35)
+    lines = [json.loads(x) for x in (tmp_path / "run3" / "requests" /
+                                     f"{three['benchmark']}.jsonl").read_text().splitlines()]
+    wall = three["finished_at"] - three["started_at"]
+    assert wall >= 3 * three["metrics"]["duration"] * 0.95
+    # the requests' own times are the model's too: they fit in the reported duration
+    assert sum(x["e2e_latency"] for x in lines if x.get("ok", True)) \
+        <= three["metrics"]["duration"] * 1.05
