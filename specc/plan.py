@@ -273,6 +273,14 @@ class ScheduleLag(Record):
             "bound_s must be > 0 and bound_fraction >= 0"]
 
 
+@dataclass(frozen=True)
+class TimeDilation(Record):
+    """Where a point runner sets a simulated server's time dilation before a point (POST
+    `{"factor": s}` to `path`): every modelled duration then runs s times slower and the
+    point's measured times are divided by s (docs/simulator.md)."""
+    path: str
+
+
 # -- the engine ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReleaseProbe(Record):
@@ -555,10 +563,13 @@ class Server(Record):
     #: Where a server that runs in real time says how far it fell behind its schedule
     #: (the simulator's); written only when there is one.
     schedule_lag: ScheduleLag | None = None
+    #: Where a simulated server's time dilation is set per point (the simulator's);
+    #: written only when there is one.
+    time_dilation: TimeDilation | None = None
 
     #: Fields left out of plan.json at their default (plans written before them read the same).
     OMITTED_AT_DEFAULT = ("nodes", "rendezvous_port", "follower_args", "api_key",
-                          "schedule_lag")
+                          "schedule_lag", "time_dilation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,6 +579,11 @@ class Benchmark(Record):
     baseline: str | None
     params: BenchParams
     argv: tuple[str, ...] | None = None
+    #: The point runs this many times slower than modelled, its times divided back (the
+    #: server's `time_dilation` says where to set it); written only when not 1.
+    time_dilation: float = 1.0
+
+    OMITTED_AT_DEFAULT = ("time_dilation",)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,13 @@ os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="specc-state-")
 # fraction of a second on a machine other suites keep busy: its runs tolerate 60 s, and
 # tests/test_executor_schedule_lag.py the real bound. Subprocesses inherit it.
 os.environ["SPECC_SIM_LAG_FLOOR_S"] = "60"
+# The simulator's automatic time dilation would stretch each of the suite's points of a few
+# tiny requests to seconds (specc/engines/sim.py, min_point_s): the suite runs them in real
+# time, and tests/test_time_dilation_plan.py checks the automatic rule.
+os.environ["SPECC_SIM_TIME_DILATION"] = "1"
+# The load generator's own turnaround: the same (specc/run/loadgen/turnaround.py, 10 ms
+# floor); tests/test_turnaround.py checks the real bound.
+os.environ["SPECC_CLIENT_TURNAROUND_FLOOR_S"] = "60"
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"

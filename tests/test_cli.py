@@ -233,8 +233,8 @@ def test_servers_of_different_tp_get_disjoint_gpus_on_the_node(runs):
     plan = json.loads((run_dir / "plan.json").read_text())
     assert sorted((s["params"]["tp"], s["wave"], tuple(s["gpus"]), s["port"])
                   for s in plan["servers"]) == [
-        (1, 0, (0,), 30000), (1, 0, (1,), 30001),
-        (8, 1, tuple(range(8)), 30000), (8, 2, tuple(range(8)), 30000)]
+        (1, 0, (0,), 31000), (1, 0, (1,), 31001),
+        (8, 1, tuple(range(8)), 31000), (8, 2, tuple(range(8)), 31000)]
 
 
 @pytest.mark.parametrize("name", ["secrets", "secrets_invalid"])

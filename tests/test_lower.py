@@ -136,7 +136,7 @@ def test_placement_packs_the_llama_servers(compose):
     assert len(plan.servers) == 8 and len(plan.waves) == 1
     assert sorted(g for s in plan.servers for g in s.gpus) == list(range(8))
     assert all(len(s.gpus) == 1 for s in plan.servers)
-    assert sorted(s.port for s in plan.servers) == list(range(30000, 30008))
+    assert sorted(s.port for s in plan.servers) == list(range(31000, 31008))
     for s in plan.servers:
         assert s.env["CUDA_VISIBLE_DEVICES"] == str(s.gpus[0])
         assert s.argv[s.argv.index("--port") + 1] == str(s.port)

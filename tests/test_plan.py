@@ -126,11 +126,11 @@ def test_a_slurm_plan_holds_its_jobs_and_a_local_plan_has_no_cluster_key(plan_di
      "plan.cluster.sbatch_args: expected a list, got str"),
     (lambda c: c.update(name="k8s"), "plan.cluster: name 'k8s': only 'slurm' is submitted to"),
     (lambda c: c["jobs"][1].update(name=c["jobs"][0]["name"]),
-     "plan.cluster: job 'kimi-k2.5-baseline-tp8-3b3ef5' appears 2 times"),
+     "plan.cluster: job 'kimi-k2.5-baseline-tp8-890044' appears 2 times"),
     (lambda c: c["jobs"][0].update(servers=["nope"]),
-     "plan: cluster job kimi-k2.5-baseline-tp8-3b3ef5: no server 'nope'; cluster: server "
-     "kimi-k2.5-baseline-tp8-3b3ef5 is in no job"),
-    (lambda c: c["jobs"].pop(), "plan: cluster: server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b is "
+     "plan: cluster job kimi-k2.5-baseline-tp8-890044: no server 'nope'; cluster: server "
+     "kimi-k2.5-baseline-tp8-890044 is in no job"),
+    (lambda c: c["jobs"].pop(), "plan: cluster: server kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646 is "
      "in no job"),
 ])
 def test_a_wrong_cluster_record_is_one_clear_error_naming_its_path(slurm_plan_dict, edit,

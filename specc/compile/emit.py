@@ -194,6 +194,8 @@ _PER_LINE = ("servers", "benchmarks")
 #: The params fields plan.json leaves out at these values (BenchParams.to_json).
 _PARAMS_OMITTED = {k: BenchParams.__dataclass_fields__[k].default
                    for k in BenchParams.OMITTED_AT_DEFAULT}
+_BENCHMARK_OMITTED = {k: Benchmark.__dataclass_fields__[k].default
+                      for k in Benchmark.OMITTED_AT_DEFAULT}
 
 
 _PARAM_FIELDS = tuple(f.name for f in fields(BenchParams))
@@ -222,7 +224,8 @@ def _benchmark_entries(benchmarks, params: columns.RecordColumns) -> columns.Obj
             entry.append(("params", columns.Encoded(params_text)))
         else:
             entry.append((f.name, list(map(operator.attrgetter(f.name), benchmarks))))
-    return columns.Objects(entry, count, encode=_ENCODE, encode_str=_ENCODE_STR)
+    return columns.Objects(entry, count, encode=_ENCODE, encode_str=_ENCODE_STR,
+                           omit=_BENCHMARK_OMITTED)
 
 
 def plan_json_chunks(plan: Plan, params: columns.RecordColumns | None = None

@@ -203,6 +203,8 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
         argv = tuple(engine.argv(spec, host=engine_cfg.get("bind_host", "127.0.0.1"),
                                  port=slot.port, rendezvous_port=meet))
         diags += _launcher_problems(engine, sid, argv)
+        # bench_serving's own client cannot divide its times: its points run undilated
+        dilation = engine.time_dilation(spec) if "bench_serving" not in drivers else None
         plan_servers.append(Server(
             id=sid, label=_label(spec, engine, entry.axes), baseline=not spec.speculative,
             params=_params(spec, entry.axes), host=host, port=slot.port, gpus=slot.gpus,
@@ -211,6 +213,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
             cache_flush=engine.cache_flush(spec), acceptance=engine.acceptance(spec),
             secrets=tuple(secrets), nodes=spec.nodes, rendezvous_port=meet,
             api_key=engine.api_key(list(argv)), schedule_lag=engine.schedule_lag(spec),
+            time_dilation=dilation,
             follower_args=tuple(engine.follower_args(spec)) if spec.nodes > 1 else ()))
         model = engine.served_model(spec)
         if model not in point_params:
@@ -230,7 +233,12 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
                     num_prompts=points[i]["num_prompts"],
                     output_file=f"bench_serving/{ids[i]}.jsonl"))
                 if driver == "bench_serving" else None for i, driver in enumerate(drivers)]
-        benchmarks += build_many(Benchmark, len(points), varying, shared)
+        built = build_many(Benchmark, len(points), varying, shared)
+        if dilation is not None:   # the dilated ones through the constructor (it checks)
+            built = [b if f == 1 else replace(b, time_dilation=f) for b, f in zip(built, (
+                engine.point_time_dilation(spec, c, i, o, n) for c, i, o, n in points.rows(
+                    ("concurrency", "input_len", "output_len", "num_prompts"))))]
+        benchmarks += built
         estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)

@@ -145,6 +145,8 @@ ENGINE_SCHEMAS = {
         "time_scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
         "seed": _INT,
         "acceptance": _nullable({"type": "number", "minimum": 0, "exclusiveMaximum": 1}),
+        "time_dilation": {"anyOf": [{"enum": ["auto"]},
+                                    {"type": "number", "minimum": 1, "maximum": 100}]},
     })}, required=_ENGINE_REQUIRED),
 }
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specc.plan import (BENCH_SERVING_RANDOM_SOURCE, AcceptPositions, Acceptance, CacheFlush,
-                        EngineInfo, Phase, Probe, Readiness, ReleaseProbe, ScheduleLag, literal)
+                        EngineInfo, Phase, Probe, Readiness, ReleaseProbe, ScheduleLag,
+                        TimeDilation, literal)
 from specc.secrets import split_args, split_env
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,6 +156,8 @@ class Engine(ABC):
     #: The oldest release specc holds facts for.
     oldest_version = ""
     version_read = ""
+    #: The engine's own default port (a fact; specc plans from engine.base_port, 31000,
+    #: away from every engine's default).
     default_port = 30000
     health_path = "/health"
     health_timeout_s = 0.0
@@ -455,6 +458,16 @@ class Engine(ABC):
         during a point, and the bound past which the point is not valid (None: a real
         engine's time is the GPU's, nothing to check)."""
         return None
+
+    def time_dilation(self, spec: ServerSpec) -> TimeDilation | None:
+        """Where a server whose clock is modelled (the simulator) is told to run a point
+        slower than modelled (None: a real engine runs at the GPU's pace)."""
+        return None
+
+    def point_time_dilation(self, spec: ServerSpec, concurrency: int | None, input_len: int,
+                            output_len: int, num_prompts: int) -> float:
+        """The factor one point of this server runs at (1: real time)."""
+        return 1.0
 
     def served_model(self, spec: ServerSpec) -> str:
         return spec.model_pair["target"]["path"]

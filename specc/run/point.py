@@ -21,6 +21,7 @@ from specc.net import base_url
 from specc.plan import BENCH_SERVING_RANDOM_SOURCE, Benchmark, Plan, PlanError, Server
 from specc.results import with_speedup  # noqa: F401  (re-export: the executor imports it from here)
 from specc.run import lag, positions
+from specc.run.loadgen import turnaround
 from specc.run.acceptance import AcceptanceReading
 from specc.prompts.datasets import DatasetError, load_prompts, write_sharegpt_source
 from specc.run.answers import accept_bound
@@ -34,6 +35,17 @@ def _row(bench: Benchmark, status: str, reason: str | None, metrics: dict, **ext
 
 def failed_row(bench: Benchmark, reason: str) -> dict:
     return _row(bench, "failed", reason, {})
+
+
+class _Dilated:
+    """A streamed trace's (prompt, due time) rows with each time s times later; iterable
+    again as the stream is (once for the warm-up, once for the run)."""
+
+    def __init__(self, rows, s: float):
+        self.rows, self.s = rows, s
+
+    def __iter__(self):
+        return ((q, t * self.s) for q, t in self.rows)
 
 
 async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | None = None):
@@ -63,6 +75,8 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
                                shared_prefix_len=p.shared_prefix_len,
                                shared_prefix_groups=p.shared_prefix_groups)
     rate = p.request_rate or float("inf")
+    s = bench.time_dilation
+    client = {"requests": 0, "total_s": 0.0, "worst_s": 0.0, "wall_s": 0.0}
     field = p.request_id_field
     attempt = time.time()
     records, lines, repeats, gone, max_in_flight = [], [], [], False, 0
@@ -75,16 +89,27 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
 
         ids = None if not field else request_id if stream is not None else [
             request_id(i, q) for i, q in enumerate(prompts)]
+        # dilated s times: the schedule's gaps and the timeout s times longer, every time
+        # measured divided back by s (the stopper's intervals see the dilated times: a
+        # scale does not move a relative interval)
         res = await run_load(url, prompts, api=p.api, model=p.model,
                              headers=auth_headers(server),
-                             concurrency=p.concurrency, request_rate=rate,
+                             concurrency=p.concurrency, request_rate=rate / s,
                              warmup=p.warmup_requests if k == 0 else 0,
-                             seed=p.seed, timeout_s=p.timeout_s,
+                             seed=p.seed, timeout_s=p.timeout_s * s,
                              temperature=p.temperature,
                              ignore_eos=p.ignore_eos, request_ids=ids,
                              keep_sending=stop.keep_sending, on_request_done=stop.on_done,
-                             burstiness=p.burstiness or 1.0, ramp_s=p.ramp_s or 0.0,
-                             stream=stream)
+                             burstiness=p.burstiness or 1.0, ramp_s=(p.ramp_s or 0.0) * s,
+                             stream=stream if stream is None or s == 1 else _Dilated(stream, s))
+        turn = turnaround.turnaround(res.records, t0=res.t0, duration_s=res.duration_s,
+                                     concurrency=p.concurrency)   # wall seconds
+        if turn is not None:
+            client["requests"] += turn["requests"]
+            client["total_s"] += turn["total_s"]
+            client["worst_s"] = max(client["worst_s"], turn["worst_s"])
+            client["wall_s"] += res.duration_s
+        turnaround.undilate(res.records, t0=res.t0, factor=s)
         _drop_impossible_verify_counts(res.records, accept_bound(server.params))
         mine = reqlog.lines_for(res.records, stream if stream is not None else prompts,
                                 repeat=k, attempt=attempt)
@@ -92,7 +117,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
             reqlog.append(run_dir, bench.id, mine)
         records += res.records
         lines += mine
-        repeats.append({"duration": round(res.duration_s, 6),
+        repeats.append({"duration": round(res.duration_s / s, 6),
                         "output_tokens": sum(r.output_tokens for r in res.records if r.ok),
                         "requests": len(res.records), "stopped": stop.reason or "fixed"})
         max_in_flight = max(max_in_flight, res.max_in_flight)
@@ -103,7 +128,12 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
     metrics = summarize(records, duration, concurrency=p.concurrency,
                         max_in_flight=max_in_flight)
     errors = [r.error for r in records if not r.ok]
-    return metrics, errors, gone, figures_extra(lines, duration, repeats, p.target_ci)
+    figures = figures_extra(lines, duration, repeats, p.target_ci)
+    if client["requests"] and client["wall_s"] > 0:
+        figures["client_turnaround"] = turnaround.figure(
+            int(client["requests"]), client["total_s"], client["worst_s"], client["wall_s"],
+            p.concurrency, turnaround.floor_s())
+    return metrics, errors, gone, figures
 
 
 def _drop_impossible_verify_counts(records, bound: float) -> None:
@@ -218,18 +248,46 @@ async def run_point(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None
     a new attempt), then failed with the reason: never a valid row.
     """
     row = await _measure(server, bench, run_dir=run_dir, ctx=ctx)
-    first = lag.behind(row.get("schedule_lag")) if row["status"] == "ok" else None
+    first = _behind(row) if row["status"] == "ok" else None
     if first is None:
         return row
     row = await _measure(server, bench, run_dir=run_dir, ctx=ctx)
     if row["status"] != "ok":
         return row
-    again = lag.behind(row.get("schedule_lag"))
+    again = _behind(row)
     if again is None:
         row["remeasured"] = first
         return row
     row.update(status="failed", reason=f"{again}, measured twice (first: {first})")
     return row
+
+
+def _behind(row: dict) -> str | None:
+    """Why an ok row measured the machine's CPU rather than the server: the simulator
+    behind its schedule, or the load generator behind its own requests (None: neither)."""
+    why = [w for w in (lag.behind(row.get("schedule_lag")),
+                       turnaround.behind(row.get("client_turnaround"))) if w]
+    return "; ".join(why) or None
+
+
+async def set_time_dilation(client: httpx.AsyncClient, url: str, server: Server,
+                            bench: Benchmark) -> str | None:
+    """Tell a simulated server the point's time dilation (every point: the one before may
+    have had another); the failure, or None. A server without the route runs in real
+    time: what a point at 1 asks, so only a dilated point fails for it."""
+    if server.time_dilation is None:
+        return None if bench.time_dilation == 1 else "time dilation: the server has none"
+    path, factor = server.time_dilation.path, bench.time_dilation
+    try:
+        r = await client.post(url + path, json={"factor": factor}, timeout=30.0)
+    except httpx.HTTPError as e:
+        return None if factor == 1 else \
+            f"time dilation not set: POST {path} failed ({type(e).__name__})"
+    if r.status_code == 404 and factor == 1:
+        return None
+    if r.status_code != 200:
+        return f"time dilation not set: POST {path} answered {r.status_code}"
+    return None
 
 
 async def _measure(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None) -> dict:
@@ -240,6 +298,9 @@ async def _measure(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None)
             else None
         await accept.start(client, url)
         pos_before = await positions.read(client, url, bench.params.accept_positions)
+        not_set = await set_time_dilation(client, url, server, bench)
+        if not_set:
+            return failed_row(bench, not_set)
         lag_before = await lag.read(client, url, server.schedule_lag)
         t0 = time.time()
         try:
@@ -251,9 +312,11 @@ async def _measure(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None)
             return failed_row(bench, f"dataset: {e}")
         except DriverError as e:
             return failed_row(bench, str(e))
+        # the simulator's lateness is wall time: against the point's wall duration
+        wall = metrics.get("duration")
         behind = lag.over_point(server.schedule_lag, lag_before,
                                 await lag.read(client, url, server.schedule_lag),
-                                metrics.get("duration"))
+                                None if wall is None else wall * bench.time_dilation)
         if behind is not None:
             figures["schedule_lag"] = behind
         per_pos = positions.rates(pos_before, await positions.read(
@@ -267,6 +330,8 @@ async def _measure(server: Server, bench: Benchmark, *, run_dir: Path, ctx=None)
     # requests sent (adaptive stopping and repeats change it), else the plan's count
     n = int(metrics.get("completed", 0)) + len(errors) or bench.params.num_prompts
     extra = {"started_at": t0, "cache_flush": flushed, **figures}
+    if bench.time_dilation != 1:   # the row's times are the model's, run this many times slower
+        extra["time_dilation"] = bench.time_dilation
     if gone:
         why = f" (first error: {errors[0]})" if errors else ""
         return _row(bench, "failed", f"server gone mid-run: connection refused, requests left "

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--pp-size", "--pipeline-parallel-size", type=int, default=1, dest="pp_size")
     a("--ep-size", "--expert-parallel-size", type=int, default=1, dest="ep_size")
     a("--host", type=str, default="127.0.0.1")
-    a("--port", type=int, default=30000)
+    a("--port", type=int, default=31000)
     a("--mem-fraction-static", type=float, default=None)
     a("--context-length", type=int, default=None)
     a("--trust-remote-code", action="store_true")

@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from specc.engines.sim import TIME_DILATION_PATH
+
 from . import versions
 from .args import Sim
 from .log import log
@@ -96,6 +98,7 @@ class App:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/flush_cache", self.flush_cache, methods=["GET", "POST"]),
             Route("/metrics", self.metrics, methods=["GET"]),
+            Route(TIME_DILATION_PATH, self.time_dilation, methods=["GET", "POST"]),
             Route("/generate", self.generate, methods=["POST", "PUT"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -216,6 +219,21 @@ class App:
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. "
                                  "(When there are running or waiting requests, the operation "
                                  "will not be performed.)\n")
+
+    async def time_dilation(self, request: Request) -> Response:
+        """The simulator's own (no SGLang route): GET the factor every modelled duration is
+        stretched by, POST ``{"factor": s}`` (s >= 1) to set it between points; 400 while
+        requests run or wait."""
+        if request.method == "POST":
+            body = await self._json(request)
+            if isinstance(body, Response):
+                return body
+            f = body.get("factor")
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1 <= f <= 1000:
+                return _error(400, "factor: a number from 1 to 1000")
+            if not self.sched.set_dilation(float(f)):
+                return _error(400, "time dilation not changed: requests are running or waiting")
+        return JSONResponse({"factor": self.sched.dilation})
 
     async def metrics(self, request: Request) -> Response:
         if not self.sim.args.enable_metrics:

@@ -199,6 +199,10 @@ class Scheduler:
         self.first_gen_mono: float | None = None
         self.real_gen_tokens = 0
         self.schedule = Schedule()
+        #: Time dilation: every modelled duration runs this many times slower in real time
+        #: (the client divides what it measures by it), so the CPU a step needs weighs this
+        #: many times less against its schedule. Changed only while idle (set_dilation).
+        self.dilation = 1.0
         self._stalls = 0
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
@@ -235,6 +239,16 @@ class Scheduler:
             truth.TRUTH.add(event)
         self.wake.set()
         return r
+
+    def set_dilation(self, factor: float) -> bool:
+        """Run every modelled duration ``factor`` times slower from the next step on; only
+        while nothing runs or waits (a point's steps all run at one factor): False if busy."""
+        if any(not r.health and not r.aborted for r in list(self.waiting) + self.running):
+            return False
+        if factor != self.dilation:
+            self.dilation = factor
+            truth.TRUTH.add({"event": "time_dilation", "t": time.time(), "factor": factor})
+        return True
 
     def flush_cache(self) -> bool:
         """/flush_cache: empties the prefix cache only when nothing runs or waits (0.5.23
@@ -336,7 +350,7 @@ class Scheduler:
             else:
                 schedule.idle()
                 continue
-            due = schedule.next(clock(), dur)
+            due = schedule.next(clock(), dur * self.dilation)
             outs: list[tuple[Req, int]] = []
             if admit:
                 for r in admit:
@@ -481,7 +495,9 @@ class Scheduler:
     def _log_decode(self) -> None:
         w = self._tp_window
         span = w[-1][0] - w[0][0] if len(w) > 1 else 0.0
-        self.last_gen_throughput = (sum(e for _, e in list(w)[1:]) / span) if span > 0 else 0.0
+        # the modelled throughput: a dilated schedule's span is that many times longer
+        self.last_gen_throughput = (sum(e for _, e in list(w)[1:]) / span * self.dilation
+                                    if span > 0 else 0.0)
         tok = self._token_count()
         spec = ""
         if self.sim.spec is not None:

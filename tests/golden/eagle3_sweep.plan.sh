@@ -63,33 +63,33 @@ point() {  # id command...: one benchmark point; a non-zero exit is a failed poi
 
 
 # ===== wave 0: 1 server(s) at once =====
-# kimi-k2.5-baseline-tp8-3b3ef5: baseline | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-baseline-tp8-3b3ef5 servers/kimi-k2.5-baseline-tp8-3b3ef5.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-baseline-tp8-890044: baseline | GPUs 0,1,2,3,4,5,6,7 | port 31000
+launch kimi-k2.5-baseline-tp8-890044 servers/kimi-k2.5-baseline-tp8-890044.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
-  --port 30000 \
+  --port 31000 \
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics
-wait_ready kimi-k2.5-baseline-tp8-3b3ef5 http://localhost:30000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-3b3ef5.log || { stop_server kimi-k2.5-baseline-tp8-3b3ef5; }
-if [ -n "${PGID[kimi-k2.5-baseline-tp8-3b3ef5]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-3b3ef5
-  point kimi-k2.5-baseline-tp8-3b3ef5-c1-1a968f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c1-1a968f  # concurrency 1
-  point kimi-k2.5-baseline-tp8-3b3ef5-c4-1912b7 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c4-1912b7  # concurrency 4
-  point kimi-k2.5-baseline-tp8-3b3ef5-c16-e76875 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c16-e76875  # concurrency 16
-  point kimi-k2.5-baseline-tp8-3b3ef5-c64-d0a890 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-3b3ef5-c64-d0a890  # concurrency 64
+wait_ready kimi-k2.5-baseline-tp8-890044 http://localhost:31000/health_generate 30 0.1 1367 'The server is fired up and ready to roll!' servers/kimi-k2.5-baseline-tp8-890044.log || { stop_server kimi-k2.5-baseline-tp8-890044; }
+if [ -n "${PGID[kimi-k2.5-baseline-tp8-890044]:-}" ]; then  # benchmarks on kimi-k2.5-baseline-tp8-890044
+  point kimi-k2.5-baseline-tp8-890044-c1-379bce python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-890044-c1-379bce  # concurrency 1
+  point kimi-k2.5-baseline-tp8-890044-c4-4d7ca0 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-890044-c4-4d7ca0  # concurrency 4
+  point kimi-k2.5-baseline-tp8-890044-c16-96b00c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-890044-c16-96b00c  # concurrency 16
+  point kimi-k2.5-baseline-tp8-890044-c64-a69c9a python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-baseline-tp8-890044-c64-a69c9a  # concurrency 64
 fi
-stop_server kimi-k2.5-baseline-tp8-3b3ef5
+stop_server kimi-k2.5-baseline-tp8-890044
 
 # ===== wave 1: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c: EAGLE3 s1 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 31000
+launch kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
-  --port 30000 \
+  --port 31000 \
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics \
@@ -98,23 +98,23 @@ launch kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 servers/kimi-k2.5-eagle3-s1-k4-d4-tp
   --speculative-num-steps 1 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771 http://localhost:30000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-588f68 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c1-588f68  # concurrency 1
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-34e590 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c4-34e590  # concurrency 4
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-9ce3d4 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c16-9ce3d4  # concurrency 16
-  point kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-bf4a72 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771-c64-bf4a72  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c http://localhost:31000/health_generate 30 0.1 1497 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c.log || { stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c1-f74fdb python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c1-f74fdb  # concurrency 1
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c4-da26e5 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c4-da26e5  # concurrency 4
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c16-a9362c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c16-a9362c  # concurrency 16
+  point kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c64-06219b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c-c64-06219b  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-6aa771
+stop_server kimi-k2.5-eagle3-s1-k4-d4-tp8-01f10c
 
 # ===== wave 2: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54: EAGLE3 s3 k1 d4 | GPUs 0,1,2,3,4,5,6,7 | port 31000
+launch kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54 servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
-  --port 30000 \
+  --port 31000 \
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics \
@@ -123,23 +123,23 @@ launch kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 servers/kimi-k2.5-eagle3-s3-k1-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 1 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-eb986f python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c1-eb986f  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-b54b4c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c4-b54b4c  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-e39e19 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c16-e39e19  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-f74338 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2-c64-f74338  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54 http://localhost:31000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54.log || { stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c1-7143df python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c1-7143df  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c4-ce207c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c4-ce207c  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c16-6f02cc python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c16-6f02cc  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c64-4be8d5 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54-c64-4be8d5  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-202eb2
+stop_server kimi-k2.5-eagle3-s3-k1-d4-tp8-1cbc54
 
 # ===== wave 3: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd: EAGLE3 s3 k4 d4 | GPUs 0,1,2,3,4,5,6,7 | port 31000
+launch kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
-  --port 30000 \
+  --port 31000 \
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics \
@@ -148,23 +148,23 @@ launch kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 servers/kimi-k2.5-eagle3-s3-k4-d4-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 4
-wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2 http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b5b441 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c1-b5b441  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-3f439c python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c4-3f439c  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-7a0a8b python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c16-7a0a8b  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-4578bb python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2-c64-4578bb  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd http://localhost:31000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd.log || { stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c1-eca1ae python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c1-eca1ae  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c4-76f7e5 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c4-76f7e5  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c16-084fb6 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c16-084fb6  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c64-5d728d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd-c64-5d728d  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-8d3fa2
+stop_server kimi-k2.5-eagle3-s3-k4-d4-tp8-344cdd
 
 # ===== wave 4: 1 server(s) at once =====
-# kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 30000
-launch kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
+# kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646: EAGLE3 s3 k4 d8 | GPUs 0,1,2,3,4,5,6,7 | port 31000
+launch kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646 servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646.log env CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 \
   python -m sglang.launch_server \
   --model-path moonshotai/Kimi-K2.5 \
   --tp-size 8 \
   --host 127.0.0.1 \
-  --port 30000 \
+  --port 31000 \
   --trust-remote-code \
   --max-running-requests 64 \
   --enable-metrics \
@@ -173,14 +173,14 @@ launch kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b servers/kimi-k2.5-eagle3-s3-k4-d8-tp
   --speculative-num-steps 3 \
   --speculative-eagle-topk 4 \
   --speculative-num-draft-tokens 8
-wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b http://localhost:30000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b; }
-if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-b24a5d python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c1-b24a5d  # concurrency 1
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-3afc43 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c4-3afc43  # concurrency 4
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-38c152 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c16-38c152  # concurrency 16
-  point kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-11a929 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b-c64-11a929  # concurrency 64
+wait_ready kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646 http://localhost:31000/health_generate 30 0.1 1617 'The server is fired up and ready to roll!' servers/kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646.log || { stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646; }
+if [ -n "${PGID[kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646]:-}" ]; then  # benchmarks on kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c1-1d08d2 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c1-1d08d2  # concurrency 1
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c4-103ab1 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c4-103ab1  # concurrency 4
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c16-29eb76 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c16-29eb76  # concurrency 16
+  point kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c64-a0d293 python -m specc.run.point --plan plan.json --benchmark kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646-c64-a0d293  # concurrency 64
 fi
-stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-1bda9b
+stop_server kimi-k2.5-eagle3-s3-k4-d8-tp8-a4d646
 
 stop_all
 if [ "$FAILED" -gt 0 ]; then echo "plan.sh: $FAILED server(s) or point(s) failed" >&2; exit 3; fi

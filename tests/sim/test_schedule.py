@@ -54,12 +54,13 @@ class FakeClock:
         await asyncio.sleep(0)
 
 
-async def _steps(stall_at: int | None, stall_s: float = 0.3):
+async def _steps(stall_at: int | None, stall_s: float = 0.3, dilation: float = 1.0):
     """Run 4 requests of 120 tokens through the real scheduler on a fake clock; the CPU
     is taken away for stall_s while step `stall_at` is computed. (due, delivered) per
     delivery, and the scheduler."""
     sim = Sim(build_parser().parse_args(["--model-path", "m", "--sim-seed", "3"]), None)
     sched = Scheduler(sim)
+    assert sched.set_dilation(dilation)
     clock = FakeClock()
     seen: list[tuple[float, float]] = []
     deliver, advance = sched._deliver, sched._advance
@@ -102,3 +103,27 @@ def test_the_scheduler_keeps_its_schedule_through_a_stall():
     assert dict(s.histogram())["0.25"] < s.steps   # some steps later than 0.25 s
     # the run ends when the schedule says, not 0.3 s later
     assert late[-1][1] == pytest.approx(calm[-1][1], abs=1e-9)
+
+
+def test_a_dilated_schedule_runs_every_step_that_many_times_slower():
+    """Time dilation: the same steps, each modelled duration x3 on the clock, so every
+    deadline's offset from the first is exactly 3x (the client divides it back)."""
+    calm, _ = asyncio.run(_steps(None))
+    slow, sched = asyncio.run(_steps(None, dilation=3.0))
+    assert len(slow) == len(calm)
+    base, base3 = calm[0][0], slow[0][0]
+    assert [d - base3 for d, _ in slow] == pytest.approx([3 * (d - base) for d, _ in calm],
+                                                         abs=1e-9)
+    # the step log's throughput is the model's, not the dilated clock's
+    assert sched.dilation == 3.0
+
+
+def test_the_dilation_changes_only_between_points():
+    async def go():
+        sim = Sim(build_parser().parse_args(["--model-path", "m"]), None)
+        sched = Scheduler(sim)
+        sched.submit("p", 16, 8, True, False)
+        busy = sched.set_dilation(4.0)
+        sched.waiting.clear()
+        return busy, sched.dilation, sched.set_dilation(4.0), sched.dilation
+    assert asyncio.run(go()) == (False, 1.0, True, 4.0)

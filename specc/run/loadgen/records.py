@@ -64,3 +64,4 @@ class LoadResult:
     warmup_records: list[RequestRecord]
     max_in_flight: int = 0
     server_gone: bool = False       # connection refused: new requests were not sent
+    t0: float = 0.0                 # epoch s the measured run started

@@ -227,7 +227,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     duration = t1 - t0
     if unsent:
         records = [r for r in records if r.index not in unsent]
-    return LoadResult(records=records, duration_s=duration,
+    return LoadResult(records=records, duration_s=duration, t0=t0,
                       metrics=summarize(records, duration, concurrency=concurrency,
                                         max_in_flight=state["max"]),
                       warmup_records=warm, max_in_flight=state["max"],
