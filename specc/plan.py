@@ -829,6 +829,16 @@ class Search(Record):
     draft_facts: dict | None = None
     #: Latency SLO, e.g. {"p99_ttft_ms": 200}: the capacity at it is reported.
     slo: dict = field(default_factory=dict)
+    #: One more start, of the deployed schedule, measured at every concurrency (docs/tune.md).
+    verify: bool = True
+    #: One more start, of the engine's own default adaptive mode, as a reference row.
+    vs_engine_default: bool = False
+    #: "auto" (static where within margin, else a schedule), "schedule" or "static".
+    deploy: str = "auto"
+    #: How the engine release takes a batch-size schedule, as data from its adapter
+    #: (specc.engines.*.schedule_format): the launch command's template and the file or
+    #: list the bands go into; None: it takes none (a static setting is deployed).
+    schedule_format: dict | None = None
 
     def _check(self):
         out = [] if self.name == "tune" else [f"name {self.name!r}: only 'tune' is a search"]

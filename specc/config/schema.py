@@ -277,6 +277,11 @@ SCHEMA = _obj({
         "name": {"enum": ["grid", "tune"]},
         "max_starts": _nullable({"type": "integer", "minimum": 2}),
         "margin": {"type": "number", "minimum": 0, "maximum": 1},
+        # the deployed schedule (docs/tune.md "Deploy"); compile/search.py refuses them
+        # with search=grid
+        "verify": _BOOL,
+        "vs_engine_default": _BOOL,
+        "deploy": {"enum": ["auto", "schedule", "static"]},
         # keys are checked by compile/search.py (a latency metric, one line each)
         "slo": {"type": "object", "additionalProperties": {"type": "number",
                                                            "exclusiveMinimum": 0,

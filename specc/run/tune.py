@@ -38,6 +38,8 @@ class Tuner:
         self.plan, self.run_dir, self.row_of, self.log = plan, Path(run_dir), row_of, log
         self.search = Search(plan.search, model_for(plan))
         self.chosen: set[str] = set()
+        #: deploy.json's content once the decision was deployed (specc.run.deploy)
+        self.deployed: dict | None = None
 
     def next_server(self) -> str | None:
         """The next server to start, or None (stop). A server whose points all finished in
@@ -64,7 +66,10 @@ class Tuner:
         feed(self.search, self.plan, self.row_of, self.run_dir, server_id)
 
     def write(self) -> None:
-        write(self.run_dir, self.search.decision())
+        decision = self.search.decision()
+        if self.deployed and self.deployed.get("deployed"):   # the server bracketing runs on
+            decision["deployed"] = self.deployed["deployed"]
+        write(self.run_dir, decision)
 
 
 async def run(ex) -> set[str]:
@@ -78,6 +83,10 @@ async def run(ex) -> set[str]:
                 break
             await ex.run_server(ex.plan.server(sid))
             tuner.feed(sid)
+        if tuner.search.stop_reason and not ex.stop_all:   # the decision, deployed and verified
+            from specc.run import deploy
+
+            tuner.deployed = await deploy.run(ex, tuner.search.decision())
     finally:
         tuner.write()
     return tuner.chosen
