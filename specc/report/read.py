@@ -32,11 +32,15 @@ def build_report(run_dir: Path | str) -> Report:
     rows: list[PointRow] = []
     planned = set()
     decision = None
+    deploy = None
     measured = None   # search=tune: the servers the search started (others are not pending)
     if plan.search is not None:
         from specc.run.tune import read as read_decision
 
         decision = read_decision(run_dir)
+        from specc.report.deploy import read as read_deploy
+
+        deploy = read_deploy(run_dir)
         measured = {r.server for r in results.values()}
     for b in plan.benchmarks:
         bid = b.id
@@ -93,6 +97,7 @@ def build_report(run_dir: Path | str) -> Report:
         diagnostics=list(plan.diagnostics),
         warnings=warnings,
         decision=decision,
+        deploy=deploy,
     )
 
 
