@@ -56,7 +56,7 @@ def run(search: str, acceptance: float, out: Path, port: int) -> float:
          f"hydra.run.dir={run_dir}"], cwd=out, capture_output=True, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.monotonic() - t0
-    if proc.returncode != 0:
+    if proc.returncode not in (0, 3):   # 3: some points failed (reported per concurrency)
         sys.exit(f"{search} (acceptance {acceptance}) exited {proc.returncode}:\n"
                  f"{proc.stderr[-3000:]}")
     return wall
@@ -80,6 +80,10 @@ def compare(tune_dir: Path, grid_dir: Path) -> dict:
     rows = []
     for c, g in grid["best"].items():
         t = tune["best"][c]
+        if "no_decision" in g or "no_decision" in t:   # a failed baseline point (say why)
+            rows.append({"concurrency": c, "no_decision": (g.get("no_decision")
+                                                          or t.get("no_decision"))})
+            continue
         if g.get("measured") is False:
             sys.exit(f"the grid run measured no speculative point at concurrency {c}")
         g_best = 1.0 if g.get("baseline") else g["speedup"]
@@ -118,7 +122,7 @@ def _deploy(tune_dir: Path, grid: dict) -> dict | None:
         g = grid["best"].get(c) or {}
         g_best = 1.0 if g.get("baseline") or "speedup" not in g else max(1.0, g["speedup"])
         row = {"concurrency": c, **v}
-        if "speedup" in v:
+        if "speedup" in v and "no_decision" not in g:
             row["grid_gap"] = 1.0 - v["speedup"] / g_best
             row["grid_gap_interval"] = [None if x is None else 1.0 - x / g_best
                                         for x in reversed(v["interval"])]
@@ -157,6 +161,10 @@ def main() -> int:
         print(f"{'conc':>5}  {'grid best':<12} {'speedup':>7}  {'tune chose':<12} "
               f"{'on grid':>7}  {'tied':<5} regret")
         for row in r["rows"]:
+            if "no_decision" in row:
+                print(f"{row['concurrency']:>5}  no decision: {row['no_decision'][:110]}")
+                ok = False
+                continue
             got = "-" if row["tune_on_grid"] is None else f"{row['tune_on_grid']:.2f}"
             print(f"{row['concurrency']:>5}  {row['grid']:<12} {row['grid_speedup']:>7.2f}  "
                   f"{row['tune']:<12} {got:>7}  {str(row['tied']).lower():<5} "
@@ -186,9 +194,10 @@ def main() -> int:
                     ok = False
                     continue
                 iv, gi = row["interval"], row["gap_interval"]
+                grid_gap = f"{row['grid_gap']:>8.1%}" if "grid_gap" in row else "       -"
                 print(f"{row['concurrency']:>5}  {row['speedup']:>8.2f}  "
                       f"[{iv[0]:.2f}, {iv[1]:.2f}]   {row['gap']:>6.1%} "
-                      f"[{gi[0]:.1%}, {gi[1]:.1%}]  {row['grid_gap']:>8.1%}")
+                      f"[{gi[0]:.1%}, {gi[1]:.1%}]  {grid_gap}")
                 ok &= _within(row["gap"], gi)
     print(f"\nrun dirs: {out}")
     print("meets the issue's bar" if ok else "MISSES the issue's bar (see above)")

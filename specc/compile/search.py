@@ -165,8 +165,9 @@ def review_section(plan: Plan) -> str:
     lines = [
         "## Search (search=tune)", "",
         f"{len(s.candidates)} candidates against the baseline `{s.baseline}`, measured at "
-        f"concurrency {', '.join(map(str, s.concurrencies))}. At most **{s.max_starts}** "
-        f"server starts (the baseline included) of the grid's {len(s.candidates) + 1}.", "",
+        f"concurrency {', '.join(map(str, s.concurrencies))}. At most **{most_starts(s)}** "
+        f"server starts of the grid's {len(s.candidates) + 1}: {s.max_starts} for the search "
+        f"(the baseline included){_extra_starts(s)}.", "",
         "| | candidate | num_steps | topk | num_draft_tokens | server |",
         "|---|---|---|---|---|---|", *rows, "",
         "Order: the baseline, then the probe (chosen at a prior per-position acceptance of "
@@ -184,7 +185,39 @@ def review_section(plan: Plan) -> str:
         "intervals overlap it (ties); the crossover is the lowest concurrency at which no "
         "candidate's interval reaches 1.0.", "",
         f"SLO: {slo}.", "",
+        *_deploy_lines(s), "",
         "plan.sh runs the whole grid (every candidate, the worst case) in plan order: the "
         "adaptive search needs the executor (`specc run --plan plan.json` or execute=true).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def most_starts(s: Search) -> int:
+    """The most starts the run can take: the search's, the verification, the reference."""
+    return s.max_starts + int(s.verify) + int(s.vs_engine_default)
+
+
+def _extra_starts(s: Search) -> str:
+    extra = (["one to verify the deployed schedule"] if s.verify else []) + (
+        ["one for the engine's default adaptive mode (reference)"] if s.vs_engine_default
+        else [])
+    return "".join(f", {x}" for x in extra)
+
+
+def _deploy_lines(s: Search) -> list[str]:
+    """The review's account of what the decision becomes (deploy.json)."""
+    fmt = s.schedule_format or {}
+    how = (f"{fmt.get('release')}: {fmt.get('varies')}; bands start where the measured best "
+           "changes, at a ladder concurrency" if fmt.get("kind") and not fmt.get("why_not")
+           else f"no schedule ({fmt.get('why_not') or 'the engine takes none'}): one static "
+           "setting")
+    verify = ("verified in one more start at every concurrency, paired with the baseline "
+              "(speedup and gap to the best static setting, 95% intervals)" if s.verify else
+              "not verified (search.verify=false)")
+    lines = [f"Deploy (search.deploy={s.deploy}): deploy.json holds the launch command. "
+             f"{how}; one static setting where it is within {s.margin:.0%} of the best "
+             f"everywhere. It is {verify}."]
+    if s.vs_engine_default:
+        lines.append("Reference: the engine's own default adaptive mode, measured in one more "
+                     "start (specc's schedule vs the engine's default).")
+    return lines
