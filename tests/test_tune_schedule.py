@@ -174,3 +174,15 @@ def test_a_bad_adaptive_config_is_refused_as_sglang_refuses_it(body, text, tmp_p
         json.dump(body, f)
     with pytest.raises(adaptive.ConfigError, match=text):
         adaptive.load_adaptive_config(path)
+
+
+def test_a_point_whose_batch_ran_below_its_concurrency_is_said_to_run_the_lower_band():
+    from specc.run.deploy import batch_note
+
+    sched = three_bands()
+    note = batch_note(sched, {"32": {"mean_in_flight": 27.5}, "8": {"mean_in_flight": 7.9},
+                              "128": {"failed": "x"}})
+    assert note["32"] == {"mean_in_flight": 27.5, "band_at_concurrency": "s3 k1 d4",
+                          "band_at_mean_in_flight": "s5 k1 d6"}
+    assert note["8"]["band_at_concurrency"] == note["8"]["band_at_mean_in_flight"]
+    assert "128" not in note

@@ -70,6 +70,15 @@ def lines(d: dict, esc=None) -> list[str]:
         out += ["Verification (one more start of this command, each point paired with the "
                 "baseline; gap = 1 - deployed / the best static setting measured there):", ""]
         out += _rows(d["verify"], e_) + [""]
+        moved = {c: b for c, b in (d.get("running_batch") or {}).items()
+                 if b["band_at_concurrency"] != b["band_at_mean_in_flight"]}
+        for c, b in moved.items():
+            out.append(f"At concurrency {e_(c)} the engine's batch held "
+                       f"{b['mean_in_flight']:.1f} requests on average: it ran "
+                       f"{e_(b['band_at_mean_in_flight'])} there, not "
+                       f"{e_(b['band_at_concurrency'])}.")
+        if moved:
+            out.append("")
     elif d.get("verify_note"):
         out += [f"Not verified: {e_(d['verify_note'])}.", ""]
     ref = d.get("engine_default")

@@ -100,6 +100,26 @@ def measured(plan, run_dir: Path, rows: dict, envelope: dict) -> dict:
             out[str(c)] = {"failed": "no paired baseline point"}
             continue
         out[str(c)] = sch.gap((iv.value, iv.lo, iv.hi), envelope.get(str(c)) or 1.0)
+        inflight = (row.get("metrics") or {}).get("mean_concurrency")
+        if inflight is not None:   # what the engine's running batch saw, not the client's cap
+            out[str(c)]["mean_in_flight"] = round(float(inflight), 2)
+    return out
+
+
+def batch_note(sched: dict, verified: dict) -> dict:
+    """Per concurrency: the band its client concurrency names, and the band of the requests
+    really in flight on average (the engine routes by its running batch): where they
+    differ, the deployed command ran another setting than the decision's at that point."""
+    from specc.tune import schedule as sch
+
+    out = {}
+    for c, v in verified.items():
+        if "mean_in_flight" not in v:
+            continue
+        want = sch.label(sch.setting_at(sched, int(c)))
+        got = sch.label(sch.setting_at(sched, max(1, int(v["mean_in_flight"]))))
+        out[c] = {"mean_in_flight": v["mean_in_flight"], "band_at_concurrency": want,
+                  "band_at_mean_in_flight": got}
     return out
 
 
@@ -140,6 +160,8 @@ async def run(ex, decision: dict) -> dict | None:
         ex.progress.log(f"verify: start the deployed command ({len(sched['bands'])} band(s))")
         rows = await verify(ex, server, benches)
         doc["verify"] = measured(plan, ex.run_dir, rows, envelope)
+        if sched["static"] is None:
+            doc["running_batch"] = batch_note(sched, doc["verify"])
         doc["verify_server"] = server.id
         doc["deployed"] = {"server": server.id, "host": server.host, "port": server.port}
     fmt = rec.schedule_format or {}
