@@ -343,8 +343,8 @@ class Scheduler:
                 self._log_prefill(admit, ntok)
             elif self.running:
                 context = self._token_count() / len(self.running)  # mean KV length
-                if self.adaptive is not None:   # the running batch picks the step's num_steps
-                    steps = self.adaptive.steps_for(len(self.running))
+                if self.adaptive is not None and spec is not None:   # the running batch
+                    steps = self.adaptive.steps_for(len(self.running))   # picks num_steps
                     step_spec = dataclasses.replace(spec, num_steps=steps, topk=1,
                                                     num_draft_tokens=steps + 1) if steps else None
                     depth = steps
