@@ -84,8 +84,10 @@ def compare(tune_dir: Path, grid_dir: Path) -> dict:
             rows.append({"concurrency": c, "no_decision": (g.get("no_decision")
                                                           or t.get("no_decision"))})
             continue
-        if g.get("measured") is False:
-            sys.exit(f"the grid run measured no speculative point at concurrency {c}")
+        if g.get("measured") is False:   # every speculative point failed (say so)
+            rows.append({"concurrency": c, "no_decision": "the grid run measured no "
+                                                          "speculative point here"})
+            continue
         g_best = 1.0 if g.get("baseline") else g["speedup"]
         if t.get("baseline"):
             got = 1.0
