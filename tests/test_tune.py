@@ -100,7 +100,7 @@ def test_a_single_concurrency_is_allowed(compiled):
 
 @pytest.mark.slow
 def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path, guard):
-    code, out, err = run_specc(TUNE + SMALL + ["execute=true",
+    code, out, err = run_specc(TUNE + SMALL + ["execute=true", "search.vs_engine_default=true",
                                               f"engine.base_port={guard.port()}"],
                                tmp_path, timeout=600)
     run_dir = tmp_path / "run"
@@ -123,9 +123,13 @@ def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path,
             assert v["gap"] == pytest.approx(1 - v["speedup"] / deploy["envelope"][c], abs=2e-3)
     for name in deploy["files"]:   # SGLang's adaptive config, beside deploy.json
         assert name in deploy["argv"] and (run_dir / name).is_file()
+    # the engine's own default adaptive mode, measured as a reference row
+    ref = deploy["engine_default"]
+    assert "--speculative-adaptive" in ref["argv"] and set(ref["measured"]) == {"1", "8"}
     # every server actually started is recorded as in a grid, and only those
     state = json.loads((run_dir / "state.json").read_text())
-    assert set(state["servers"]) == set(started) | {verified}
+    assert len(state["servers"]) == len(started) + 2
+    assert set(started) | {verified} <= set(state["servers"])
     assert "## Deploy" in (run_dir / "report.md").read_text()
     assert json.loads((run_dir / "report.json").read_text())["deploy"]["verify"] == \
         deploy["verify"]

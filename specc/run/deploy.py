@@ -24,6 +24,10 @@ DEPLOY_JSON = "deploy.json"
 VERIFY_RESULTS = "verify/results.jsonl"
 
 
+#: How the progress and the report name the verification starts.
+LABELS = {"deploy": "deployed schedule", "engine-default": "engine's default adaptive mode"}
+
+
 def schedule_of(plan, decision: dict) -> dict:
     """The schedule the decision deploys (specc.tune.schedule.plan), with its command."""
     from specc.tune import schedule as sch
@@ -48,8 +52,7 @@ def _server(plan, template_id: str, argv: list, tag: str):
     readiness), and its benchmarks paired with the baseline's at each concurrency."""
     t = plan.server(template_id)
     sid = f"{tag}-" + hashlib.sha256(json.dumps(argv).encode()).hexdigest()[:10]
-    server = dataclasses.replace(t, id=sid, label=f"{tag}: {t.label}" if tag != "deploy"
-                                 else "deployed schedule", argv=tuple(argv),
+    server = dataclasses.replace(t, id=sid, label=LABELS.get(tag, tag), argv=tuple(argv),
                                  log=f"servers/{sid}.log")
     # paired with the baseline's point here (measured()), not by the sub-plan, which
     # holds only this server
@@ -174,6 +177,19 @@ async def run(ex, decision: dict) -> dict | None:
                                  "measured": measured(plan, ex.run_dir, rows, envelope)}
     write(ex.run_dir, doc, sched.get("files") or {})
     return doc
+
+
+def unverified(plan, run_dir: Path, decision: dict, why: str) -> None:
+    """deploy.json without its verification (`verify_note` says why); nothing where the
+    decision deploys nothing, and an earlier verified deploy.json is kept."""
+    if decision.get("no_decision") or (read(run_dir) or {}).get("verify"):
+        return
+    sched = schedule_of(plan, decision)
+    if not sched["bands"]:
+        return
+    doc = document(plan, sched, envelope_of(decision))
+    doc["verify_note"] = why
+    write(run_dir, doc, sched.get("files") or {})
 
 
 def document(plan, sched: dict, envelope: dict) -> dict:

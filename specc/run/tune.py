@@ -70,6 +70,12 @@ class Tuner:
         if self.deployed and self.deployed.get("deployed"):   # the server bracketing runs on
             decision["deployed"] = self.deployed["deployed"]
         write(self.run_dir, decision)
+        if self.search.stop_reason and self.deployed is None:
+            from specc.run import deploy   # the schedule all the same, said unverified
+
+            deploy.unverified(self.plan, self.run_dir, decision,
+                              "the verification start did not run (on Slurm it is not "
+                              "done; or the run stopped before it)")
 
 
 async def run(ex) -> set[str]:
