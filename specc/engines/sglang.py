@@ -411,6 +411,20 @@ DEFAULT_ADAPTIVE_CONFIG = {
 #: AdaptiveStepSlot's defaults for the keys a config may leave out.
 ADAPTIVE_SLOT_DEFAULTS = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches": 10,
                           "down_hysteresis": -0.25, "up_hysteresis": 0.0, "ceiling_coeff": 0}
+_A = _S + "speculative/adaptive_spec_params.py"
+#: Where 0.5.23 says what schedule_format relies on (checked by tests/drift).
+ADAPTIVE_EVIDENCE = (
+    ("adaptive mode: topk 1 only", _A, '"(only topk=1 is supported)"'),
+    ("adaptive mode: EAGLE/EAGLE3 only", _A,
+     'if cfg.speculative_algorithm not in ("EAGLE", "EAGLE3"):'),
+    ("DEFAULT_ADAPTIVE_CONFIG's batch-size-1 candidates", _A, '"candidate_steps": [1, 3, 5, 7],'),
+    ("0 steps reached below 0.5 accepted drafts", _A,
+     "drop_threshold = 0.5 if prev_step == 0 else prev_step - 0.5"),
+    ("the band at or below the padded batch", _A,
+     "idx = bisect.bisect_right(self._bs_list, target) - 1"),
+    ("adaptive: num_steps defaults to the middle candidate", _S + "arg_groups/speculative_hook.py",
+     "speculative_num_steps=candidate_steps[len(candidate_steps) // 2],"),
+)
 #: The speculation flags a schedule's launch command sets itself.
 _SPEC_SHAPE_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk",
                      "--speculative-num-draft-tokens")
@@ -656,7 +670,8 @@ class SGLang(Engine):
         out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
                 for m in FATAL_MESSAGES]
         out.append(("a warning that logs its traceback and carries on",) + WARNING_WITH_TRACEBACK)
-        return out + list(METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
+        return out + list(METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE
+                          + ADAPTIVE_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

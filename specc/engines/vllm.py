@@ -350,6 +350,17 @@ SCHEDULE_SINCE = "0.32.0"
 SCHEDULE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
 #: The last range's end: vLLM caps the lookup at max_num_seqs (the tail carries its K).
 SCHEDULE_LAST_END = 65536
+#: Where 0.33.0 says what schedule_format relies on (checked by tests/drift).
+SCHEDULE_EVIDENCE = (
+    ("num_speculative_tokens_per_batch_size in --speculative-config", _V + "config/speculative.py",
+     "num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = None"),
+    ("the batch-size schedule is disabled with data parallelism", _V + "config/vllm.py",
+     "or self.parallel_config.data_parallel_size <= 1"),
+    ("the first range starts at 1", _V + "v1/spec_decode/dynamic/utils.py",
+     '"The first batch-size range must start at 1 so every runtime "'),
+    ("K looked up by the step's scheduled requests", _V + "v1/core/sched/scheduler.py",
+     "num_spec_tokens_to_schedule = self.dynamic_sd_lookup["),
+)
 
 ACCEPTED_COUNTER = f"{METRIC_PREFIX}num_accepted_tokens_total"
 DRAFTS_COUNTER = f"{METRIC_PREFIX}num_drafts_total"
@@ -633,4 +644,4 @@ class VLLM(Engine):
                for m in PHASES_0_17 + (JOIN_PHASE,) for path, text in m.evidence]
         out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
                 for m in FATAL_MESSAGES]
-        return out + list(SOURCE_EVIDENCE)
+        return out + list(SOURCE_EVIDENCE + SCHEDULE_EVIDENCE)
