@@ -67,13 +67,14 @@ async def verify(ex, server, benches) -> dict:
     {concurrency: row}. Its rows go to verify/results.jsonl; a finished point is not run
     again."""
     from specc.results import ResultLog
-    from specc.run.executor import Executor
 
     path = ex.run_dir / VERIFY_RESULTS
     path.parent.mkdir(parents=True, exist_ok=True)
     results = ResultLog(path)
     sub_plan = dataclasses.replace(ex.plan, servers=(server,), benchmarks=benches, search=None)
-    sub = Executor(sub_plan, ex.run_dir, ctx=ex.ctx, progress=ex.progress, results=results,
+    # the executor's own class: run_server as for every server (no import of the executor,
+    # which imports the search that imports this)
+    sub = type(ex)(sub_plan, ex.run_dir, ctx=ex.ctx, progress=ex.progress, results=results,
                    state=ex.state)
     sub.running = ex.running   # an interrupt tears it down with the rest
     todo = sum(not results.finished(b.id) for b in benches)
@@ -87,7 +88,7 @@ def measured(plan, run_dir: Path, rows: dict, envelope: dict) -> dict:
     """Per concurrency (a string): {speedup, interval, gap, gap_interval} of a verified
     server's rows, each paired with the baseline's point (or {failed: reason})."""
     from specc.results import ResultLog
-    from specc.run.tune import _figures
+    from specc.run.figures import point_figures as _figures
     from specc.tune import schedule as sch
 
     base = ResultLog(Path(run_dir) / "results.jsonl")
