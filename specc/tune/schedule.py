@@ -148,8 +148,9 @@ def plan(decision: dict, candidates, support: ScheduleSupport, margin: float,
     if len(bands) == 1:
         best_static = bands[0]["setting"]
         bs_loss = sched_loss
-        return static(note or f"{label(best_static)} everywhere the engine can express",
-                      expressible_=not unexpressed)
+        return static(note or f"{label(best_static)} is the best expressible setting at "
+                      "every concurrency decided: a schedule of one band is this static "
+                      "setting", expressible_=not unexpressed)
     why = ("the measured best changes at concurrency "
            + ", ".join(str(b["from"]) for b in bands[1:])
            + f"; no static setting is within {margin:.0%} everywhere (the best static, "
