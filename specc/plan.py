@@ -708,6 +708,16 @@ class Search(Record):
     #: The SLO bracket stops when the first load not meeting is within this of the
     #: capacity (relative; specc.tune.bracket).
     precision: float = 0.1
+    #: One more start, of the deployed schedule, measured at every concurrency (docs/tune.md).
+    verify: bool = True
+    #: One more start, of the engine's own default adaptive mode, as a reference row.
+    vs_engine_default: bool = False
+    #: "auto" (static where within margin, else a schedule), "schedule" or "static".
+    deploy: str = "auto"
+    #: How the engine release takes a batch-size schedule, as data from its adapter
+    #: (specc.engines.*.schedule_format): the launch command's template and the file or
+    #: list the bands go into; None: it takes none (a static setting is deployed).
+    schedule_format: dict | None = None
 
     def _check(self):
         out = [] if self.name == "tune" else [f"name {self.name!r}: only 'tune' is a search"]

@@ -35,6 +35,8 @@ RESULTS_JSONL = "results.jsonl"
 REPORT_JSON = "report.json"
 #: search=tune's decision (written by specc.run.tune, read here).
 TUNE_JSON = "tune.json"
+#: search=tune's decision as one launch command (written by specc.run.deploy).
+DEPLOY_JSON = "deploy.json"
 
 
 class RunDirError(ValueError):
@@ -230,6 +232,16 @@ def tune_decision(run_dir: Path | str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def deploy_decision(run_dir: Path | str) -> dict | None:
+    """deploy.json (search=tune's decision as one launch command), bounded; None when
+    absent, not a regular file or not a JSON object."""
+    try:
+        data = parse_json(read_bounded(Path(run_dir) / DEPLOY_JSON, STATE_BYTES), DEPLOY_JSON)
+    except (OSError, UnreadableFile):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def _json_object(path: Path, limit: int) -> dict[str, Any]:
     try:
         raw = read_bounded(path, limit)
@@ -246,4 +258,4 @@ def _json_object(path: Path, limit: int) -> dict[str, Any]:
 
 
 __all__ = ["RunDir", "RunDirError", "ManifestError", "StateError", "plan_problem",
-           "plan_bytes", "plan_to_run", "state_of", "tune_decision", "accept_edited", "TUNE_JSON"]
+           "plan_bytes", "plan_to_run", "state_of", "tune_decision", "deploy_decision", "DEPLOY_JSON", "accept_edited", "TUNE_JSON"]

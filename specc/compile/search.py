@@ -24,7 +24,12 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
     """The plan with its search record for `search.name: tune` (else unchanged)."""
     search = config.get("search") or {}
     if search.get("name", "grid") != "tune":
-        return plan, []
+        asked = [k for k in ("verify", "vs_engine_default", "deploy") if k in search]
+        return (plan, []) if not asked else (None, [error(
+            "TUNE_VERIFY_GRID", f"search.{asked[0]}",
+            f"search.{asked[0]} belongs to search=tune (it verifies the schedule a tune "
+            "deploys); search=grid deploys nothing", f"drop search.{asked[0]}, or use "
+            "search=tune")])
     out = [error("TUNE_SLO_METRIC", f"search.slo.{key}",
                  f"'{key}' is not a latency: an SLO bounds a latency statistic",
                  "use e.g. p99_ttft_ms or p99_itl_ms (mean|median|p90|p95|p99 of "
@@ -55,6 +60,26 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                          "num_draft_tokens; a candidate leaves them to the engine",
                          "give all three in every swept setting"))
     out += incomplete
+    deploy_mode = str(search.get("deploy", "auto"))
+    if deploy_mode not in DEPLOY_MODES:
+        out.append(error("TUNE_DEPLOY", "search.deploy",
+                         f"search.deploy={deploy_mode!r} is not one of "
+                         f"{', '.join(DEPLOY_MODES)}", "use auto (the default), schedule or "
+                         "static"))
+    fmt = _schedule_format(plan, candidates) if candidates else None
+    if fmt is not None and deploy_mode == "schedule" and not out:
+        why = fmt.get("why_not") or _nothing_expressible(fmt, shapes)
+        if why:
+            out.append(error("TUNE_DEPLOY_SCHEDULE", "search.deploy",
+                             f"search.deploy=schedule, but {why}",
+                             "use search.deploy=auto (a static setting where no schedule "
+                             "can run), or candidates the engine's schedule can run"))
+    if fmt is not None and search.get("vs_engine_default") and not fmt.get(
+            "engine_default_argv"):
+        out.append(error("TUNE_ENGINE_DEFAULT", "search.vs_engine_default",
+                         f"{fmt.get('release')} has no default adaptive mode to measure "
+                         f"here{' (' + fmt['why_not'] + ')' if fmt.get('why_not') else ''}",
+                         "set search.vs_engine_default=false"))
     if out:
         return None, out
     ladder = sorted({b.params.concurrency for b in plan.benchmarks})
@@ -74,12 +99,39 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                     max_starts=min(int(max_starts), grid_starts), margin=margin,
                     prior_acceptance=prior, gpu=gpu, context=context,
                     draft_facts=draft, slo=dict(search.get("slo") or {}),
-                    precision=float(search.get("precision", bracket.PRECISION)))
+                    precision=float(search.get("precision", bracket.PRECISION)),
+                    verify=bool(search.get("verify", True)),
+                    vs_engine_default=bool(search.get("vs_engine_default", False)),
+                    deploy=deploy_mode, schedule_format=fmt)
     model = predict.plan_steps(dataclasses.replace(plan, search=record),
                                tp=candidates[0].params.tp)
     probe = predict.choose_probe(cands, prior, margin, model, ladder)
     record = dataclasses.replace(record, probe=probe.server)
     return dataclasses.replace(plan, search=record), []
+
+
+#: search.deploy: a schedule or a static setting as the data says, or one of them asked for.
+DEPLOY_MODES = ("auto", "schedule", "static")
+
+
+def _schedule_format(plan: Plan, candidates) -> dict:
+    """The engine release's schedule format, from a candidate's launch command (its adapter
+    says how the release takes a batch-size schedule)."""
+    from specc.engines import engine_for_plan
+
+    first = candidates[0]
+    return engine_for_plan(plan).schedule_format(
+        list(first.argv), dp=first.params.dp, algorithm=first.params.algorithm)
+
+
+def _nothing_expressible(fmt: dict, shapes) -> str | None:
+    """Why no candidate can run in one of the engine's bands (None: some can)."""
+    if not fmt.get("chains_only"):
+        return None
+    if any(s and s[1] == 1 and s[2] == s[0] + 1 for s in shapes):
+        return None
+    return (f"no candidate is a topk-1 chain (num_draft_tokens = num_steps + 1), and "
+            f"{fmt.get('varies') or 'the engine varies nothing else'}")
 
 
 def _incomplete_dropped(plan: Plan) -> list[Diagnostic]:
@@ -115,8 +167,9 @@ def review_section(plan: Plan) -> str:
     lines = [
         "## Search (search=tune)", "",
         f"{len(s.candidates)} candidates against the baseline `{s.baseline}`, measured at "
-        f"concurrency {', '.join(map(str, s.concurrencies))}. At most **{s.max_starts}** "
-        f"server starts (the baseline included) of the grid's {len(s.candidates) + 1}.", "",
+        f"concurrency {', '.join(map(str, s.concurrencies))}. At most **{most_starts(s)}** "
+        f"server starts of the grid's {len(s.candidates) + 1}: {s.max_starts} for the search "
+        f"(the baseline included){_extra_starts(s)}.", "",
         "| | candidate | num_steps | topk | num_draft_tokens | server |",
         "|---|---|---|---|---|---|", *rows, "",
         "Order: the baseline, then the probe (chosen at a prior per-position acceptance of "
@@ -134,6 +187,7 @@ def review_section(plan: Plan) -> str:
         "intervals overlap it (ties); the crossover is the lowest concurrency at which no "
         "candidate's interval reaches 1.0.", "",
         f"SLO: {slo}.", "", *_bracket_lines(plan),
+        *_deploy_lines(s), "",
         "plan.sh runs the whole grid (every candidate, the worst case) in plan order: the "
         "adaptive search needs the executor (`specc run --plan plan.json` or execute=true).",
     ]
@@ -158,3 +212,32 @@ def _bracket_lines(plan: Plan) -> list[str]:
             "again with twice the requests, then reported undecided, never a pass. "
             f"At most **{most}** extra points per key and server, **{most * len(s.slo) * servers}** "
             f"in all ({len(s.slo)} key(s) x {servers} starts); no extra start.", ""]
+def most_starts(s: Search) -> int:
+    """The most starts the run can take: the search's, the verification, the reference."""
+    return s.max_starts + int(s.verify) + int(s.vs_engine_default)
+
+
+def _extra_starts(s: Search) -> str:
+    extra = (["one to verify the deployed schedule"] if s.verify else []) + (
+        ["one for the engine's default adaptive mode (reference)"] if s.vs_engine_default
+        else [])
+    return "".join(f", {x}" for x in extra)
+
+
+def _deploy_lines(s: Search) -> list[str]:
+    """The review's account of what the decision becomes (deploy.json)."""
+    fmt = s.schedule_format or {}
+    how = (f"{fmt.get('release')}: {fmt.get('varies')}; bands start where the measured best "
+           "changes, at a ladder concurrency" if fmt.get("kind") and not fmt.get("why_not")
+           else f"no schedule ({fmt.get('why_not') or 'the engine takes none'}): one static "
+           "setting")
+    verify = ("verified in one more start at every concurrency, paired with the baseline "
+              "(speedup and gap to the best static setting, 95% intervals)" if s.verify else
+              "not verified (search.verify=false)")
+    lines = [f"Deploy (search.deploy={s.deploy}): deploy.json holds the launch command. "
+             f"{how}; one static setting where it is within {s.margin:.0%} of the best "
+             f"everywhere. It is {verify}."]
+    if s.vs_engine_default:
+        lines.append("Reference: the engine's own default adaptive mode, measured in one more "
+                     "start (specc's schedule vs the engine's default).")
+    return lines

@@ -281,6 +281,11 @@ SCHEMA = _obj({
         "margin": {"type": "number", "minimum": 0, "maximum": 1},
         # the SLO bracket's stated precision (specc.tune.bracket.PRECISION_BOUNDS)
         "precision": {"type": "number", "minimum": 0.01, "maximum": 0.5},
+        # the deployed schedule (docs/tune.md "Deploy"); compile/search.py refuses them
+        # with search=grid
+        "verify": _BOOL,
+        "vs_engine_default": _BOOL,
+        "deploy": {"enum": ["auto", "schedule", "static"]},
         # keys are checked by compile/search.py (a latency metric, one line each)
         "slo": {"type": "object", "additionalProperties": {"type": "number",
                                                            "exclusiveMinimum": 0,

@@ -121,6 +121,24 @@ def patterns(marker) -> tuple[str, ...]:
     return tuple(marker)
 
 
+def drop_flags(argv, flags) -> list[str]:
+    """`argv` without each of `flags` and its value (`--flag value` or `--flag=value`)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        a = str(a)
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in flags and "=" in a:
+            continue
+        out.append(a)
+    return out
+
+
 def flag_args(pairs) -> list[str]:
     """`[(flag, value)]` -> argv, skipping None; True means a bare store_true flag."""
     out: list[str] = []
@@ -360,6 +378,15 @@ class Engine(ABC):
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         """Most draft tokens a tree of num_steps x topk can verify (None: no tree)."""
         return None
+
+    def schedule_format(self, argv: list[str], *, dp: int, algorithm: str | None) -> dict:
+        """How this release takes a batch-size schedule of speculation, as data the tuner
+        fills in after its search (plan.json search.schedule_format, docs/tune.md "Deploy"):
+        `kind` (None: no schedule), `why_not`, `chains_only`, `varies`, `routing`, and the
+        launch template built from a candidate's `argv`. The base: no schedule."""
+        return {"kind": None, "release": f"{self.name} {self.version}",
+                "why_not": f"{self.name} {self.version} takes no batch-size schedule",
+                "chains_only": True, "varies": "", "routing": ""}
 
     def source_evidence(self) -> list[tuple[str, str, str]]:
         """(fact, file in the package, text) for every marker, metric and endpoint the

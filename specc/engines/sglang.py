@@ -19,7 +19,8 @@ import json as _json
 from specc.plan import Acceptance, CounterRatio, ServerField
 
 from .base import (ALWAYS, DRAFT, HEAD, MULTI_STEP, NODE_RANK, Engine, FatalMessage, PhaseMarker,
-                   flag_args, for_version)
+                   drop_flags,
+                   flag_args, for_version, parse_version)
 
 PINNED_VERSION = "0.5.23"
 OLDEST_VERSION = "0.5.0"
@@ -388,6 +389,47 @@ def default_spec_params(target_architecture: str) -> tuple[int, int, int]:
 #: With speculation and no --max-running-requests, SGLang caps running requests here.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
 
+#: The adaptive mode (``--speculative-adaptive``, ``--speculative-adaptive-config FILE``):
+#: per batch-size band, the num_steps candidates of a topk-1 chain, moved between by an EMA
+#: of the accept length with hysteresis (speculative/adaptive_spec_params.py,
+#: arg_groups/speculative_hook.py ``_init_adaptive_speculative_params``: topk 1 and
+#: num_draft_tokens = num_steps + 1; ``adaptive_unsupported_reason``: EAGLE/EAGLE3 only).
+#: Read from 0.5.23; the first release that has it was not checked.
+ADAPTIVE_SINCE = "0.5.23"
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+#: ``DEFAULT_ADAPTIVE_CONFIG`` (0.5.23): the engine's own mode, keyed by batch size.
+DEFAULT_ADAPTIVE_CONFIG = {
+    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25,
+          "ceiling_coeff": 0},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+          "ceiling_coeff": 0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+           "ceiling_coeff": 0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+           "ceiling_coeff": 0},
+}
+#: AdaptiveStepSlot's defaults for the keys a config may leave out.
+ADAPTIVE_SLOT_DEFAULTS = {"ema_alpha": 0.2, "update_interval": 5, "warmup_batches": 10,
+                          "down_hysteresis": -0.25, "up_hysteresis": 0.0, "ceiling_coeff": 0}
+_A = _S + "speculative/adaptive_spec_params.py"
+#: Where 0.5.23 says what schedule_format relies on (checked by tests/drift).
+ADAPTIVE_EVIDENCE = (
+    ("adaptive mode: topk 1 only", _A, '"(only topk=1 is supported)"'),
+    ("adaptive mode: EAGLE/EAGLE3 only", _A,
+     'if cfg.speculative_algorithm not in ("EAGLE", "EAGLE3"):'),
+    ("DEFAULT_ADAPTIVE_CONFIG's batch-size-1 candidates", _A, '"candidate_steps": [1, 3, 5, 7],'),
+    ("0 steps reached below 0.5 accepted drafts", _A,
+     "drop_threshold = 0.5 if prev_step == 0 else prev_step - 0.5"),
+    ("the band at or below the padded batch", _A,
+     "idx = bisect.bisect_right(self._bs_list, target) - 1"),
+    ("adaptive: num_steps defaults to the middle candidate", _S + "arg_groups/speculative_hook.py",
+     "speculative_num_steps=candidate_steps[len(candidate_steps) // 2],"),
+)
+#: The speculation flags a schedule's launch command sets itself.
+_SPEC_SHAPE_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk",
+                     "--speculative-num-draft-tokens")
+
+
 
 #: Prefill CUDA-graph capture sizes in tokens (srt/arg_groups/cuda_graph_hook.py
 #: generate_prefill_cuda_graph_batch_sizes), up to the chunked prefill size.
@@ -509,6 +551,38 @@ class SGLang(Engine):
     def max_draft_tokens(self, num_steps: int, topk: int) -> int | None:
         return max_draft_tokens(num_steps, topk)
 
+    def schedule_format(self, argv, *, dp, algorithm):
+        """0.5.23's adaptive mode: one band per batch-size key of the config file, each with
+        a single candidate (the decided num_steps; 0 = no drafting), so the EMA never moves
+        it off the decision; the server starts at the largest num_steps (it must be one of
+        the candidates, and sizes the draft buffers)."""
+        out = super().schedule_format(argv, dp=dp, algorithm=algorithm)
+        base = drop_flags(argv, _SPEC_SHAPE_FLAGS + ("--speculative-adaptive",
+                                                     "--speculative-adaptive-config"))
+        why = None
+        if parse_version(self.version) < parse_version(ADAPTIVE_SINCE):
+            why = (f"sglang {self.version} is older than {ADAPTIVE_SINCE}, the release "
+                   "specc read --speculative-adaptive from")
+        elif algorithm not in ADAPTIVE_ALGORITHMS:
+            why = (f"sglang's adaptive mode runs EAGLE/EAGLE3 only, not {algorithm} "
+                   "(adaptive_unsupported_reason)")
+        return {**out, "kind": "sglang_adaptive", "why_not": why, "chains_only": True,
+                "varies": "SGLang's adaptive mode varies num_steps of a topk-1 chain "
+                          "(num_draft_tokens = num_steps + 1) by batch size",
+                "routing": "the running batch, padded up to the next CUDA-graph batch size, "
+                           "routed to the band at or below it (adaptive_spec_params.py _route)",
+                "argv": base + ["--speculative-num-steps", "{max_steps}",
+                                "--speculative-eagle-topk", "1",
+                                "--speculative-num-draft-tokens", "{max_draft_tokens}",
+                                "--speculative-adaptive", "--speculative-adaptive-config",
+                                "{config_file}"],
+                "file": {"name": "sglang-adaptive.json",
+                         "entry": {"candidate_steps": ["{steps}"], "up_hysteresis": 0.0,
+                                   "down_hysteresis": 0.0}},
+                "engine_default_argv": None if why else base + [
+                    "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", "4", "--speculative-adaptive"]}
+
     def pp_speculation_refusal(self, spec):
         allowed = for_version(self.version, PP_SPEC_ALGORITHMS)
         if spec.algorithm in allowed:
@@ -596,7 +670,8 @@ class SGLang(Engine):
         out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
                 for m in FATAL_MESSAGES]
         out.append(("a warning that logs its traceback and carries on",) + WARNING_WITH_TRACEBACK)
-        return out + list(METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE)
+        return out + list(METRIC_EVIDENCE + ENDPOINT_EVIDENCE + OTHER_EVIDENCE
+                          + ADAPTIVE_EVIDENCE)
 
     def sim_facts_json(self, facts) -> str:
         """Facts in config.json's own keys, for the simulator (`architectures` is a list)."""

@@ -17,7 +17,7 @@ import json
 from specc.plan import AcceptPositions, Acceptance, CacheFlush, CounterRatio
 
 from .base import (ALWAYS, HEAD, NODE_RANK, Engine, FatalMessage, PhaseMarker, flag_args,
-                   for_version, local_label)
+                   for_version, local_label, parse_version)
 
 PINNED_VERSION = "0.33.0"
 OLDEST_VERSION = "0.10.0"
@@ -339,6 +339,29 @@ CPU_DEFAULT_MAX_NUM_SEQS = 128
 #: cache and a 1 MB model: torch, the API server, the engine core and its worker).
 CPU_RESERVED_GB = 2.0
 
+#: ``num_speculative_tokens_per_batch_size`` in --speculative-config: a list of inclusive
+#: (range_start, range_end, K) batch-size ranges, the first from 1; K clamped to
+#: num_speculative_tokens; a gap and the tail past the last range carry the previous K
+#: (v1/spec_decode/dynamic/utils.py); the scheduler looks K up by the step's scheduled
+#: requests (v1/core/sched/scheduler.py). Disabled, back to static K, with data parallelism
+#: and on Model Runner V1 for methods other than these (config/vllm.py
+#: _maybe_disable_dynamic_sd_for_*). In 0.32.0 and 0.33.0.
+SCHEDULE_SINCE = "0.32.0"
+SCHEDULE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash")
+#: The last range's end: vLLM caps the lookup at max_num_seqs (the tail carries its K).
+SCHEDULE_LAST_END = 65536
+#: Where 0.33.0 says what schedule_format relies on (checked by tests/drift).
+SCHEDULE_EVIDENCE = (
+    ("num_speculative_tokens_per_batch_size in --speculative-config", _V + "config/speculative.py",
+     "num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None = None"),
+    ("the batch-size schedule is disabled with data parallelism", _V + "config/vllm.py",
+     "or self.parallel_config.data_parallel_size <= 1"),
+    ("the first range starts at 1", _V + "v1/spec_decode/dynamic/utils.py",
+     '"The first batch-size range must start at 1 so every runtime "'),
+    ("K looked up by the step's scheduled requests", _V + "v1/core/sched/scheduler.py",
+     "num_spec_tokens_to_schedule = self.dynamic_sd_lookup["),
+)
+
 ACCEPTED_COUNTER = f"{METRIC_PREFIX}num_accepted_tokens_total"
 DRAFTS_COUNTER = f"{METRIC_PREFIX}num_drafts_total"
 
@@ -445,6 +468,35 @@ class VLLM(Engine):
             args += flag_args([("--nnodes", spec.nodes), ("--node-rank", NODE_RANK),
                                ("--master-addr", HEAD), ("--master-port", rendezvous_port)])
         return args + [str(a) for a in eng.get("extra_args") or []]
+
+    def schedule_format(self, argv, *, dp, algorithm):
+        """0.32/0.33's batch-size schedule: K per band inside --speculative-config, the
+        command's num_speculative_tokens the largest K (a band's K is clamped to it)."""
+        out = super().schedule_format(argv, dp=dp, algorithm=algorithm)
+        argv = [str(a) for a in argv]
+        i = argv.index("--speculative-config") if "--speculative-config" in argv else -1
+        base = json.loads(argv[i + 1]) if i >= 0 else {}
+        method = base.get("method") or METHODS.get(str(algorithm), "")
+        why = None
+        if parse_version(self.version) < parse_version(SCHEDULE_SINCE):
+            why = (f"vllm {self.version} is older than {SCHEDULE_SINCE}, the first release with "
+                   "num_speculative_tokens_per_batch_size")
+        elif dp > 1:
+            why = ("vLLM disables num_speculative_tokens_per_batch_size with data parallelism "
+                   "(ranks could pick different K): static K only")
+        elif method not in SCHEDULE_METHODS:
+            why = f"vLLM's Model Runner V1 runs a batch-size schedule only for {', '.join(SCHEDULE_METHODS)}"
+        template = list(argv)
+        if i >= 0:
+            template[i + 1] = "{speculative_config}"
+        return {**out, "kind": "vllm_batch_size", "why_not": why, "chains_only": True,
+                "varies": "vLLM's schedule varies only K, the length of one draft chain",
+                "routing": "the step's scheduled requests, looked up in the inclusive "
+                           "ranges (v1/core/sched/scheduler.py)",
+                "argv": template, "speculative_config": base,
+                "k_key": "num_speculative_tokens",
+                "list_key": "num_speculative_tokens_per_batch_size",
+                "last_end": SCHEDULE_LAST_END, "engine_default_argv": None}
 
     def follower_args(self, spec):
         """Ranks > 0 run workers only: without --headless each would start its own API
@@ -592,4 +644,4 @@ class VLLM(Engine):
                for m in PHASES_0_17 + (JOIN_PHASE,) for path, text in m.evidence]
         out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed)
                 for m in FATAL_MESSAGES]
-        return out + list(SOURCE_EVIDENCE)
+        return out + list(SOURCE_EVIDENCE + SCHEDULE_EVIDENCE)

@@ -56,6 +56,7 @@ def write_report(run_dir: Path | str, *, plots: bool = True) -> Report:
     atomic_write(run_dir / "report.csv", _csv_text(flat))
     atomic_write(run_dir / "report.json", json.dumps(
         _plain({"version": 1, **({"decision": report.decision} if report.decision else {}),
+                **({"deploy": report.deploy} if report.deploy else {}),
                 "summary": report.summary(), "rows": flat,
                 **({"manifest": manifest} if manifest else {})}), indent=2) + "\n")
     markdown = render_markdown(report)

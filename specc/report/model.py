@@ -264,6 +264,8 @@ class Report:
     plot_notes: list[str] = field(default_factory=list)
     #: search=tune: tune.json (the decision), shown first.
     decision: dict | None = None
+    #: search=tune: deploy.json (the schedule to deploy and its verification).
+    deploy: dict | None = None
 
     # -- derived views
     def count(self, status: str) -> int:

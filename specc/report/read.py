@@ -27,9 +27,13 @@ def build_report(run_dir: Path | str) -> Report:
     rows: list[PointRow] = []
     planned = set()
     decision = None
+    deploy = None
     measured = None   # search=tune: the servers the search started (others are not pending)
     if plan.search is not None:
         decision = rd.tune()
+        from specc.report.deploy import read as read_deploy
+
+        deploy = read_deploy(run_dir)
         measured = {r.server for r in results.values()}
     for b in plan.benchmarks:
         bid = b.id
@@ -86,6 +90,7 @@ def build_report(run_dir: Path | str) -> Report:
         diagnostics=list(plan.diagnostics),
         warnings=warnings,
         decision=decision,
+        deploy=deploy,
     )
 
 

@@ -173,8 +173,12 @@ def _decision(report: Report, groups: list[Group], esc=md) -> list[str]:
     every value from data through ``esc`` (markdown escaping; one_line for a terminal)."""
     from specc.report.decision import grid_lines, lines
 
-    return (lines(report.decision, esc=esc) if report.decision
-            else grid_lines(groups, esc=esc))
+    if not report.decision:
+        return grid_lines(groups, esc=esc)
+    from specc.report import deploy
+
+    return lines(report.decision, esc=esc) + (deploy.lines(report.deploy, esc=esc)
+                                               if report.deploy else [])
 
 
 def _plain_tables(md: list[str]) -> list[str]:

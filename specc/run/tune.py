@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from specc.files import atomic_write
+from specc.run.figures import point_figures as _figures
 from specc.rundir import TUNE_JSON   # its reader: specc.rundir.tune_decision
 
 
@@ -39,6 +40,8 @@ class Tuner:
         self.search = Search(plan.search, model_for(plan))
         self.chosen: set[str] = set()
         self.brackets = brackets
+        #: deploy.json's content once the decision was deployed (specc.run.deploy)
+        self.deployed: dict | None = None
 
     def next_server(self) -> str | None:
         """The next server to start, or None (stop). A server whose points all finished in
@@ -69,7 +72,16 @@ class Tuner:
     def write(self) -> None:
         if self.brackets is not None:
             self.search.brackets = self.brackets.results
-        write(self.run_dir, self.search.decision())
+        decision = self.search.decision()
+        if self.deployed and self.deployed.get("deployed"):   # the server bracketing runs on
+            decision["deployed"] = self.deployed["deployed"]
+        write(self.run_dir, decision)
+        if self.search.stop_reason and self.deployed is None:
+            from specc.run import deploy   # the schedule all the same, said unverified
+
+            deploy.unverified(self.plan, self.run_dir, decision,
+                              "the verification start did not run (on Slurm it is not "
+                              "done; or the run stopped before it)")
 
 
 async def run(ex) -> set[str]:
@@ -96,6 +108,10 @@ async def run(ex) -> set[str]:
                 break
             await ex.run_server(ex.plan.server(sid))
             tuner.feed(sid)
+        if tuner.search.stop_reason and not ex.stop_all:   # the decision, deployed and verified
+            from specc.run import deploy
+
+            tuner.deployed = await deploy.run(ex, tuner.search.decision())
     finally:
         tuner.write()
     return tuner.chosen
@@ -151,32 +167,6 @@ def decide(plan, run_dir: Path) -> dict:
             search.started(server.id, 0.0, "measured by the run")
             feed(search, plan, results.get, run_dir, server.id)
     return search.decision()
-
-
-def _figures(run_dir: Path, row: dict, base_row: dict | None) -> dict:
-    """The point's figures with intervals (the report's statistics) and its per-request
-    (output tokens, verify passes)."""
-    from specc import stats
-    from specc import requestlog as reqlog
-
-    mine = reqlog.read(run_dir, row["benchmark"])
-    if not mine:
-        return {}
-    base = reqlog.read(run_dir, base_row["benchmark"]) if base_row and \
-        base_row.get("status") == "ok" else None
-    figs = stats.point_figures(mine, _duration(row), base=base or None,
-                               base_duration=_duration(base_row) if base else None)
-    figs["_requests"] = tuple((float(r.get("output_tokens") or 0), float(r.get("verify_ct") or 0))
-                              for r in mine if r.get("ok"))
-    return figs
-
-
-def _duration(row: dict | None) -> float:
-    if not row:
-        return 0.0
-    reps = (row.get("basis") or {}).get("repeats") or []
-    d = sum(float(x.get("duration") or 0.0) for x in reps if isinstance(x, dict))
-    return d or float((row.get("metrics") or {}).get("duration") or 0.0)
 
 
 def write(run_dir: Path, decision: dict) -> None:

@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--speculative-attention-mode", type=str, default="prefill", choices=["prefill", "decode"])
     a("--speculative-draft-attention-backend", type=str, default=None)
     a("--speculative-ngram-max-bfs-breadth", type=int, default=10)
+    # srt/arg_groups/fields/spec.py: num_steps by batch size (specc/sim/adaptive.py)
+    a("--speculative-adaptive", action="store_true")
+    a("--speculative-adaptive-config", type=str, default=None)
     a("--decode-log-interval", type=int, default=40)
     # --- simulator only ------------------------------------------------------
     s = p.add_argument_group("simulator")
@@ -201,6 +204,8 @@ class Sim:
         self.context_length = args.context_length or sg.derived_context_length(self.target)
         self.warnings: list[str] = []
         self.spec: perf.SpecConfig | None = None
+        #: --speculative-adaptive: its config file ("default": DEFAULT_ADAPTIVE_CONFIG)
+        self.adaptive_config: str | None = None
         given_running = args.max_running_requests   # before speculation's default of 48
         if algo == "NGRAM":
             self._resolve_ngram()
@@ -249,9 +254,44 @@ class Sim:
             self.args.max_running_requests = sg.SPEC_DEFAULT_MAX_RUNNING_REQUESTS
             self.warnings.append(self.strings["max_running_reset"][0])
 
+    def _resolve_adaptive(self) -> None:
+        """speculative_hook.py ``_maybe_disable_adaptive`` then
+        ``_init_adaptive_speculative_params``: topk 1, num_steps one of the config's
+        candidates (the middle one when not given), num_draft_tokens = num_steps + 1."""
+        from .adaptive import ConfigError, candidate_union
+
+        a = self.args
+        if not a.speculative_adaptive:
+            return
+        reason = None
+        if self.algorithm not in ("EAGLE", "EAGLE3"):
+            reason = (f"speculative_algorithm={self.algorithm} (only EAGLE/EAGLE3 are "
+                      "supported)")
+        elif a.speculative_eagle_topk is not None and a.speculative_eagle_topk != 1:
+            reason = f"speculative_eagle_topk={a.speculative_eagle_topk} (only topk=1 is supported)"
+        if reason:
+            self.warnings.append(f"speculative_adaptive disabled: {reason}. Falling back to "
+                                 "static speculative params.")
+            a.speculative_adaptive = False
+            return
+        try:
+            union = candidate_union(a.speculative_adaptive_config)
+        except ConfigError as e:
+            raise UsageError(f"ValueError: {e}") from None
+        a.speculative_eagle_topk = 1
+        if a.speculative_num_steps is None:
+            a.speculative_num_steps = union[len(union) // 2]
+        if a.speculative_num_steps not in union:
+            raise UsageError(f"ValueError: --speculative-num-steps={a.speculative_num_steps} "
+                             f"is not in the adaptive config candidate_steps {union}. Pass "
+                             "one of those values.")
+        a.speculative_num_draft_tokens = a.speculative_num_steps + 1
+        self.adaptive_config = a.speculative_adaptive_config or "default"
+
     def _resolve_eagle(self) -> None:
         """srt/arg_groups/speculative_hook.py ``_handle_eagle_family``."""
         a = self.args
+        self._resolve_adaptive()
         steps, topk, ndt = (a.speculative_num_steps, a.speculative_eagle_topk,
                             a.speculative_num_draft_tokens)
         self._max_running_default()

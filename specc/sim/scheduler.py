@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import dataclasses
 import hashlib
 import math
 import random
@@ -203,6 +204,16 @@ class Scheduler:
         #: (the client divides what it measures by it), so the CPU a step needs weighs this
         #: many times less against its schedule. Changed only while idle (set_dilation).
         self.dilation = 1.0
+        #: --speculative-adaptive: num_steps by running batch size (specc/sim/adaptive.py)
+        self.adaptive = None
+        if sim.adaptive_config is not None and sim.spec is not None:
+            from .adaptive import Adaptive
+            from .startup import graph_batch_sizes
+
+            self.adaptive = Adaptive(
+                sim.spec.num_steps,
+                None if sim.adaptive_config == "default" else sim.adaptive_config,
+                None if sim.args.disable_cuda_graph else graph_batch_sizes(sim))
         self._stalls = 0
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
@@ -326,6 +337,7 @@ class Scheduler:
         sim, spec, schedule = self.sim, self.sim.spec, self.schedule
         depth = perf.effective_depth_and_accept(
             spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)[0] if spec else 0
+        step_spec = spec
         while True:
             if not self.running and not self.waiting:
                 schedule.idle()
@@ -345,8 +357,15 @@ class Scheduler:
                 self._log_prefill(admit, ntok)
             elif self.running:
                 context = self._token_count() / len(self.running)  # mean KV length
-                dur = perf.decode_step_s(sim.cost, len(self.running), spec, sim.draft_cost,
-                                         context)
+                if self.adaptive is not None and spec is not None:   # the running batch
+                    steps = self.adaptive.steps_for(len(self.running))   # picks num_steps
+                    step_spec = dataclasses.replace(spec, num_steps=steps, topk=1,
+                                                    num_draft_tokens=steps + 1) if steps else None
+                    depth = steps
+                else:
+                    step_spec = spec
+                dur = perf.decode_step_s(sim.cost, len(self.running), step_spec,
+                                         sim.draft_cost if step_spec else None, context)
             else:
                 schedule.idle()
                 continue
@@ -359,20 +378,24 @@ class Scheduler:
                         self.running.append(r)
             else:
                 emitted = 0
+                correct: list[int] = []
                 for r in self.running:
                     if r.aborted:
                         continue
                     n = 1
-                    if spec is not None:
+                    if step_spec is not None:
                         n = perf.sample_accept(r.acc_rng, self._accept(r), depth)
                         self.win_accept += n
                         self.win_correct += n - 1
                         self.win_forward += 1
                         r.verify_ct += 1
                         r.correct_drafts += n - 1
+                    correct.append(n - 1)
                     n = self._advance(r, n)
                     emitted += n
                     outs.append((r, n))
+                if self.adaptive is not None:
+                    self.adaptive.on_verify(correct, len(correct))
                 self.decode_steps += 1
                 self._tp_window.append((due, emitted))
                 if self.decode_steps % self.interval == 0:

@@ -68,11 +68,7 @@ class Startup:
             log(text, r if self.sim.tp > 1 else None)
 
     def _graph_bs(self) -> list[int]:
-        a = self.sim.args
-        top = a.cuda_graph_max_bs_decode or min(self.sim.max_running, 256 if self.sim.tp < 4
-                                                else 512)
-        bs = [b for b in (1, 2, 4, 8) if b <= top] + list(range(16, top + 1, 8))
-        return bs or [1]
+        return graph_batch_sizes(self.sim)
 
     def _fault_at(self, phase: str) -> None:
         f = self.sim.fault
@@ -214,3 +210,11 @@ class Startup:
         self._graph("draft_extend", "capture_draft_extend_cuda_graph", d, 0.49,
                     not self.sim.behaviour["rank0_draft_graphs"],
                     draft_tokens=self.sim.spec.num_draft_tokens)
+
+
+def graph_batch_sizes(sim) -> list[int]:
+    """The decode CUDA-graph batch sizes SGLang captures (1, 2, 4, 8, then every 8)."""
+    a = sim.args
+    top = a.cuda_graph_max_bs_decode or min(sim.max_running, 256 if sim.tp < 4 else 512)
+    bs = [b for b in (1, 2, 4, 8) if b <= top] + list(range(16, top + 1, 8))
+    return bs or [1]

@@ -34,7 +34,8 @@ FIELDS = ("model_path", "tp_size", "pp_size", "dp_size", "ep_size", "context_len
           "mem_fraction_static", "max_running_requests", "dtype", "kv_cache_dtype",
           "quantization", "attention_backend", "page_size", "chunked_prefill_size",
           "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-          "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_metrics")
+          "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_metrics",
+          "speculative_adaptive", "speculative_adaptive_config")
 
 
 from forked import resolve_in_fork  # noqa: E402 - beside this script

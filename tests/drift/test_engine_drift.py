@@ -584,3 +584,64 @@ def test_sglang_memory_hooks_run_as_specc_models_them():
     mem = 141 * 1024
     with_graph = round((mem - (512 + 8192 * 1.5 + 1024 / 8 + 256 * 2 + 58 * 8)) / mem, 3)
     assert sg.auto_mem_fraction_static(**common) == with_graph
+
+
+# --- the deployed schedule (search=tune's deploy.json) through the releases' validation ---
+
+def _deployed(engine: str, tmp_path):
+    """A three-band schedule (s5 below 32, s3 below 128, no drafting above) as specc emits it
+    for `engine` from a compiled chain server: (server dict for the resolver, schedule)."""
+    from specc.tune import schedule as sch
+
+    server = next(s for s in compiled_servers(engine, with_specs=True)
+                  if s["spec"].speculative and s["spec"].algorithm == "EAGLE3"
+                  and s["spec"].hardware.get("device") != "cpu" and s["spec"].nodes == 1
+                  and s["spec"].hardware.get("dp", 1) == 1)
+    bands = {"static": None, "bands": [
+        {"from": 1, "to": 31, "setting": {"server": "a", "num_steps": 5, "topk": 1,
+                                          "num_draft_tokens": 6}},
+        {"from": 32, "to": 127, "setting": {"server": "b", "num_steps": 3, "topk": 1,
+                                            "num_draft_tokens": 4}},
+        {"from": 128, "to": None, "setting": sch.BASELINE}]}
+    fmt = server["adapter"].schedule_format(server["argv"], dp=1, algorithm="EAGLE3")
+    assert fmt["why_not"] is None, fmt["why_not"]
+    argv, files = sch.launch(fmt, bands, {"a": server["argv"], "b": server["argv"]}, [])
+    for name, text in files.items():   # the server runs in the run dir, beside the file
+        (tmp_path / name).write_text(text)
+        argv = [str(tmp_path / name) if a == name else a for a in argv]
+    return {**server, "id": f"deployed schedule of {server['id']}", "argv": argv}, bands
+
+
+def test_sglang_accepts_the_adaptive_config_specc_deploys(tmp_path):
+    """The deployed SGLang command and its --speculative-adaptive-config file, through
+    0.5.23's own resolution: _maybe_disable_adaptive keeps it on, _load_adaptive_config
+    reads the file, _init_adaptive_speculative_params accepts the starting num_steps,
+    check_server_args passes."""
+    server, _ = _deployed("sglang", tmp_path)
+    report = resolve_with_real_engine("sglang", "sglang_resolve.py", [server])
+    r = report["servers"][0]
+    assert r["error"] is None, r["error"]
+    got = r["resolved"]
+    assert got["speculative_adaptive"] is True
+    assert (got["speculative_num_steps"], got["speculative_eagle_topk"],
+            got["speculative_num_draft_tokens"]) == (5, 1, 6)
+
+
+def test_vllm_accepts_the_batch_size_schedule_specc_deploys(tmp_path):
+    """The deployed vLLM command through 0.33.0's create_engine_config (dynamic SD kept on:
+    EAGLE-3, no data parallelism), then the scheduler's own lookup of it: batch sizes route
+    to the bands specc meant (specc.sim.adaptive.vllm_lookup agrees entry for entry)."""
+    from specc.sim.adaptive import vllm_lookup
+
+    server, bands = _deployed("vllm", tmp_path)
+    report = resolve_with_real_engine("vllm", "vllm_resolve.py", [server])
+    r = report["servers"][0]
+    assert r["error"] is None, r["error"]
+    got = r["resolved"]
+    assert got["num_speculative_tokens"] == 5
+    assert got["num_speculative_tokens_per_batch_size"][:2] == [[1, 31, 5], [32, 127, 3]]
+    lookup = got["schedule_lookup"]
+    assert (lookup[1], lookup[31], lookup[32], lookup[127]) == (5, 5, 3, 3)
+    assert all(k == 0 for k in lookup[128:])
+    assert lookup == vllm_lookup(got["num_speculative_tokens_per_batch_size"],
+                                 got["max_num_seqs"], 5)

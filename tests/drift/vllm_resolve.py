@@ -98,7 +98,27 @@ def _resolved(c):
         "speculative_method": sc.method if sc else None,
         "num_speculative_tokens": sc.num_speculative_tokens if sc else None,
         "draft_max_model_len": draft.max_model_len if draft else None,
+        "num_speculative_tokens_per_batch_size": _schedule(c),
+        "schedule_lookup": _lookup(c),
     }
+
+
+def _schedule(c):
+    sc = c.speculative_config
+    got = getattr(sc, "num_speculative_tokens_per_batch_size", None) if sc else None
+    return None if got is None else [list(x) for x in got]
+
+
+def _lookup(c):
+    """The scheduler's dense batch size -> K table (its own validation included), as the
+    engine core builds it (v1/core/sched/scheduler.py)."""
+    got = _schedule(c)
+    if got is None:
+        return None
+    from vllm.v1.spec_decode.dynamic.utils import build_dynamic_sd_schedule_lookup
+
+    return build_dynamic_sd_schedule_lookup(got, c.scheduler_config.max_num_seqs,
+                                            c.speculative_config.num_speculative_tokens)
 
 
 def _parsed(args):
