@@ -13,7 +13,6 @@ missing`), never a KeyError.
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import json
@@ -443,6 +442,19 @@ class ScheduleLag(Record):
 
 
 # -- the engine ----------------------------------------------------------------------------
+def launches_with(argv, launcher) -> bool:
+    """`argv` starts with the engine's own launcher: its program by name (found on PATH), or
+    by absolute path to a file of that name (the program in the configured engine
+    environment, e.g. `<venv>/bin/vllm` for engine.python `<venv>/bin/python`)."""
+    argv, launcher = tuple(argv), tuple(launcher)
+    if argv[:len(launcher)] == launcher:
+        return True
+    if not argv or not launcher or argv[1:len(launcher)] != launcher[1:]:
+        return False
+    program = PurePosixPath(str(argv[0]))
+    return program.is_absolute() and program.name == launcher[0]
+
+
 @dataclass(frozen=True)
 class EngineInfo(Record):
     """What running the plan needs to know of its engine, written by the engine's adapter at
@@ -515,7 +527,7 @@ class Params(Record):
                     allowed, word = allowed + (type(None),), word + " or null"
                 specs.append((f.name, allowed, word, convert))
             got = (names, frozenset(names), tuple(specs), operator.attrgetter(*names))
-            setattr(cls, "_LAYOUT", got)
+            cls._LAYOUT = got
         return got
 
     def to_json(self) -> dict:
@@ -921,7 +933,7 @@ class Plan(Record):
         return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, d, path: str = "") -> "Plan":
+    def from_json(cls, d, path: str = "") -> Plan:
         if not isinstance(d, dict):
             raise PlanError(f"expected a JSON object, got {_kind(d)}")
         if d.get("version") != PLAN_VERSION:
@@ -931,18 +943,18 @@ class Plan(Record):
         launcher = plan.engine_info.launcher   # as read: a Slurm node wraps commands in srun
         foreign = [f"server {s.id}: its command does not start with {plan.engine}'s own "
                    f"launcher `{' '.join(launcher)}`" for s in plan.servers
-                   if s.argv[:len(launcher)] != launcher]
+                   if not launches_with(s.argv, launcher)]
         if foreign:
             raise PlanError(f"{path or 'plan'}: " + "; ".join(foreign))
         return plan
 
     @classmethod
-    def load(cls, path: str | Path) -> "Plan":
+    def load(cls, path: str | Path) -> Plan:
         """Read a plan.json; PlanError (a ValueError) says what is wrong and where in it."""
         return cls.load_checked(path)[0]
 
     @classmethod
-    def load_checked(cls, path: str | Path) -> tuple["Plan", str | None, bool]:
+    def load_checked(cls, path: str | Path) -> tuple[Plan, str | None, bool]:
         """(the plan, the digest plan.json records, whether the file still matches it)."""
         from specc.files import PLAN_BYTES, UnreadableFile, read_bounded, parse_json
 

@@ -24,7 +24,8 @@ from specc.compile.matrix import NEUTRAL_WORKLOAD, ClientPoints, expand, short_h
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
-from specc.plan import BenchParams, Benchmark, Plan, Readiness, Server, ServerParams, build_many
+from specc.plan import (BenchParams, Benchmark, Plan, Readiness, Server, ServerParams, build_many,
+                        launches_with)
 
 
 def _slug(text: str) -> str:
@@ -269,7 +270,7 @@ def _facts(first, servers) -> dict:
 def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:
     """A server starts with its engine's own program, never something that merely accepts
     its flags (`specc run --plan` checks the same against plan.json's engine_info.launcher)."""
-    if argv[:len(engine.launcher)] == engine.launcher:
+    if launches_with(argv, engine.launcher):
         return []
     return [error("ENGINE_LAUNCHER", "engine",
                   f"server {sid} would start with `{' '.join(argv[:3])}`, not {engine.name}'s "
