@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 NUM_PROMPTS = 48
 OUTPUT_LEN = 32
 CONCURRENCY = 4
-#: |specc / bench - 1| allowed on the median over interleaved rounds (see the test).
+#: The issue's bar for |specc / bench - 1| (the benchmark prints each figure against it).
 TOLERANCE = 0.05
 SUBJECTS = ("a lighthouse", "the tide", "a glacier", "a beehive", "a compass", "a violin",
             "a volcano", "a library", "a river delta", "a windmill", "a comet", "a forest fire")
