@@ -183,6 +183,7 @@ def test_ready_within_a_quarter_second_of_the_first_health_200(eagle3_run):
     for at in ready:
         seen = max((t for t in first_200 if t <= at + HealthProber.PROBE_S), default=None)
         assert seen is not None, (at, first_200)
+        print(f"ready_at - the prober's first /health 200: {at - seen:+.3f} s")
         # the prober's answer may come up to one of its intervals after the server's first
         assert -HealthProber.PROBE_S - 0.05 <= at - seen <= 0.25, (at, seen, first_200)
 
