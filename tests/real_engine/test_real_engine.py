@@ -56,8 +56,14 @@ def specc_env(engine_bin, tiny) -> dict:
 
 
 def specc_argv(run_dir: Path, *overrides: str) -> list[str]:
+    """The tiny_cpu experiment, executed, on a free port unless the overrides name one (the
+    machine may run other servers on vLLM's default 8000)."""
+    from agreement import free_port
+
+    port = [] if any(o.startswith("engine.base_port=") for o in overrides) else \
+        [f"engine.base_port={free_port()}"]
     return [sys.executable, "-m", "specc", "+experiment=tiny_cpu", "execute=true",
-            f"hydra.run.dir={run_dir}", *overrides]
+            f"hydra.run.dir={run_dir}", *port, *overrides]
 
 
 def run_specc(run_dir: Path, env: dict, *overrides: str, timeout: float = 1500):
@@ -303,13 +309,16 @@ def test_a_draft_path_gone_at_run_time_fails_once_with_the_engines_own_error(tmp
     the server was launched once (no retry loop), and specc exits 3 promptly."""
     import shutil
 
+    from agreement import free_port
+
     draft = tmp_path / "draft"
     shutil.copytree(tiny["draft"], draft)
     run_dir = tmp_path / "run"
     compiled = subprocess.run(
         [sys.executable, "-m", "specc", "+experiment=tiny_cpu", "sweep=null", "baseline=false",
          "speculation={algorithm:EAGLE3,num_steps:3,topk:1,num_draft_tokens:4}",
-         f"model_pair.draft.path={draft}", f"hydra.run.dir={run_dir}"],
+         f"model_pair.draft.path={draft}", f"hydra.run.dir={run_dir}",
+         f"engine.base_port={free_port()}"],
         cwd=REPO, env=specc_env, capture_output=True, text=True, timeout=300)
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     shutil.rmtree(draft)
