@@ -13,7 +13,6 @@ missing`), never a KeyError.
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import json
@@ -282,6 +281,19 @@ class TimeDilation(Record):
 
 
 # -- the engine ----------------------------------------------------------------------------
+def launches_with(argv, launcher) -> bool:
+    """`argv` starts with the engine's own launcher: its program by name (found on PATH), or
+    by absolute path to a file of that name (the program in the configured engine
+    environment, e.g. `<venv>/bin/vllm` for engine.python `<venv>/bin/python`)."""
+    argv, launcher = tuple(argv), tuple(launcher)
+    if argv[:len(launcher)] == launcher:
+        return True
+    if not argv or not launcher or argv[1:len(launcher)] != launcher[1:]:
+        return False
+    program = PurePosixPath(str(argv[0]))
+    return program.is_absolute() and program.name == launcher[0]
+
+
 @dataclass(frozen=True)
 class ReleaseProbe(Record):
     """Where a running server says its release: GET each of `paths` until one answers a
@@ -362,7 +374,7 @@ class Params(Record):
                     allowed, word = allowed + (type(None),), word + " or null"
                 specs.append((f.name, allowed, word, convert))
             got = (names, frozenset(names), tuple(specs), operator.attrgetter(*names))
-            setattr(cls, "_LAYOUT", got)
+            cls._LAYOUT = got
         return got
 
     def to_json(self) -> dict:
@@ -826,7 +838,7 @@ class Plan(Record):
         return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, d, path: str = "") -> "Plan":
+    def from_json(cls, d, path: str = "") -> Plan:
         if not isinstance(d, dict):
             raise PlanError(f"expected a JSON object, got {_kind(d)}")
         if d.get("version") != PLAN_VERSION:
@@ -836,13 +848,13 @@ class Plan(Record):
         launcher = plan.engine_info.launcher   # as read: a Slurm node wraps commands in srun
         foreign = [f"server {s.id}: its command does not start with {plan.engine}'s own "
                    f"launcher `{' '.join(launcher)}`" for s in plan.servers
-                   if s.argv[:len(launcher)] != launcher]
+                   if not launches_with(s.argv, launcher)]
         if foreign:
             raise PlanError(f"{path or 'plan'}: " + "; ".join(foreign))
         return plan
 
     @classmethod
-    def load(cls, path: str | Path) -> "Plan":
+    def load(cls, path: str | Path) -> Plan:
         """Read a plan.json; PlanError (a ValueError) says what is wrong and where in it."""
         return cls.load_checked(path)[0]
 

@@ -62,3 +62,28 @@ def test_run_refuses_a_hand_edited_plan_whose_command_is_not_the_launcher(
         f"error PLAN_UNREADABLE at {path}: plan: server {sid}: its command does not start "
         "with sim's own launcher `python -m specc.sim`"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]   # nothing launched
+
+
+def test_vllm_launches_the_vllm_beside_the_configured_engine_python(compose):
+    """engine.python names the engine's environment: the plan runs that environment's
+    `vllm` (the README's tiny_cpu command works without the venv on PATH); the default
+    `python` keeps `vllm` from PATH."""
+    from specc.plan import Plan
+
+    plan = compile_config(compose(["+experiment=eagle3_sweep", "engine=vllm",
+                                   "engine.python=/opt/engine-venv/bin/python"])).plan
+    assert {tuple(s.argv[:2]) for s in plan.servers} == {("/opt/engine-venv/bin/vllm", "serve")}
+    assert Plan.from_json(plan.to_json()).servers[0].argv[0] == "/opt/engine-venv/bin/vllm"
+    default = compile_config(compose(["+experiment=eagle3_sweep", "engine=vllm"])).plan
+    assert {tuple(s.argv[:2]) for s in default.servers} == {("vllm", "serve")}
+
+
+@pytest.mark.parametrize("program", ["bin/vllm", "/opt/venv/bin/vllm-wrapper", "/opt/venv/bin/sh"])
+def test_a_plan_whose_program_is_not_the_launcher_by_path_is_refused(compose, program):
+    """Only an absolute path to a file named as the launcher's program stands for it."""
+    from specc.plan import Plan, PlanError
+
+    data = compile_config(compose(["+experiment=eagle3_sweep", "engine=vllm"])).plan.to_json()
+    data["servers"][0]["argv"][0] = program
+    with pytest.raises(PlanError, match="does not start with vllm's own launcher"):
+        Plan.from_json(data)

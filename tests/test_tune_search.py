@@ -286,3 +286,13 @@ def test_a_baseline_that_failed_at_one_concurrency_decides_the_others():
     assert d["crossover"]["concurrency"] is None and d["crossover"]["between"] == [8, None]
     assert d["crossover"]["note"].startswith("speculation pays up to concurrency 8; above "
                                              "it no decision at concurrency 32")
+
+
+@pytest.mark.parametrize("a", [1.0, 0.9995, 0.999, 0.0])
+def test_sensitivity_at_the_ends_of_acceptance(a):
+    """A draft that accepted every token (a = 1.0: the real engine with `specc tiny-models`'
+    draft) or none: the sensitivity is a finite slope, never a division by zero (tune's
+    decision crashed there after measuring such a draft)."""
+    for shape in ((1, 1, 2), (3, 1, 4)):
+        s = predict.sensitivity(shape, a)
+        assert s == s and s >= 0 and s != float("inf"), (shape, a, s)

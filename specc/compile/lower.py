@@ -25,7 +25,8 @@ from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
 from specc.engines import get_engine
 from specc.compile.build import build_many
-from specc.plan import BenchParams, Benchmark, Estimates, Plan, Readiness, Server, ServerParams
+from specc.plan import (BenchParams, Benchmark, Estimates, Plan, Readiness, Server, ServerParams,
+                        launches_with)
 
 
 def _slug(text: str) -> str:
@@ -278,7 +279,7 @@ def _facts(first, servers) -> dict:
 def _launcher_problems(engine, sid: str, argv: tuple[str, ...]) -> list[Diagnostic]:
     """A server starts with its engine's own program, never something that merely accepts
     its flags (`specc run --plan` checks the same against plan.json's engine_info.launcher)."""
-    if argv[:len(engine.launcher)] == engine.launcher:
+    if launches_with(argv, engine.launcher):
         return []
     return [error("ENGINE_LAUNCHER", "engine",
                   f"server {sid} would start with `{' '.join(argv[:3])}`, not {engine.name}'s "

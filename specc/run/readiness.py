@@ -48,10 +48,26 @@ FATAL_GRACE_S = 0.5
 _EXCEPTION_LINE = re.compile(r"\b[A-Za-z_][\w.]*(Error|Exception): ")
 
 
+#: pydantic's ValidationError names only the model on its own line ("1 validation error for
+#: SpeculativeConfig"); the cause is the indented line after it (vLLM's config errors:
+#: "  Value error, Invalid repository ID or local directory specified: '<path>'.").
+_VALIDATION_ERROR = re.compile(r"\d+ validation errors? for \w+\s*$")
+
+
 def last_exception(lines) -> str | None:
     """The last line of `lines` naming an exception (`XxxError: ...`), stripped: what a
-    server that died logged as its cause."""
-    return next((ln.strip() for ln in reversed(list(lines)) if _EXCEPTION_LINE.search(ln)), None)
+    server that died logged as its cause (with the line that says why, for a pydantic
+    ValidationError)."""
+    lines = list(lines)
+    for i in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.search(lines[i]):
+            exc = lines[i].strip()
+            if _VALIDATION_ERROR.search(exc):
+                why = next((ln.strip() for ln in lines[i + 1:i + 3]
+                            if ln[:1].isspace() and ln.strip()), None)
+                exc = f"{exc}: {why}" if why else exc
+            return exc
+    return None
 #: The process a line is from, where the engine tags its lines (vLLM: `(EngineCore pid=26385)`).
 _PROCESS_TAG = re.compile(r"^\s*\([^()]*\bpid=\d+\)")
 
@@ -207,8 +223,7 @@ class Startup:
         if self.fatal_lines is not None:
             return self._resolve_fatal(now, exited=code, final=True)
         last = next((ln.strip() for ln in reversed(self.last_lines) if ln.strip()), "")
-        exc = next((ln.strip() for ln in reversed(self.last_lines) if _EXCEPTION_LINE.search(ln)),
-                   last)
+        exc = last_exception(self.last_lines) or last
         return self._fail(f"process exited with code {code} during {self.label}"
                           + (f"; last exception logged: {exc[:600]}" if exc != last else "")
                           + (f"; last log line: {last[:600]}" if last else ""))

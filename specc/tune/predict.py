@@ -108,7 +108,10 @@ def mean_acceptance(evidence: Evidence) -> float | None:
 def sensitivity(shape, a: float) -> float:
     """How much the candidate's accept length says about acceptance: d log E / d a."""
     h = 1e-3
-    lo, hi = max(0.0, a - h), min(0.999, a + h)
+    # kept inside (0, 0.999): a draft that accepted every token (a = 1.0, as the real
+    # engine measured for `specc tiny-models`' draft) would leave no interval at all
+    mid = min(max(a, h), 0.999 - h)
+    lo, hi = mid - h, mid + h
     up, down = accept_length([hi], shape), accept_length([lo], shape)
     return (math.log(up) - math.log(down)) / (hi - lo)
 

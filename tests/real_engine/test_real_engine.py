@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # agreement.py, beside this file
 
 
 @pytest.fixture(scope="session")
@@ -48,14 +50,20 @@ def tiny(engine_bin) -> dict:
 
 @pytest.fixture
 def specc_env(engine_bin, tiny) -> dict:
-    """`specc`'s environment: the engine venv's `vllm` first on PATH."""
-    return {**os.environ, "PATH": f"{engine_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1"}
+    """`specc`'s environment, as the README's command has it: no engine venv on PATH (the
+    plan launches engine.python's `vllm`)."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def specc_argv(run_dir: Path, *overrides: str) -> list[str]:
+    """The tiny_cpu experiment, executed, on a free port unless the overrides name one (the
+    machine may run other servers on vLLM's default 8000)."""
+    from agreement import free_port
+
+    port = [] if any(o.startswith("engine.base_port=") for o in overrides) else \
+        [f"engine.base_port={free_port()}"]
     return [sys.executable, "-m", "specc", "+experiment=tiny_cpu", "execute=true",
-            f"hydra.run.dir={run_dir}", *overrides]
+            f"hydra.run.dir={run_dir}", *port, *overrides]
 
 
 def run_specc(run_dir: Path, env: dict, *overrides: str, timeout: float = 1500):
@@ -92,22 +100,60 @@ def _left_behind(marker: str) -> list[str]:
     return out
 
 
+class HealthProber(threading.Thread):
+    """A side prober, as a user's `curl` loop: GET /health every PROBE_S; records the epoch
+    time of every answer 200 that follows one that was not (each server's first 200)."""
+
+    PROBE_S = 0.05
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{port}/health"
+        self.first_200: list[float] = []
+        self.halt = threading.Event()
+
+    def run(self):
+        import httpx
+
+        was_up = False
+        with httpx.Client(timeout=1.0) as client:
+            while not self.halt.is_set():
+                sent = time.time()
+                try:
+                    up = client.get(self.url).status_code == 200
+                except httpx.HTTPError:
+                    up = False
+                if up and not was_up:
+                    self.first_200.append(sent)
+                was_up = up
+                self.halt.wait(self.PROBE_S)
+
+
 @pytest.fixture(scope="module")
 def eagle3_run(tmp_path_factory, engine_bin, tiny):
-    """One real run: baseline + EAGLE-3 (3 tokens), chat and completions, concurrency 1."""
+    """One real run: baseline + EAGLE-3 (3 tokens), chat and completions, concurrency 1;
+    a side prober watching the servers' /health all along."""
+    from agreement import free_port
+
     run_dir = tmp_path_factory.mktemp("real") / "run"
-    env = {**os.environ, "PATH": f"{engine_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+    port = free_port()
+    prober = HealthProber(port)
+    prober.start()
     t0 = time.monotonic()
-    code, out, err = run_specc(run_dir, env, *EAGLE3_CHAT_AND_COMPLETIONS,
-                               "benchmark.concurrency=1")
+    try:
+        code, out, err = run_specc(run_dir, dict(os.environ), *EAGLE3_CHAT_AND_COMPLETIONS,
+                                   "benchmark.concurrency=1", f"engine.base_port={port}")
+    finally:
+        prober.halt.set()
+        prober.join(10)
     print(f"real run: {time.monotonic() - t0:.0f} s")
-    return run_dir, code, out, err
+    return run_dir, code, out, err, prober.first_200
 
 
 def test_every_point_ok_on_chat_and_completions(eagle3_run):
     """Answers open with characters split across tokens ("é☕" as lone bytes: text-less
     stream chunks); every point is ok and every request counted all its tokens."""
-    run_dir, code, out, err = eagle3_run
+    run_dir, code, out, err, _ = eagle3_run
     assert code == 0, (out + err)[-3000:]
     rows = _rows(run_dir)
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), rows
@@ -122,7 +168,7 @@ def test_every_point_ok_on_chat_and_completions(eagle3_run):
 def test_readiness_recognises_every_startup_phase(eagle3_run):
     """The real CPU startup log: every phase specc shows is one it recognised (no `(?)`),
     and each server was ready (its log's own ready line)."""
-    run_dir, code, out, err = eagle3_run
+    run_dir, code, out, err, _ = eagle3_run
     progress = out + err
     starts = re.findall(r"server (\S+): ready after", progress)
     assert len(starts) == 2, progress[-3000:]
@@ -133,10 +179,25 @@ def test_readiness_recognises_every_startup_phase(eagle3_run):
         assert "Application startup complete." in log.read_text(errors="replace")
 
 
+def test_ready_within_a_quarter_second_of_the_first_health_200(eagle3_run):
+    """specc calls each server ready (state.json `ready_at`) within 0.25 s of the first
+    /health 200 a side prober saw, never before the server answered."""
+    run_dir, code, out, err, first_200 = eagle3_run
+    state = json.loads((run_dir / "state.json").read_text())
+    ready = sorted(s["ready_at"] for s in state["servers"].values())
+    assert len(ready) == 2 and len(first_200) >= 2, (ready, first_200)
+    for at in ready:
+        seen = max((t for t in first_200 if t <= at + HealthProber.PROBE_S), default=None)
+        assert seen is not None, (at, first_200)
+        print(f"ready_at - the prober's first /health 200: {at - seen:+.3f} s")
+        # the prober's answer may come up to one of its intervals after the server's first
+        assert -HealthProber.PROBE_S - 0.05 <= at - seen <= 0.25, (at, seen, first_200)
+
+
 def test_acceptance_from_the_engines_counters(eagle3_run):
     """EAGLE-3's acceptance, read from vLLM's own /metrics counters: the constructed draft
     predicts what the target will, so nearly every drafted token is accepted."""
-    run_dir, code, out, err = eagle3_run
+    run_dir, code, out, err, _ = eagle3_run
     plan = json.loads((run_dir / "plan.json").read_text())
     eagle3 = {s["id"] for s in plan["servers"] if s["params"]["algorithm"] == "EAGLE3"}
     spec = [r for r in _rows(run_dir) if r["server"] in eagle3]
@@ -239,3 +300,43 @@ def test_ctrl_c_tears_the_server_down_within_seconds(tmp_path, specc_env, tiny):
     assert took < 30, f"{took:.0f} s to stop\n{out[-2000:]}"
     time.sleep(1)
     assert not _left_behind(tiny["target"]), _left_behind(tiny["target"])
+
+
+def test_a_draft_path_gone_at_run_time_fails_once_with_the_engines_own_error(tmp_path, specc_env,
+                                                                           tiny):
+    """A draft that is gone when the plan runs (compile refuses a missing path, MODEL_PATH,
+    so it is removed after compiling): the point fails with vLLM's own error as one line,
+    the server was launched once (no retry loop), and specc exits 3 promptly."""
+    import shutil
+
+    from agreement import free_port
+
+    draft = tmp_path / "draft"
+    shutil.copytree(tiny["draft"], draft)
+    run_dir = tmp_path / "run"
+    compiled = subprocess.run(
+        [sys.executable, "-m", "specc", "+experiment=tiny_cpu", "sweep=null", "baseline=false",
+         "speculation={algorithm:EAGLE3,num_steps:3,topk:1,num_draft_tokens:4}",
+         f"model_pair.draft.path={draft}", f"hydra.run.dir={run_dir}",
+         f"engine.base_port={free_port()}"],
+        cwd=REPO, env=specc_env, capture_output=True, text=True, timeout=300)
+    assert compiled.returncode == 0, compiled.stderr[-2000:]
+    shutil.rmtree(draft)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "specc", "run", "--plan",
+                           str(run_dir / "plan.json")], cwd=REPO, env=specc_env,
+                          capture_output=True, text=True, timeout=900)
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out[-3000:]
+    (row,) = _rows(run_dir)
+    reason = row["reason"] or ""
+    assert row["status"] == "failed" and "\n" not in reason, reason
+    assert str(draft) in reason, reason   # the engine's own words, naming the path
+    (log,) = (run_dir / "servers").glob("*.log")
+    text = log.read_text(errors="replace")
+    assert text.count("vLLM API server version") <= 1 and len(re.findall(r"non-default args", text)) == 1, \
+        "the server was started more than once"
+    assert len(re.findall(r"server \S+: launch", out)) <= 1, out[-3000:]
+    print(f"failed in {took:.0f} s: {reason}")
+    assert not _left_behind(str(draft)), _left_behind(str(draft))

@@ -1,0 +1,165 @@
+"""specc's client and `vllm bench serve` on one running vLLM CPU server (the cpu-engine venv).
+
+Shared by tests/real_engine/test_vllm_bench_agreement.py and
+benchmarks/real_engine_vs_vllm_bench.py. The server is started from the launch command
+and environment of a plan specc compiled (`specc +experiment=tiny_cpu ...`), so both
+clients measure what specc would run. The prompts are one file, read by both sides:
+specc as `benchmark.dataset_path` (its own JSON-lines format), bench as a ShareGPT file
+(`--dataset-name sharegpt`: the `custom` dataset needs pandas, which the venv lacks).
+The prompts end in "?", after which the tiny target's answers open with text: every
+first token has text, so "time to first token" means the same to both clients (on
+answers that open with text-less tokens, specc's TTFT is the first text a user sees,
+bench's the first chunk, text or not: docs/real-engine.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NUM_PROMPTS = 48
+OUTPUT_LEN = 32
+CONCURRENCY = 4
+#: The issue's bar for |specc / bench - 1| (the benchmark prints each figure against it).
+TOLERANCE = 0.05
+SUBJECTS = ("a lighthouse", "the tide", "a glacier", "a beehive", "a compass", "a violin",
+            "a volcano", "a library", "a river delta", "a windmill", "a comet", "a forest fire")
+ASKS = ("How does {} work?", "Why does {} matter to the people near it?",
+        "What would change if {} disappeared?", "Who first studied {}?")
+
+
+def prompts() -> list[dict]:
+    """NUM_PROMPTS questions, each ending in "?" (specc's prompt-file format)."""
+    out = []
+    for i in range(NUM_PROMPTS):
+        q = ASKS[i % len(ASKS)].format(SUBJECTS[i // len(ASKS) % len(SUBJECTS)])
+        out.append({"category": "question", "id": f"q-{i:02d}", "prompt": q[0].upper() + q[1:]})
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except OSError:
+        return 0
+
+
+@dataclass
+class Served:
+    work: Path
+    plan_dir: Path
+    server: dict
+    bench_id: str
+    proc: subprocess.Popen
+    log: Path
+
+    @classmethod
+    def start(cls, work: Path, *, rounds_prompts: int = NUM_PROMPTS,
+              ready_timeout_s: float = 900) -> Served:
+        """Compile the plan (EAGLE-3 with 3 tokens, completions, concurrency 4), start its
+        server as specc would (argv, env), wait for /health 200."""
+        rows = prompts()[:rounds_prompts]
+        (work / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (work / "sharegpt.json").write_text(json.dumps([
+            {"id": r["id"], "conversations": [{"from": "human", "value": r["prompt"]},
+                                              {"from": "gpt", "value": "x " * OUTPUT_LEN}]}
+            for r in rows]))
+        plan_dir = work / "plan"
+        port = free_port()
+        argv = [sys.executable, "-m", "specc", "+experiment=tiny_cpu",
+                "speculation={algorithm:EAGLE3,num_steps:3,topk:1,num_draft_tokens:4}",
+                "sweep=null", "baseline=false", f"benchmark.concurrency={CONCURRENCY}",
+                "benchmark.api=completions", "benchmark.dataset=specc",
+                f"benchmark.dataset_path={work / 'prompts.jsonl'}",
+                f"benchmark.num_prompts={rounds_prompts}", f"benchmark.min_requests={rounds_prompts}",
+                "benchmark.warmup_requests=0", f"benchmark.output_len={OUTPUT_LEN}",
+                f"engine.base_port={port}", f"hydra.run.dir={plan_dir}"]
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+        if proc.returncode:
+            raise RuntimeError(f"compile failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        plan = json.loads((plan_dir / "plan.json").read_text())
+        (server,), (bench,) = plan["servers"], plan["benchmarks"]
+        log = work / "server.log"
+        env = {**os.environ, **{k: str(v) for k, v in server["env"].items()}}
+        with open(log, "wb") as out:
+            p = subprocess.Popen(server["argv"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        self = cls(work, plan_dir, server, bench["id"], p, log)
+        end = time.monotonic() + ready_timeout_s
+        while _get(self.url("/health")) != 200:
+            if p.poll() is not None or time.monotonic() > end:
+                self.stop()
+                raise RuntimeError(f"server not ready (exit {p.poll()}): "
+                                   f"{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(1)
+        return self
+
+    def url(self, path: str) -> str:
+        return f"http://{self.server['host']}:{self.server['port']}{path}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(60)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(30)
+
+    def specc_point(self, k: int) -> dict:
+        """specc's own client: `python -m specc.run.point` on a fresh copy of the plan
+        (it flushes the prefix cache first); its row's metrics and per-position rates."""
+        d = self.work / f"specc-{k}"
+        d.mkdir()
+        shutil.copy(self.plan_dir / "plan.json", d / "plan.json")
+        proc = subprocess.run([sys.executable, "-m", "specc.run.point", "--plan",
+                               str(d / "plan.json"), "--benchmark", self.bench_id],
+                              cwd=REPO, capture_output=True, text=True, timeout=900)
+        if proc.returncode:
+            raise RuntimeError(f"specc point failed ({proc.returncode}): "
+                               f"{(proc.stdout + proc.stderr)[-2000:]}")
+        row = json.loads((d / "results.jsonl").read_text().splitlines()[-1])
+        return {**row["metrics"], "accept_per_position": row.get("accept_per_position")}
+
+    def vllm_bench(self, k: int) -> dict:
+        """`vllm bench serve` 0.32.0 (the server's own venv): the same prompts, lengths,
+        concurrency, greedy, the prefix cache flushed first as specc does."""
+        req = urllib.request.Request(self.url("/reset_prefix_cache"), method="POST")
+        urllib.request.urlopen(req, timeout=30).close()
+        vllm = self.server["argv"][0]
+        name = f"bench-{k}.json"
+        model = self.server["argv"][2]
+        proc = subprocess.run(
+            [vllm, "bench", "serve", "--backend", "vllm", "--base-url", self.url(""),
+             "--endpoint", "/v1/completions", "--model", model,
+             "--dataset-name", "sharegpt", "--dataset-path", str(self.work / "sharegpt.json"),
+             "--disable-shuffle", "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos",
+             "--num-prompts", str(NUM_PROMPTS), "--max-concurrency", str(CONCURRENCY),
+             "--temperature", "0", "--save-result", "--result-dir", str(self.work),
+             "--result-filename", name, "--percentile-metrics", "ttft,tpot,itl,e2el"],
+            capture_output=True, text=True, timeout=900,
+            env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+        if proc.returncode:
+            raise RuntimeError(f"vllm bench serve failed ({proc.returncode}): "
+                               f"{(proc.stdout + proc.stderr)[-2000:]}")
+        return json.loads((self.work / name).read_text())
