@@ -85,7 +85,7 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
         args += shlex.split(overrides)
     except ValueError as e:   # an unclosed quote
         raise Exit(f"error TASK_USAGE at --overrides: {e} in {overrides!r} (fix: quote each "
-                   "override as the shell would, e.g. --overrides \"a='b c'\")", code=2)
+                   "override as the shell would, e.g. --overrides \"a='b c'\")", code=2) from None
     result = c.run(shlex.join([sys.executable, "-m", "specc", *args]), warn=True, pty=False)
     if not result.ok:
         raise Exit(code=result.exited)
@@ -105,7 +105,7 @@ def run(c, plan, retry_failed=False, accept_edited=False):
         p, digest, unedited = Plan.load_checked(path)
     except (OSError, ValueError) as e:   # PlanError is a ValueError
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2)
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {why}", code=2) from None
     if not unedited:   # the plan that runs must be the plan that was reviewed
         why = (f"was edited after it was compiled (review.md names {digest})" if digest
                else "carries no digest (written by hand or by an older specc)")
@@ -143,7 +143,7 @@ def status(c, run):
         state = read_state(d / "state.json")
     except StateError as e:
         raise Exit(f"error STATE_UNREADABLE: {e} (`specc down` or `specc run` moves it aside)",
-                   code=2)
+                   code=2) from None
     rows = []
     from specc.run import slurm
 
@@ -170,7 +170,7 @@ def status(c, run):
         try:
             res = ResultLog(d / "results.jsonl").rows
         except UnreadableFile as e:
-            raise Exit(f"error RUN_DIR_FILE: {e} (move it aside)", code=2)
+            raise Exit(f"error RUN_DIR_FILE: {e} (move it aside)", code=2) from None
         ok = sum(r["status"] == "ok" for r in res.values())
         print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
 
@@ -227,7 +227,7 @@ def logs(c, run, server="", lines=40, follow=False):
         try:
             text = read_text(f, LOG_TAIL_BYTES, tail=True)
         except (UnreadableFile, OSError) as e:
-            raise Exit(f"error RUN_DIR_FILE: {e}", code=2)
+            raise Exit(f"error RUN_DIR_FILE: {e}", code=2) from None
         print(f"==> {f.name} <==")
         print("\n".join(text.splitlines()[-lines:]))
     if follow:
@@ -248,7 +248,7 @@ def doctor(c, plan, python=""):
     try:
         p = Plan.load(_named_run(plan, "--plan") / "plan.json" if plan == "latest" else Path(plan))
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2)
+        raise Exit(f"error PLAN_UNREADABLE at {plan}: {e}", code=2) from None
     found: list = []
     problems = check_plan(p, python=python or None, found=found)
     if problems:
@@ -277,9 +277,9 @@ def down(c, run, grace=10.0):
             with rundir.locked(d, need_write=False):
                 stopped, left = slurm.down(d, timeout_s=float(grace) + 10)
         except rundir.RunDirBusy as e:
-            raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY)
+            raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY) from None
         except slurm.SlurmError as e:
-            raise Exit(f"error: {e}", code=3)
+            raise Exit(f"error: {e}", code=3) from None
         for line in stopped:
             print(f"cancelled {line}")
         if left:
@@ -292,12 +292,12 @@ def down(c, run, grace=10.0):
             try:
                 state = RunState(d / "state.json")
             except StateError as e:
-                raise Exit(corrupt_line(d / "state.json", e), code=2)
+                raise Exit(corrupt_line(d / "state.json", e), code=2) from None
             outcomes = stop_leftovers(state, grace_s=float(grace))
     except rundir.RunDirBusy as e:
-        raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY)
+        raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY) from None
     except rundir.RunDirUnwritable as e:
-        raise Exit(f"error RUN_DIR_UNWRITABLE: {e}", code=2)
+        raise Exit(f"error RUN_DIR_UNWRITABLE: {e}", code=2) from None
     for _, line in outcomes:
         print(line)
     stopped = [line for kind, line in outcomes if kind == "stopped"]
@@ -328,7 +328,7 @@ def report(c, run):
             report = write_report(d)
         except (ReportError, OSError, ValueError) as e:   # UnreadableFile is a ValueError
             why = f"{e.strerror} ({e.filename})" if isinstance(e, OSError) and e.strerror else e
-            raise Exit(f"error REPORT: {why}", code=2)
+            raise Exit(f"error REPORT: {why}", code=2) from None
         print(render_terminal(report))
         print(f"report: {d / 'report.md'}")
         return
@@ -358,7 +358,7 @@ def compare(c, runs, threshold="", figures="", json=False):
         result = compare_runs(list(runs), threshold=float(threshold) if threshold else None,
                               **({"figures": gated} if gated is not None else {}))
     except ValueError as e:   # CompareError, or a threshold that is not a number
-        raise Exit(f"error COMPARE: {_one(e)}", code=2)
+        raise Exit(f"error COMPARE: {_one(e)}", code=2) from None
     _print(strict_json(result) if json else render(result))
     if any(c["regressed"] for c in result["comparisons"]):
         raise Exit(code=1)
@@ -390,7 +390,7 @@ def index(c, runs, rebuild=False, db=""):
     try:
         out = index_runs(list(runs), path, rebuild=rebuild)
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {_one(e)}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2) from None
     from specc.files import one_line
 
     for p, n in out["indexed"]:
@@ -417,7 +417,7 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     try:
         out = read_history(_index_db(db), point, metric)
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {_one(e)}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2) from None
     _print(_json.dumps(out, indent=2) if json else render_history(out))
 
 
@@ -435,7 +435,7 @@ def cpu_engine(c, venv=""):
     try:
         py = engine_venv.ensure(root, log=lambda m: print(m, file=sys.stderr, flush=True))
     except (engine_venv.BuildFailed, OSError) as e:
-        raise Exit(f"error CPU_ENGINE at --venv: {e}", code=3)
+        raise Exit(f"error CPU_ENGINE at --venv: {e}", code=3) from None
     print(py)
 
 
@@ -456,7 +456,7 @@ def tiny_models(c, out="", venv="", check=False):
         dest = Path(out).expanduser().resolve() if out else models.default_dir()
         info = models.ensure(py, dest, check=check)
     except (engine_venv.BuildFailed, models.BuildFailed, OSError) as e:
-        raise Exit(f"error TINY_MODELS at --out: {e}", code=3)
+        raise Exit(f"error TINY_MODELS at --out: {e}", code=3) from None
     if info.get("check") and not info["check"]["context_free"]:
         raise Exit(f"error TINY_MODELS: the target at {info['target']} does not predict from "
                    "the current token alone", code=3)

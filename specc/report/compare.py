@@ -467,7 +467,7 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold,
     return out
 
 
-def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
+def compare_runs(paths: list, threshold: float | None = DEFAULT_THRESHOLD,
                  figures: tuple = tuple(FIGURES)) -> dict:
     """Compare every later run against the first; CompareError for bad input.
     ``figures``: the ones that can flag a regression (all are shown)."""
