@@ -13,7 +13,6 @@ missing`), never a KeyError.
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import json
@@ -117,6 +116,7 @@ class Record:
 
     __slots__ = ()
     OMITTED_AT_DEFAULT: tuple = ()
+    __dataclass_fields__: typing.ClassVar[dict[str, typing.Any]]   # every subclass is a dataclass
 
     def to_json(self) -> dict:
         return {f.name: _dump(getattr(self, f.name)) for f in fields(self)
@@ -162,6 +162,7 @@ def build_many(cls, count: int, varying: dict[str, list], shared: dict | None = 
     if unknown:
         raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
     columns = []
+    column: typing.Iterable
     for name, f in names.items():
         if name in varying:
             column = varying[name]
@@ -505,6 +506,8 @@ class Params(Record):
                 optional = ann.endswith("|None")
                 base = ann[:-5] if optional else ann
                 record = globals().get(base)   # a nested record: read by its own reader
+                allowed: tuple[type, ...]
+                convert: typing.Callable | None
                 if isinstance(record, type) and issubclass(record, Record):
                     allowed, word = (dict,), "an object"
                     convert = functools.partial(_load, record)
@@ -515,7 +518,7 @@ class Params(Record):
                     allowed, word = allowed + (type(None),), word + " or null"
                 specs.append((f.name, allowed, word, convert))
             got = (names, frozenset(names), tuple(specs), operator.attrgetter(*names))
-            setattr(cls, "_LAYOUT", got)
+            setattr(cls, "_LAYOUT", got)  # noqa: B010  one per subclass, unknown to the type checker
         return got
 
     def to_json(self) -> dict:
@@ -921,7 +924,7 @@ class Plan(Record):
         return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, d, path: str = "") -> "Plan":
+    def from_json(cls, d, path: str = "") -> Plan:
         if not isinstance(d, dict):
             raise PlanError(f"expected a JSON object, got {_kind(d)}")
         if d.get("version") != PLAN_VERSION:
@@ -937,12 +940,12 @@ class Plan(Record):
         return plan
 
     @classmethod
-    def load(cls, path: str | Path) -> "Plan":
+    def load(cls, path: str | Path) -> Plan:
         """Read a plan.json; PlanError (a ValueError) says what is wrong and where in it."""
         return cls.load_checked(path)[0]
 
     @classmethod
-    def load_checked(cls, path: str | Path) -> tuple["Plan", str | None, bool]:
+    def load_checked(cls, path: str | Path) -> tuple[Plan, str | None, bool]:
         """(the plan, the digest plan.json records, whether the file still matches it)."""
         from specc.files import PLAN_BYTES, UnreadableFile, read_bounded, parse_json
 
