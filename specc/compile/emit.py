@@ -215,7 +215,7 @@ def _benchmark_entries(benchmarks, params: columns.RecordColumns) -> columns.Obj
     count = len(benchmarks)
     params_text = columns.Objects(params.per_entry(), count, encode=_ENCODE,
                                   encode_str=_ENCODE_STR, omit=_PARAMS_OMITTED)
-    entry = []
+    entry: list[tuple[str, columns.Column | columns.Encoded]] = []
     for f in fields(Benchmark):
         if f.name == "params":
             entry.append(("params", columns.Encoded(params_text)))
@@ -247,9 +247,9 @@ def _plan_json_parts(plan: Plan, params: columns.RecordColumns | None = None
             yield f"{sep}{_ENCODE_STR(key)}:[\n", False
             entries, clean = _entries(value), False
             if key == "benchmarks":   # scrub would find nothing in them: checked piecewise
-                entries = _benchmark_entries(value, _param_columns(plan, params))
-                clean = entries.untouched(untouched)
-                entries = iter(entries)
+                objects = _benchmark_entries(value, _param_columns(plan, params))
+                clean = objects.untouched(untouched)
+                entries = iter(objects)
             yield next(entries), clean
             for lines in _batched(entries, 64):
                 yield ",\n".join(itertools.chain(("",), lines)), clean
@@ -583,17 +583,17 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
     digest = None
     params = _param_columns(plan, params) if plan is not None else None
-    if valid:   # first: the review names the digest of the plan.json it describes
+    if valid and plan is not None:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
         atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)))
-    text = review(plan, diagnostics, title=title, digest=digest and digest.value, params=params)
+    text = review(plan, diagnostics, title=title, digest=digest.value if digest else None, params=params)
     del params
     if plan is not None and plan.search:
         text += "\n" + search.review_section(plan)
     if plan is not None and plan.cluster:
         text += "\n" + sbatch.review_section(plan)
     atomic_write(run_dir / "review.md", text)
-    if valid:
+    if valid and plan is not None:
         atomic_write(run_dir / "plan.sh", _blocks(plan_sh_chunks(plan)), mode=0o755)
         sbatch.write_scripts(run_dir, plan)
     return text
@@ -635,6 +635,7 @@ class _Digest:
 def _blocks(chunks, size: int = 1 << 18) -> Iterator[str]:
     """Chunks joined into blocks of about `size` characters: few writes, bounded memory.
     Clean chunks (scrub leaves them as they are) make Clean blocks of their own."""
+    block: list
     block, length, kind = [], 0, str
     for chunk in chunks:
         if type(chunk) is not kind and block:

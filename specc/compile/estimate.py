@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 from specc.compile.matrix import canonical
 from specc.compile.spec import ServerSpec
@@ -41,7 +41,7 @@ def _model_inputs(spec: ServerSpec, engine: Engine) -> tuple:
         speculation = (steps, topk, ndt, acceptance)
         draft = spec.draft.values if spec.draft else None
     else:
-        speculation = draft = None
+        speculation, draft = None, None
     return spec.target.values, tp, gpu, speculation, draft
 
 
@@ -53,7 +53,7 @@ def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values
     spec_cfg = perf.SpecConfig(*speculation) if speculation else None
     draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if speculation and draft_values else None
 
-    @lru_cache(maxsize=None)
+    @cache
     def wave_s(running: int, input_len: int, output_len: int) -> float:
         context = input_len + output_len / 2   # mean KV length while decoding
         per_stream = perf.tokens_per_s_per_stream(target, running, spec_cfg, draft, context)
