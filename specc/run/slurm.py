@@ -158,6 +158,7 @@ class Driver:
     def __init__(self, plan: Plan, run_dir: Path, progress, *, now=time.time):
         self.plan = plan
         self.run_dir = Path(run_dir).resolve()
+        assert plan.cluster is not None   # a Slurm plan's
         self.cluster = plan.cluster
         self.progress = progress
         self.now = now
@@ -496,7 +497,7 @@ def status_text(run_dir: Path) -> str:
     its servers' phase from state.json."""
     from tabulate import tabulate
 
-    state = {}
+    state: dict = {}
     try:
         state = load_json(Path(run_dir) / "state.json", STATE_BYTES).get("servers") or {}
     except (OSError, ValueError, AttributeError):

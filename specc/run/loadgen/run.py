@@ -8,7 +8,8 @@ import gc
 import logging
 import math
 import time
-from typing import Callable
+from typing import Any
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from specc.prompts import count_tokens
@@ -73,6 +74,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     paced = send_at is not None or math.isfinite(request_rate)
     if transport == "auto":
         transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
+    client: FastClient | HttpxClient
     if transport == "fast":
         client = FastClient(base_url, timeout_s, kernel_timestamps, headers=headers)
     elif transport == "httpx":
@@ -81,7 +83,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     else:
         raise ValueError(f"unknown transport {transport!r}")
 
-    state = {"in_flight": 0, "max": 0, "gone": None, "t0": 0.0}
+    state: dict[str, Any] = {"in_flight": 0, "max": 0, "gone": None, "t0": 0.0}
     unsent: set[int] = set()      # indices keep_sending held back
 
     async def one(rec: RequestRecord, payload: bytes) -> RequestRecord:
