@@ -166,7 +166,7 @@ def check(path: str, *, context_length: int | None = None) -> list[str]:
                 _in_order(row, last)
                 last = row
                 n += 1
-                need = (row.input_tokens or count_tokens(row.prompt)) + row.output_tokens
+                need = (row.input_tokens or count_tokens(row.prompt)) + row.output_tokens  # type: ignore[arg-type]  # a row has a prompt or its length
                 if context_length and need > context_length:
                     problems.append(f"{where}: {need} tokens (input + output) are over the "
                                     f"context length {context_length}")
@@ -268,6 +268,7 @@ def load(path: str, *, num: int) -> tuple[list[Prompt], list[float]]:
 def _text(row: Row, k: int, blocks: dict[int, list[str]]) -> str:
     """``input_tokens`` words: the hash ids' blocks (the same id, the same words), then words
     of this row's own."""
+    assert row.input_tokens is not None   # a row without a prompt has its length (_row)
     words: list[str] = []
     for h in row.hash_ids:
         if h not in blocks:
