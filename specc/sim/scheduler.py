@@ -87,7 +87,7 @@ class Schedule:
 
     def delivered(self, now: float) -> float:
         """The step due at ``self.due`` was delivered at ``now``: its lateness (s, >= 0)."""
-        late = max(0.0, now - self.due)
+        late = max(0.0, now - self.due)  # type: ignore[operator]  # a step was due
         self.steps += 1
         self.late_sum += late
         if late > self.late_max:
@@ -199,7 +199,7 @@ class Scheduler:
         self.first_gen_mono: float | None = None
         self.real_gen_tokens = 0
         self.schedule = Schedule()
-        self._stalls = 0
+        self._stalls: float = 0
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
 
@@ -271,8 +271,8 @@ class Scheduler:
             r.a_ctx = step
             a = r.a_pos * (perf.context_acceptance_factor(step * CONTEXT_STEP)
                            if self.sim.has_draft else 1.0)
-            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,
-                                                      spec.num_draft_tokens)[1]
+            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,  # type: ignore[union-attr]  # has_draft: a spec
+                                                      spec.num_draft_tokens)[1]  # type: ignore[union-attr]
         return r.a_eff
 
     # -- stats --------------------------------------------------------------------
