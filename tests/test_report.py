@@ -272,7 +272,7 @@ def test_python_m_specc_report(run_a):
     assert "Best speculative setting per concurrency" in p.stdout
 
 
-from hypothesis import given, settings, HealthCheck, strategies as st
+from hypothesis import given, settings, HealthCheck, strategies as st  # noqa: E402  the property tests' own, beside them
 
 _metric_values = st.one_of(st.none(), st.booleans(), st.text(max_size=3),
                            st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6))

@@ -428,7 +428,7 @@ def test_determinism_under_seed_and_truth(start_sim, tmp_path):
     by_rid = {}
     for e in toks:
         by_rid.setdefault(e["rid"], []).append(e)
-    for rid, evs in by_rid.items():
+    for evs in by_rid.values():
         assert sum(e["n"] for e in evs) == 40
         assert [e["first"] for e in evs] == [True] + [False] * (len(evs) - 1)
         assert all(e["t"] >= e["due"] for e in evs)   # never before the model's step deadline
