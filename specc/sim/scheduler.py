@@ -199,7 +199,7 @@ class Scheduler:
         self.first_gen_mono: float | None = None
         self.real_gen_tokens = 0
         self.schedule = Schedule()
-        self._stalls: float = 0
+        self._stalls = 0
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
 
@@ -445,7 +445,7 @@ class Scheduler:
         done = (self.real_gen_tokens // f.arg if f.arg else
                 int(time.monotonic() - self.first_gen_mono))
         if done > self._stalls:
-            self._stalls = done
+            self._stalls = done  # type: ignore[assignment]  # a whole number (floor division)
             return True
         return False
 
