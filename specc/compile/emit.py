@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
+from typing import final
 
 from tabulate import tabulate
 
@@ -581,12 +582,12 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
 
     run_dir.mkdir(parents=True, exist_ok=True)
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
-    digest = None
+    digest: _Digest | None = None
     params = _param_columns(plan, params) if plan is not None else None
     if valid and plan is not None:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
         atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)))
-    text = review(plan, diagnostics, title=title, digest=digest.value if digest else None, params=params)
+    text = review(plan, diagnostics, title=title, digest=digest and digest.value, params=params)
     del params
     if plan is not None and plan.search:
         text += "\n" + search.review_section(plan)
@@ -599,6 +600,7 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
     return text
 
 
+@final   # no subclass makes one falsy: `digest and digest.value` is the value or None
 class _Digest:
     """Hashes plan.json as it streams out and ends it with `"digest":"sha256:..."`, the hash
     of every byte before that key (`specc run` checks it: a reviewed plan is the plan that
