@@ -268,14 +268,13 @@ def load(path: str, *, num: int) -> tuple[list[Prompt], list[float]]:
 def _text(row: Row, k: int, blocks: dict[int, list[str]]) -> str:
     """``input_tokens`` words: the hash ids' blocks (the same id, the same words), then words
     of this row's own."""
-    assert row.input_tokens is not None   # a row without a prompt has its length (_row)
     words: list[str] = []
     for h in row.hash_ids:
         if h not in blocks:
             blocks[h] = random.Random(h).choices(_WORDS, k=BLOCK_TOKENS)
         words += blocks[h]
-        if len(words) >= row.input_tokens:
+        if len(words) >= row.input_tokens:  # type: ignore[operator]  # no prompt: a length (_row)
             break
-    if len(words) < row.input_tokens:   # a row's own words: no accidental shared prefix
-        words += random.Random(f"row{k}").choices(_WORDS, k=row.input_tokens - len(words))
+    if len(words) < row.input_tokens:  # type: ignore[operator]  # a row's own words: no accidental shared prefix
+        words += random.Random(f"row{k}").choices(_WORDS, k=row.input_tokens - len(words))  # type: ignore[operator]
     return " ".join(words[:row.input_tokens])
