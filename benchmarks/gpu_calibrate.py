@@ -163,13 +163,13 @@ def measure_roofline(torch, device, timer, quick):
     r = timer(lambda: torch.mm(a, b), inner=1 if quick else 5)
     flops = 2.0 * n ** 3
     out = {"gemm": {"m": n, "n": n, "k": n, **r, "flops_per_s": flops / r["median_s"]}}
-    del a, b
+    a = b = None   # freed (not del: the closures above name them)
     nbytes = (64 << 20) if quick else (4 << 30)
     src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
     r = timer(lambda: dst.copy_(src), inner=1 if quick else 5)
     out["copy"] = {"bytes": nbytes, **r, "read_write_Bps": 2.0 * nbytes / r["median_s"]}
-    del src, dst
+    src = dst = None   # freed (not del: the closures above name them)
     _free(torch, device)
     return out
 
@@ -209,7 +209,7 @@ def measure_dense(torch, device, timer, quick):
                      "bytes_per_s": byts / r["median_s"], "flops_per_s": flops / r["median_s"]})
         log(f"dense n={n:5d}: {r['median_s'] * 1e3:8.3f} ms  {byts / r['median_s'] / 1e12:.2f} TB/s  "
             f"{flops / r['median_s'] / 1e12:.1f} TFLOP/s")
-    del layers, lm, xh, xi
+    layers = lm = xh = xi = None   # freed (not del: the closures above name them)
     _free(torch, device)
     return {"model": "Llama-3.1-8B-shaped weight GEMMs (32 layers qkv/o/gate_up/down + lm_head), bf16, TP 1",
             "shape": c, "params": params, "dtype": "bf16", "rows": rows}
@@ -232,7 +232,7 @@ def _grouped_mm_fn(torch):
 def measure_moe(torch, device, timer, quick):
     F = torch.nn.functional
     c = dict(KIMI)
-    H, I, E, k = c["hidden"], c["moe_intermediate"] // c["tp"], c["experts"], c["active"]
+    H, I, E, k = c["hidden"], c["moe_intermediate"] // c["tp"], c["experts"], c["active"]  # noqa: E741  I: the intermediate size, the usual notation
     copies = 8
     if quick:
         H, E, copies = 512, 64, 2
@@ -333,8 +333,8 @@ def measure_moe(torch, device, timer, quick):
                      "flops_per_s": flops / t})
         log(f"moe n={n:5d}: {t * 1e6:8.1f} us/layer  touched {touched:3d}  "
             f"{(routed_bytes + other_bytes) / t / 1e12:.2f} TB/s")
-        del gidx_t, offs, xe, out, wts
-    del W1, W2, WS1, WS2, WG, X
+        gidx_t = offs = xe = out = wts = None   # freed (not del: the closures above name them)
+    W1 = W2 = WS1 = WS2 = WG = X = None   # freed (not del: the closures above name them)
     _free(torch, device)
     return {"model": "one MoE layer at Kimi-K2.5/DeepSeek-V3 shapes per TP-8 shard: router GEMM, "
                      "gather, grouped gate_up GEMM, SiLU*mul, grouped down GEMM, weighted scatter-add, "
@@ -372,7 +372,7 @@ def measure_attention(torch, device, timer, quick):
                          "max_s": r["max_s"] / L, "kv_bytes": kv_bytes / L,
                          "bytes_per_s": kv_bytes / L / t})
             log(f"attn gqa b={b} ctx={ctx:6d}: {t * 1e6:8.1f} us/layer {kv_bytes / L / t / 1e12:.2f} TB/s")
-            del K, V, q
+            K = V = q = None   # freed (not del: the closures above name them)
             _free(torch, device)
     out["gqa_llama8b"] = {"what": "SDPA decode, 1 query token per sequence, 32 q / 8 kv heads x 128, "
                                   "one layer (median over 32 distinct layer caches), bf16 KV",
@@ -397,7 +397,7 @@ def measure_attention(torch, device, timer, quick):
         rows.append({"batch": 1, "context": ctx, "median_s": t, "min_s": r["min_s"] / L,
                      "max_s": r["max_s"] / L, "kv_bytes": byts, "bytes_per_s": byts / t})
         log(f"attn mla ctx={ctx:6d}: {t * 1e6:8.1f} us/layer {byts / t / 1e12:.2f} TB/s (latent read once)")
-        del C, q
+        C = q = None   # freed (not del: the closures above name them)
         _free(torch, device)
     out["mla_kimi_tp8"] = {"what": "MLA absorbed decode emulated with two matmuls (not FlashMLA): 8 heads "
                                    "(64 / TP 8) over a 576-wide latent cache, 1 sequence; bytes count "
@@ -437,7 +437,7 @@ def measure_draft(torch, device, timer, quick):
             log(f"draft {name} n={n:3d}: {t * 1e6:8.1f} us  {params * BF16 / t / 1e12:.2f} TB/s")
         out[name] = {"shape": c, "params_per_gpu": params, "gemms": len(shapes), "rows": rows,
                      "what": "qkv, o, gate_up, down, lm_head(draft vocab) GEMMs per GPU, bf16"}
-        del ws, X
+        ws = X = None   # freed (not del: the closures above name them)
         _free(torch, device)
     return out
 
@@ -522,7 +522,7 @@ def measure_spec_step(torch, device, timer, quick):
                              "select_per_pass_s": extra})
                 log(f"draft chain b={b} topk={topk} steps={steps}: {full['median_s'] * 1e6:8.1f} us "
                     f"(select {extra * 1e6:6.1f} us/pass)")
-            del X, K, V, q
+            X = K = V = q = None   # freed (not del: the closures above name them)
             _free(torch, device)
     out["draft_chain"] = {"what": "N draft passes (EAGLE-3 Llama-3.1-8B draft: 1 layer + lm_head over "
                                   f"{c['vocab']} tokens, attention over {draft_ctx} draft KV) in one "
@@ -541,7 +541,7 @@ def measure_spec_step(torch, device, timer, quick):
         rows.append({"rows": nrows, "k": 0, "vocab": t_vocab, "median_s": r["median_s"]})
         log(f"topk rows={nrows}: draft k=8 {rows[-2]['median_s'] * 1e6:6.1f} us, "
             f"target argmax {r['median_s'] * 1e6:6.1f} us")
-        del lg, tl
+        lg = tl = None   # freed (not del: the closures above name them)
     out["topk"] = {"what": "softmax + top-k over the draft vocabulary (k>0); argmax over the target's "
                            "vocabulary (k=0, greedy verify)", "rows": rows}
 
@@ -565,12 +565,12 @@ def measure_spec_step(torch, device, timer, quick):
                              "unmasked_s": free["median_s"], "masked_s": masked["median_s"]})
                 log(f"verify attn b={b} ctx={ctx} n={n}: {free['median_s'] * 1e6:6.1f} -> "
                     f"{masked['median_s'] * 1e6:6.1f} us/layer with the tree mask")
-            del K, V
+            K = V = None   # freed (not del: the closures above name them)
             _free(torch, device)
     out["verify_attention"] = {"what": "one target layer's attention (Llama-3.1-8B GQA) for n draft "
                                        "tokens per request: no mask vs a boolean tree mask (SDPA)",
                                "rows": rows}
-    del W
+    W = None   # freed (not del: the closures above name them)
     _free(torch, device)
     return out
 

@@ -140,7 +140,7 @@ def main() -> None:
     worst = 0.0
     for st, events in streams:
         clock["now"] = st
-        ns["_create_bench_client_session"] = lambda: Replay(events, clock)
+        ns["_create_bench_client_session"] = lambda events=events: Replay(events, clock)
         inp = ns["RequestFuncInput"](prompt="p", api_url=url + "/generate", prompt_len=8,
                                      output_len=48, model="m", lora_name=None, image_data=None,
                                      extra_request_body={})

@@ -144,7 +144,7 @@ def run_level(c: int, seconds: float, spec: bool, model: str = "kimi",
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(5)
-        events = [json.loads(l) for l in truth.read_text().splitlines() if l.strip()]
+        events = [json.loads(ln) for ln in truth.read_text().splitlines() if ln.strip()]
     toks = [e for e in events if e["event"] == "token"]
     decode = [e for e in toks if not e["first"]]
     drift_ms = [(e["t"] - e["due"]) * 1e3 for e in decode]

@@ -99,8 +99,8 @@ def main() -> None:
         ps, url_s = _start(COMMON + SPEC)
         procs.append(ps)
         sizes = [n for n in (16, 64, 256, 1024, 4096) if n <= args.requests]
-        print(f"| concurrency | requests | baseline tok/s | +- | EAGLE-3 tok/s | +- | "
-              f"speedup [95% interval] | +- |")
+        print("| concurrency | requests | baseline tok/s | +- | EAGLE-3 tok/s | +- | "
+              "speedup [95% interval] | +- |")
         print("|---|---|---|---|---|---|---|---|")
         for conc in args.concurrency:
             t0 = time.time()

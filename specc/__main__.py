@@ -248,7 +248,7 @@ def _stdout_gone() -> None:
 
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno())
+        os.dup2(devnull, sys.__stdout__.fileno())  # type: ignore[union-attr]  # None: caught below
         os.close(devnull)
     except (OSError, AttributeError, ValueError):
         pass

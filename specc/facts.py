@@ -156,8 +156,10 @@ def _load_json(path: Path) -> tuple[object, str | None]:
         return None, f"{path}: not UTF-8 ({e.reason} at byte {e.start})"
     except RecursionError:
         return None, f"{path}: not valid JSON (nested too deeply)"
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         return None, f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+    except ValueError as e:   # a number past int()'s digit limit: a plain ValueError, no position
+        return None, f"{path}: not valid JSON ({str(e).split(':')[0]})"
 
 
 def _shown(value) -> str:
@@ -249,7 +251,7 @@ def engine_architecture(raw: dict) -> str | None:
     i.e. a multimodal wrapper's own (``KimiK25ForConditionalGeneration``), not
     its text_config's (SGLang 0.5.23 srt/arg_groups/speculative_hook.py reads
     ``model_config.hf_config.architectures[0]``)."""
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    text = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
     return (raw.get("architectures") or text.get("architectures") or [None])[0]
 
 
@@ -274,7 +276,7 @@ def kv_bytes_per_token(facts: dict, *, tp: int, kv_cache_dtype: str | None = Non
     layers = facts.get("num_hidden_layers") or 0
     width = 1 if "fp8" in str(kv_cache_dtype or "") else 2
     if facts.get("kv_lora_rank"):
-        return (facts.get("kv_lora_rank") + (facts.get("qk_rope_head_dim") or 64)) * layers * width
+        return (facts["kv_lora_rank"] + (facts.get("qk_rope_head_dim") or 64)) * layers * width
     heads = facts.get("num_attention_heads") or 1
     head_dim = facts.get("head_dim") or (facts.get("hidden_size") or 0) // heads
     kv_per_gpu = max(1.0, (facts.get("num_key_value_heads") or heads) / tp)

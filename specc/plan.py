@@ -364,6 +364,8 @@ class Params(Record):
                 optional = ann.endswith("|None")
                 base = ann[:-5] if optional else ann
                 record = globals().get(base)   # a nested record: read by its own reader
+                allowed: tuple[type, ...]
+                convert: typing.Callable | None
                 if isinstance(record, type) and issubclass(record, Record):
                     allowed, word = (dict,), "an object"
                     convert = functools.partial(_load, record)
@@ -374,7 +376,7 @@ class Params(Record):
                     allowed, word = allowed + (type(None),), word + " or null"
                 specs.append((f.name, allowed, word, convert))
             got = (names, frozenset(names), tuple(specs), operator.attrgetter(*names))
-            cls._LAYOUT = got
+            setattr(cls, "_LAYOUT", got)  # noqa: B010  one per subclass, unknown to the type checker
         return got
 
     def to_json(self) -> dict:

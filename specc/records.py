@@ -38,6 +38,7 @@ class Record:
 
     __slots__ = ()
     OMITTED_AT_DEFAULT: tuple = ()
+    __dataclass_fields__: typing.ClassVar[dict[str, typing.Any]]   # every subclass is a dataclass
 
     def to_json(self) -> dict:
         return {f.name: _dump(getattr(self, f.name)) for f in _fields_of(self)

@@ -15,7 +15,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from specc.files import RECORDS_BYTES, append_durable, atomic_write, read_bounded, read_text
 
@@ -275,7 +275,7 @@ class ResultLog:
         else:
             ResultRow.from_json(row)
         bad: list[str] = []
-        row = finite(row, bad=bad)
+        row = cast(dict, finite(row, bad=bad))
         if bad:
             row["not_finite"] = bad
             print(f"warning: {row['benchmark']}: {', '.join(bad)} not a finite number, "

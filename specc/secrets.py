@@ -203,7 +203,7 @@ def _flag_name(flag: str | None) -> str:
 def _is_own_reference(text: str, flag: str | None) -> bool:
     """`${NAME}` that split_args itself made for this flag (so a second pass keeps it)."""
     name = reference_name(text)
-    return bool(name) and (re.fullmatch(re.escape(_flag_name(flag)) + r"(_\d+)?", name) is not None
+    return name is not None and (re.fullmatch(re.escape(_flag_name(flag)) + r"(_\d+)?", name) is not None
                            or (flag is not None and is_secret(flag)))
 
 
@@ -222,6 +222,7 @@ def split_args(args: list) -> tuple[list, list[str], list[str]]:
     def ref(flag: str | None, value: str) -> str:
         if _is_own_reference(value, flag):
             name = reference_name(value)
+            assert name is not None   # _is_own_reference found it
         else:
             base = _flag_name(flag)
             name, k = base, 2
@@ -373,10 +374,11 @@ def remember(values) -> None:
 
 
 def _blank_group(m: re.Match) -> str:
-    whole, value = m.group(0), m.group(m.lastindex)
+    g = m.lastindex or 0   # every redaction pattern has a group
+    whole, value = m.group(0), m.group(g)
     if value.startswith(("${", "<")) or REF.fullmatch(value):
         return whole
-    start = m.start(m.lastindex) - m.start(0)
+    start = m.start(g) - m.start(0)
     return whole[:start] + REDACTED + whole[start + len(value):]
 
 

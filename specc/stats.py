@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["Interval", "LEVEL", "RESAMPLES", "MAX_UNITS", "ratio_interval", "mean_interval",
            "quantile_interval", "throughput_interval", "speedup_interval",
@@ -72,10 +72,10 @@ class Interval:
         return (self.hi - self.lo) / 2.0 / abs(self.value)
 
     def covers(self, x: float) -> bool:
-        return self.lo is not None and self.lo <= x <= self.hi
+        return self.lo is not None and self.hi is not None and self.lo <= x <= self.hi
 
-    def overlaps(self, other: "Interval") -> bool:
-        if None in (self.lo, self.hi, other.lo, other.hi):
+    def overlaps(self, other: Interval) -> bool:
+        if self.lo is None or self.hi is None or other.lo is None or other.hi is None:
             return self.value == other.value
         return self.lo <= other.hi and other.lo <= self.hi
 
@@ -129,7 +129,7 @@ def _resampled_sums(cols: list, resamples: int, seed: int, max_units: int):
     return [sums[:, j] for j in range(len(arrs))]
 
 
-def _percentiles(np, stats, level: float) -> tuple[float, float]:
+def _percentiles(np, stats, level: float) -> tuple[float | None, float | None]:
     stats = stats[np.isfinite(stats)]
     if not len(stats):
         return None, None
@@ -149,8 +149,8 @@ def ratio_interval(num: Sequence[float], den: Sequence[float], *, scale: float =
         raise ValueError(f"num and den differ in length ({n} vs {len(den)})")
     if n == 0:
         raise ValueError("no units")
-    tot = float(den.sum())
-    value = scale * float(num.sum()) / tot if tot else float("nan")
+    tot = float(np.sum(den))
+    value = scale * float(np.sum(num)) / tot if tot else float("nan")
     if n < 2:
         return Interval(value, None, None, n, unit)
     sn, sd = _resampled_sums([num, den], resamples, seed, max_units)
@@ -444,7 +444,7 @@ def point_figures(reqs: list[dict], duration: float, *, base: list[dict] | None 
     if not c.n:
         return out
     by_repeat = repeats is not None and len(repeats) > 1
-    if by_repeat:
+    if by_repeat and repeats:
         out["output_throughput"] = ratio_interval(
             [x["output_tokens"] for x in repeats], [x["duration"] for x in repeats], unit="repeat")
     elif duration > 0:
@@ -454,11 +454,12 @@ def point_figures(reqs: list[dict], duration: float, *, base: list[dict] | None 
     if acc is not None:
         out["accept_length"] = acc
     s_idx = b_idx = None
+    b: _Columns | None = None
     if base:
         b = _Columns(base)
         s_idx, b_idx = _pair_index(c, b)
         out["pairs"] = len(s_idx)
-        if len(s_idx) and by_repeat and base_repeats and len(base_repeats) == len(repeats):
+        if len(s_idx) and by_repeat and repeats and base_repeats and len(base_repeats) == len(repeats):
             out["speedup"] = paired_ratio_interval(
                 [x["output_tokens"] for x in repeats], [x["duration"] for x in repeats],
                 [x["output_tokens"] for x in base_repeats], [x["duration"] for x in base_repeats],
@@ -468,7 +469,6 @@ def point_figures(reqs: list[dict], duration: float, *, base: list[dict] | None 
             scale = (c.lat.sum() / duration) / (b.lat.sum() / base_duration)
             out["speedup"] = paired_ratio_interval(c.tok[s_idx], c.lat[s_idx], b.tok[b_idx],
                                                    b.lat[b_idx], scale=scale)
-    b = base and b
     out["categories"] = _groups(c, c.cat, c.categories, b, s_idx, b_idx)
     turns = sorted(set(c.turn.tolist()))
     if len(turns) > 1:

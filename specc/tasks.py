@@ -71,7 +71,7 @@ def _open_run(d: Path, *, edited_ok: bool = False):
     try:
         return RunDir.open(d, edited_ok=edited_ok)
     except RunDirError as e:
-        raise Exit(_one(e), code=2)
+        raise Exit(_one(e), code=2) from None
 
 
 @task(help={"experiment": "experiment name (conf/experiment/NAME.yaml)",
@@ -84,7 +84,7 @@ def plan(c, experiment="eagle3_sweep", engine="", overrides=""):
         args += shlex.split(overrides)
     except ValueError as e:   # an unclosed quote
         raise Exit(f"error TASK_USAGE at --overrides: {e} in {overrides!r} (fix: quote each "
-                   "override as the shell would, e.g. --overrides \"a='b c'\")", code=2)
+                   "override as the shell would, e.g. --overrides \"a='b c'\")", code=2) from None
     result = c.run(shlex.join([sys.executable, "-m", "specc", *args]), warn=True, pty=False)
     if not result.ok:
         raise Exit(code=result.exited)
@@ -170,7 +170,7 @@ def status(c, run):
         state = rd.state()
     except StateError as e:
         raise Exit(f"error STATE_UNREADABLE: {e} (`specc down` or `specc run` moves it aside)",
-                   code=2)
+                   code=2) from None
     rows = []
     from specc.run import slurm
 
@@ -256,7 +256,7 @@ def logs(c, run, server="", lines=40, follow=False):
         try:
             text = read_text(f, LOG_TAIL_BYTES, tail=True)
         except (UnreadableFile, OSError) as e:
-            raise Exit(f"error RUN_DIR_FILE: {e}", code=2)
+            raise Exit(f"error RUN_DIR_FILE: {e}", code=2) from None
         print(f"==> {f.name} <==")
         print("\n".join(text.splitlines()[-lines:]))
     if follow:
@@ -309,9 +309,9 @@ def down(c, run, grace=10.0):
             with rundir.locked(d, need_write=False):
                 stopped, left = slurm.down(d, timeout_s=float(grace) + 10)
         except rundir.RunDirBusy as e:
-            raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY)
+            raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY) from None
         except slurm.SlurmError as e:
-            raise Exit(f"error: {e}", code=3)
+            raise Exit(f"error: {e}", code=3) from None
         for line in stopped:
             print(f"cancelled {line}")
         if left:
@@ -324,12 +324,12 @@ def down(c, run, grace=10.0):
             try:
                 state = RunState(d / "state.json")
             except StateError as e:
-                raise Exit(corrupt_line(d / "state.json", e), code=2)
+                raise Exit(corrupt_line(d / "state.json", e), code=2) from None
             outcomes = stop_leftovers(state, grace_s=float(grace))
     except rundir.RunDirBusy as e:
-        raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY)
+        raise Exit(f"error RUN_DIR_BUSY: {e}", code=exits.BUSY) from None
     except rundir.RunDirUnwritable as e:
-        raise Exit(f"error RUN_DIR_UNWRITABLE: {e}", code=2)
+        raise Exit(f"error RUN_DIR_UNWRITABLE: {e}", code=2) from None
     for _, line in outcomes:
         print(line)
     stopped = [line for kind, line in outcomes if kind == "stopped"]
@@ -363,7 +363,7 @@ def report(c, run):
             raise Exit(_one(e), code=2) from None
         except (ReportError, OSError, ValueError) as e:   # UnreadableFile is a ValueError
             why = f"{e.strerror} ({e.filename})" if isinstance(e, OSError) and e.strerror else e
-            raise Exit(f"error REPORT: {why}", code=2)
+            raise Exit(f"error REPORT: {why}", code=2) from None
         print(render_terminal(report))
         print(f"report: {d / 'report.md'}")
         return
@@ -396,7 +396,7 @@ def compare(c, runs, threshold="", figures="", json=False):
     except RunDirError as e:   # a run's plan.json: the same line in every command
         raise Exit(_one(e), code=2) from None
     except ValueError as e:   # CompareError, or a threshold that is not a number
-        raise Exit(f"error COMPARE: {_one(e)}", code=2)
+        raise Exit(f"error COMPARE: {_one(e)}", code=2) from None
     _print(strict_json(result) if json else render(result))
     if any(c["regressed"] for c in result["comparisons"]):
         raise Exit(code=1)
@@ -431,7 +431,7 @@ def index(c, runs, rebuild=False, db=""):
     except RunDirError as e:   # a run's plan.json: the same line in every command
         raise Exit(_one(e), code=2) from None
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {_one(e)}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2) from None
     from specc.files import one_line
 
     for p, n in out["indexed"]:
@@ -462,7 +462,7 @@ def history(c, point="", metric="output_throughput", db="", json=False):
     except RunDirError as e:   # an indexed run's plan.json: the same line in every command
         raise Exit(_one(e), code=2) from None
     except IndexDbError as e:
-        raise Exit(f"error INDEX: {_one(e)}", code=2)
+        raise Exit(f"error INDEX: {_one(e)}", code=2) from None
     _print(_json.dumps(out, indent=2) if json else render_history(out))
 
 
@@ -480,7 +480,7 @@ def cpu_engine(c, venv=""):
     try:
         py = engine_venv.ensure(root, log=lambda m: print(m, file=sys.stderr, flush=True))
     except (engine_venv.BuildFailed, OSError) as e:
-        raise Exit(f"error CPU_ENGINE at --venv: {e}", code=3)
+        raise Exit(f"error CPU_ENGINE at --venv: {e}", code=3) from None
     print(py)
 
 
@@ -501,7 +501,7 @@ def tiny_models(c, out="", venv="", check=False):
         dest = Path(out).expanduser().resolve() if out else models.default_dir()
         info = models.ensure(py, dest, check=check)
     except (engine_venv.BuildFailed, models.BuildFailed, OSError) as e:
-        raise Exit(f"error TINY_MODELS at --out: {e}", code=3)
+        raise Exit(f"error TINY_MODELS at --out: {e}", code=3) from None
     if info.get("check") and not info["check"]["context_free"]:
         raise Exit(f"error TINY_MODELS: the target at {info['target']} does not predict from "
                    "the current token alone", code=3)

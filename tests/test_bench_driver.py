@@ -96,7 +96,7 @@ def test_bench_serving_on_vllm_with_the_random_dataset_gets_a_local_path(compose
     from specc.plan import BENCH_SERVING_RANDOM_SOURCE
 
     result = compile_config(compose([
-        "+experiment=eagle3_sweep", "engine=vllm", 
+        "+experiment=eagle3_sweep", "engine=vllm",
         "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048",
         "benchmark.driver=bench_serving", "benchmark.dataset=random"]))
     assert result.ok, [d.line() for d in result.diagnostics if d.severity == "error"]

@@ -70,7 +70,6 @@ def test_every_row_reads_as_json_writes_it(seed):
 
 
 def test_a_key_left_out_at_its_default_and_a_column_every_row_shares():
-    rows = [{"a": "x", "b": 0, "c": None}, {"a": "y", "b": 3, "c": None}, {"a": "z", "b": 0}]
     fields = [("a", ["x", "y", "z"]), ("b", [0, 3, 0]), ("c", Same(None))]
     got = list(object_texts(fields, 3, encode=COMPACT.encode,
                             encode_str=json.encoder.encode_basestring, omit={"b": 0, "c": None}))

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 
-import pytest
 
 from executor_helpers import (PY, REPO, SMALL, compile_plan, plan_json, results,
                               run_inv, sim_processes, state, wait_for, wait_no_sim)

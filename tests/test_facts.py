@@ -53,6 +53,9 @@ def _file_kinds(tmp_path):
     d = _model(tmp_path, "malformed")
     (d / "config.json").write_text('{"hidden_size": 4096,')
     out.append(("malformed", d, "not valid JSON"))
+    d = _model(tmp_path, "bigint")
+    (d / "config.json").write_text('{"hidden_size": ' + "9" * 5000 + "}")   # past int()'s digit limit
+    out.append(("bigint", d, "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion)"))
     d = _model(tmp_path, "list")
     (d / "config.json").write_text("[1, 2, 3]")
     out.append(("list", d, "expected a JSON object"))

@@ -88,7 +88,7 @@ def _first_fit_by_scanning(sizes, node=NODE):
     """The definition: each server into the earliest wave with a contiguous free run."""
     waves, out = [], []
     for size in sizes:
-        for w, free in enumerate(waves):
+        for w, free in enumerate(waves):  # noqa: B007  w: read after the break
             first = next((g for g in range(node - size + 1) if all(free[g:g + size])), None)
             if first is not None:
                 break

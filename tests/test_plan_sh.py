@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from executor_helpers import SMALL, SimGuard, compile_plan, results
+from executor_helpers import SimGuard, compile_plan, results
 from specc.compile.emit import plan_sh
 from specc.plan import Plan
 

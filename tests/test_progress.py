@@ -23,11 +23,11 @@ class FakeClock:
 
 
 def lines(buf):
-    return [l for l in buf.getvalue().splitlines() if l]
+    return [ln for ln in buf.getvalue().splitlines() if ln]
 
 
-def strip(l):
-    return re.sub("^" + STAMP, "", l)
+def strip(ln):
+    return re.sub("^" + STAMP, "", ln)
 
 
 def test_plain_is_default_for_non_tty_and_prints_only_changes():
@@ -44,8 +44,8 @@ def test_plain_is_default_for_non_tty_and_prints_only_changes():
     clock.tick(2)
     p.server_phase("srv-a", "ready")
     got = lines(buf)
-    assert all(re.match(STAMP, l) for l in got)
-    assert [strip(l) for l in got] == [
+    assert all(re.match(STAMP, ln) for ln in got)
+    assert [strip(ln) for ln in got] == [
         "server srv-a: launching",
         "server srv-a: load_weights [launching took 3s]",
         "server srv-a: capture_draft_cuda_graph (TP0) [load_weights took 5s]",
@@ -64,7 +64,7 @@ def test_plain_point_lines_with_status_summary_and_eta():
         clock.tick(30)
         p.point_finished("b2", "failed", "server died")
         p.log("a note")
-    got = [strip(l) for l in lines(buf)]
+    got = [strip(ln) for ln in lines(buf)]
     assert got[:5] == [
         "[1/3] start EAGLE3 s3 k1 d4 c16",
         "[1/3] ok EAGLE3 s3 k1 d4 c16 in 1m00s - 1540.0 tok/s, 1.40x (ETA 2m00s)",

@@ -420,7 +420,7 @@ def test_log_tail_reads_whole_lines_and_a_carriage_return_ends_one(tmp_path):
 
 
 # -- vLLM 0.33, with the plan specc compiles -----------------------------------------------
-VLLM_LLAMA = ["+experiment=eagle3_sweep", "engine=vllm", 
+VLLM_LLAMA = ["+experiment=eagle3_sweep", "engine=vllm",
               "model_pair=llama3_8b_eagle3", "model_pair.context_length=2048"]
 
 

@@ -74,7 +74,7 @@ def test_write_report_files(run_a):
         assert line in md_lines, line
     # baseline first, then speedup descending (concurrency 1 table)
     c1 = md.split("## Concurrency 1 ")[1].split("## ")[0]
-    order = [l.split("|")[1].strip() for l in c1.splitlines() if l.startswith("| ") and "config" not in l]
+    order = [ln.split("|")[1].strip() for ln in c1.splitlines() if ln.startswith("| ") and "config" not in ln]
     assert order == ["baseline", "EAGLE3 s3 k4 d8", "EAGLE3 s3 k1 d4", "EAGLE3 s2 k4 d8"]
     # best table, failures with reasons (point and server), pending, notes
     assert "## Best speculative setting per concurrency" in md
@@ -142,7 +142,7 @@ def test_missing_results_everything_pending(run_a):
 
 def test_missing_baseline_and_missing_keys(run_a):
     lines = (run_a / "results.jsonl").read_text().splitlines()
-    keep = [l for l in lines[:-1] if '"kimi-base-1a2b3c' not in l.split('"server"')[0]]
+    keep = [ln for ln in lines[:-1] if '"kimi-base-1a2b3c' not in ln.split('"server"')[0]]
     # a point with almost no metrics at all
     keep.append(json.dumps({"benchmark": "kimi-eagle3-s3-k4-d8-4e5f6a-c16", "server": "kimi-eagle3-s3-k4-d8-4e5f6a",
                             "status": "ok", "reason": None, "metrics": {"output_throughput": 1600.0}}))
@@ -231,10 +231,10 @@ def test_combine_reports(tmp_path, run_a, run_b):
     assert "+experiment=eagle3_llama engine=sim" in md
     assert "no plan.json" in md
     c1 = md.split("## Concurrency 1 ")[1].split("## ")[0]
-    c1_rows = [l for l in c1.splitlines() if l.startswith("| run_") or l.startswith("| +")]
+    c1_rows = [ln for ln in c1.splitlines() if ln.startswith("| run_") or ln.startswith("| +")]
     # each job's rows together, baseline first; a job is named by the overrides that set it
     # apart (run_b's), else by its folder
-    assert [[c.strip() for c in l.split("|")[1:3]] for l in c1_rows][:1] == [
+    assert [[c.strip() for c in ln.split("|")[1:3]] for ln in c1_rows][:1] == [
         ["run_a (eagle3_sweep)", "baseline"]]
     assert re.search(r"\| \+experiment=eagle3_llama engine=sim +\| EAGLE3 s5 k1 d6 +\|", c1)
     assert re.search(r"\| run_a \(eagle3_sweep\) +\| EAGLE3 s3 k4 d8 +\|", c1)
@@ -274,7 +274,7 @@ def test_python_m_specc_report(run_a):
     assert "Best speculative setting per concurrency" in p.stdout
 
 
-from hypothesis import given, settings, HealthCheck, strategies as st
+from hypothesis import given, settings, HealthCheck, strategies as st  # noqa: E402  the property tests' own, beside them
 
 _metric_values = st.one_of(st.none(), st.booleans(), st.text(max_size=3),
                            st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6))

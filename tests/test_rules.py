@@ -119,7 +119,7 @@ def test_model_path_exits_2_in_one_line_and_writes_nothing(run_specc, tmp_path):
         code, out, err = run_specc(["+experiment=eagle3_sweep", f"engine={engine}",
                                     "model_pair.target.path=/nonexistent"], tmp_path)
         assert code == 2, err
-        (line,) = [l for l in (out + err).splitlines() if l.startswith("error ")]
+        (line,) = [ln for ln in (out + err).splitlines() if ln.startswith("error ")]
         assert line.startswith("error MODEL_PATH at model_pair.target.path: /nonexistent ")
         assert "(fix: " in line
         assert not (tmp_path / "run").exists()
@@ -171,18 +171,18 @@ def test_a_llama_config_json_as_target_shows_no_kimi_fact(run_specc, tmp_path):
     review = (tmp_path / "run" / "review.md").read_text()
     section = review[review.index("## Model facts"):]
     # the Kimi pair is named only where the review says its facts are not used
-    said = [l for l in review.splitlines() if "moonshotai" in l or "AQ-MedAI" in l]
-    assert said and all("describe" in l and "none of them is used" in l for l in said), said
+    said = [ln for ln in review.splitlines() if "moonshotai" in ln or "AQ-MedAI" in ln]
+    assert said and all("describe" in ln and "none of them is used" in ln for ln in said), said
     for kimi in ("554", "1000", "DeepseekV3", "163840", "7168", "262144", "total_params_b",
                  "kv_lora_rank"):
         assert kimi not in review, kimi
     assert "FACTS_DROPPED at model_pair.target.facts" in review
     assert "FACTS_DROPPED at model_pair.draft.facts" in review
     # target and draft side by side, each fact with its file
-    header = next(l for l in section.splitlines() if l.startswith("| fact"))
+    header = next(ln for ln in section.splitlines() if ln.startswith("| fact"))
     assert [c.strip() for c in header.strip("|").split("|")] == \
         ["fact", "target", "source", "draft", "source"]
-    row = next(l for l in section.splitlines() if l.startswith("| max_position_embeddings"))
+    row = next(ln for ln in section.splitlines() if ln.startswith("| max_position_embeddings"))
     assert "131072" in row and "2048" in row
     assert f"config.json at {target}" in row and f"config.json at {draft}" in row
     assert f"model.safetensors.index.json at {target}" in section
@@ -268,8 +268,8 @@ def test_spec_tokens_required_exits_2_in_one_line(run_specc, tmp_path):
                                 "speculation.num_draft_tokens=null", "model_pair.context_length=2048"],
                                tmp_path)
     assert code == 2
-    lines = [l for l in (out + err).splitlines() if l.startswith("error ")]
-    assert lines == [l for l in lines if "SPEC_TOKENS_REQUIRED at speculation.num_steps" in l] != []
+    lines = [ln for ln in (out + err).splitlines() if ln.startswith("error ")]
+    assert lines == [ln for ln in lines if "SPEC_TOKENS_REQUIRED at speculation.num_steps" in ln] != []
     assert not (tmp_path / "run" / "plan.json").exists()
 
 
@@ -323,6 +323,11 @@ def test_engine_tree_knobs(compose):
     assert server_diags(compose, LLAMA + ["engine=vllm"] + _triple(3, 1, 4),
                         rules.engine_tree_knobs) == []
     assert server_diags(compose, LLAMA + _triple(3, 4, 8), rules.engine_tree_knobs) == []
+    # topk alone, no number of tokens to draft: SPEC_TOKENS_REQUIRED's error, not a TypeError
+    assert server_diags(compose, LLAMA + ["engine=vllm"] + _triple("null", 4, "null"),
+                        rules.engine_tree_knobs) == []
+    codes = {d.code for d in server_diags(compose, LLAMA + ["engine=vllm"] + _triple("null", 4, "null"))}
+    assert "SPEC_TOKENS_REQUIRED" in codes, codes
 
 
 def test_draft_architecture(compose):

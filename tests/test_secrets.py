@@ -89,7 +89,7 @@ def test_a_credential_outside_env_is_an_error_that_does_not_echo_it(compose):
 def test_scan_overrides_finds_what_hydra_would_echo():
     found = secrets.scan_overrides([
         f"+engine.env.HF_TOKEN={HF}[,", "engine.extra_args=[--api-key,abcd-5]",
-        f"engine.env={{MY_KEY:abcd-6,PLAIN:visible}}", f"hardware.host={RANDOM}", "--cfg",
+        "engine.env={MY_KEY:abcd-6,PLAIN:visible}", f"hardware.host={RANDOM}", "--cfg",
         "hardware.tp=8"])
     assert {HF, "abcd-5", "abcd-6", RANDOM} <= found
     assert not {"visible", "8", "--cfg"} & found

@@ -17,7 +17,6 @@ import termios
 import threading
 import time
 
-import pytest
 
 from executor_helpers import (PY, REPO, compile_plan, results, state, wait_for,
                               wait_no_sim)

@@ -14,7 +14,6 @@ import re
 import sqlite3
 import stat
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest

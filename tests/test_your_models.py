@@ -91,5 +91,5 @@ def test_the_walk_through_runs_as_documented(tmp_path):
     for argv, line in examples:
         res = _specc(argv, tmp_path)
         assert res.returncode == 2
-        assert [l for l in res.stderr.splitlines() if l.startswith("error ")] == [line]
+        assert [ln for ln in res.stderr.splitlines() if ln.startswith("error ")] == [line]
     assert set(out.iterdir()) == {local, hub, ran}

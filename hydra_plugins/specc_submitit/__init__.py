@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 try:
     from hydra_plugins.hydra_submitit_launcher import submitit_launcher as plugin
@@ -38,6 +39,15 @@ def _first_line(text: object) -> str:
 
 class _SpeccLaunch:
     """`launch` for both submitit executors (slurm, local)."""
+
+    # set by the plugin's launcher (its setup and class attributes) and by the subclasses below
+    hydra_context: Any
+    task_function: Any
+    config: Any
+    params: dict[str, Any]
+    _EXECUTOR: str
+    _NAME: str
+    _PLUGIN: Any
 
     def _refusals(self, job_overrides, initial_job_idx) -> tuple[list[Path], list[str]]:
         """Each job's run dir, and what stops the sweep before anything is submitted."""

@@ -79,7 +79,7 @@ def _gpus(server) -> int:
 def jobs(cluster: dict, plan: Plan) -> list[dict]:
     """The jobs of a Slurm plan, in plan order (baselines first)."""
     if cluster.get("pack"):
-        groups = [(w[0].wave, list(w)) for w in plan.waves]
+        groups: list[tuple[int | None, list]] = [(w[0].wave, list(w)) for w in plan.waves]
     else:
         groups = [(None, [s]) for s in plan.servers]
     gpn = cluster["gpus_per_node"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import final
 
 
+@final   # never subclassed: `type(c) is Same` tells the type checker both ways
 class Same:
     """A column whose every row holds one value."""
 
@@ -28,6 +30,7 @@ class Same:
         return f"Same({self.value!r})"
 
 
+@final
 class Encoded:
     """A column given as each row's JSON text already (a list, or an iterator read once)."""
 
@@ -68,7 +71,7 @@ def same(column: Column):
 
 
 def texts(column: Sequence, encode: Callable[[object], str],
-          encode_str: Callable[[str], str] | None = None) -> tuple[Iterable[str], list]:
+          encode_str: Callable[[str], str] | None = None) -> tuple[Iterable[str], Sequence]:
     """(each row's value as `encode` writes it, each distinct value encoded once; the texts
     a check of them for what scrub looks for must read). `encode_str` is what `encode`
     does to a str, called directly on a column of strings. Ints and strings are encoded as
@@ -112,12 +115,13 @@ class Objects:
     text character by character (a JSON string's body) escapes its pieces one by one.
     `around`: text before and after each row's (as it is)."""
 
-    def __init__(self, fields: Sequence[tuple[str, Column]], rows: int, *,
+    def __init__(self, fields: Sequence[tuple[str, Column | Encoded]], rows: int, *,
                  encode: Callable[[object], str], encode_str: Callable[[str], str],
                  omit: dict | None = None, escape: Callable[[str], str] | None = None,
                  around: tuple[str, str] = ("", "")):
         omit = omit or {}
         esc = escape or (lambda text: text)
+        str_text: Callable[[str], str] | None
         value_text, str_text = encode, encode_str
         if escape is not None:
             value_text = lambda value: escape(encode(value))   # noqa: E731
@@ -172,7 +176,7 @@ class Objects:
                                   for v in values])
             parts.append(None)
         # fixed runs joined: ["{...", None, "...", None, "...}"]
-        self._parts = []
+        self._parts: list = []
         for part in [around[0] + "{", *parts, "}" + around[1]]:
             if part is not None and self._parts and self._parts[-1] is not None:
                 self._parts[-1] += part
@@ -199,6 +203,7 @@ class Objects:
     def __iter__(self) -> Iterator[str]:
         varying = iter(self._varying)
         pieces = [itertools.repeat(p) if p is not None else next(varying) for p in self._parts]
+        lines: Iterator[str]
         if len(pieces) == 1:
             lines = itertools.repeat(self._parts[0], self._rows)
         else:   # joined (not %-formatted: a template is parsed again for every row)
@@ -226,10 +231,10 @@ class RecordColumns:
         self.columns, self.index, self.of = columns, index, of
 
     @classmethod
-    def read(cls, records: Sequence, names: Sequence[str], of=None) -> "RecordColumns":
+    def read(cls, records: Sequence, names: Sequence[str], of=None) -> RecordColumns:
         """Read back from the records themselves."""
         ids = list(map(id, records))
-        where = dict.fromkeys(ids)   # first seen first
+        where: dict = dict.fromkeys(ids)   # first seen first
         index = None
         if len(where) < len(ids):
             records = list(dict(zip(ids, records)).values())

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
+from typing import final
 
 from tabulate import tabulate
 
@@ -218,7 +219,7 @@ def _benchmark_entries(benchmarks, params: columns.RecordColumns) -> columns.Obj
     count = len(benchmarks)
     params_text = columns.Objects(params.per_entry(), count, encode=_ENCODE,
                                   encode_str=_ENCODE_STR, omit=_PARAMS_OMITTED)
-    entry = []
+    entry: list[tuple[str, columns.Column | columns.Encoded]] = []
     for f in fields(Benchmark):
         if f.name == "params":
             entry.append(("params", columns.Encoded(params_text)))
@@ -251,9 +252,9 @@ def _plan_json_parts(plan: Plan, params: columns.RecordColumns | None = None
             yield f"{sep}{_ENCODE_STR(key)}:[\n", False
             entries, clean = _entries(value), False
             if key == "benchmarks":   # scrub would find nothing in them: checked piecewise
-                entries = _benchmark_entries(value, _param_columns(plan, params))
-                clean = entries.untouched(untouched)
-                entries = iter(entries)
+                objects = _benchmark_entries(value, _param_columns(plan, params))
+                clean = objects.untouched(untouched)
+                entries = iter(objects)
             yield next(entries), clean
             for lines in _batched(entries, 64):
                 yield ",\n".join(itertools.chain(("",), lines)), clean
@@ -584,9 +585,9 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
 
     run_dir.mkdir(parents=True, exist_ok=True)
     valid = plan is not None and not any(d.severity == "error" for d in diagnostics)
-    digest = None
+    digest: _Digest | None = None
     params = _param_columns(plan, params) if plan is not None else None
-    if valid:   # first: the review names the digest of the plan.json it describes
+    if valid and plan is not None:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
         atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)))
         digest.keep(run_dir)
@@ -597,12 +598,13 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
     if plan is not None and plan.cluster:
         text += "\n" + sbatch.review_section(plan)
     atomic_write(run_dir / "review.md", text)
-    if valid:
+    if valid and plan is not None:
         atomic_write(run_dir / "plan.sh", _blocks(plan_sh_chunks(plan)), mode=0o755)
         sbatch.write_scripts(run_dir, plan)
     return text
 
 
+@final   # no subclass makes one falsy: `digest and digest.value` is the value or None
 class _Digest:
     """Hashes plan.json as it streams out and ends it with `"digest":"sha256:..."`, the hash
     of every byte before that key, then `"seal":"hmac-sha256:..."`, the HMAC of the same
@@ -653,6 +655,7 @@ class _Digest:
 def _blocks(chunks, size: int = 1 << 18) -> Iterator[str]:
     """Chunks joined into blocks of about `size` characters: few writes, bounded memory.
     Clean chunks (scrub leaves them as they are) make Clean blocks of their own."""
+    block: list
     block, length, kind = [], 0, str
     for chunk in chunks:
         if type(chunk) is not kind and block:

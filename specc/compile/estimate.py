@@ -42,7 +42,7 @@ def _model_inputs(spec: ServerSpec, engine: Engine) -> tuple:
         speculation = (steps, topk, ndt, acceptance)
         draft = spec.draft.values if spec.draft else None
     else:
-        speculation = draft = None
+        speculation, draft = None, None
     return spec.target.values, tp, gpu, speculation, draft
 
 

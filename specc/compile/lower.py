@@ -17,6 +17,7 @@ import json
 import operator
 import re
 from dataclasses import fields, replace
+from typing import Any
 
 from specc.compile import estimate, placement, rules
 from specc.compile.columns import ABSENT, RecordColumns, Same
@@ -56,6 +57,7 @@ def _bench_params(points: ClientPoints, extra: dict) -> tuple[list[BenchParams],
     """Each client point's params record (the config's values as they are: checked once,
     by the schema and the rules, not again per point), built a field at a time from the
     points' columns (10^5 of them on one server); and those columns, by field."""
+    varying: dict[str, Any]
     varying, shared = {}, dict(extra)
     for f in fields(BenchParams):
         if f.name in extra:
@@ -160,6 +162,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
 
     hw, engine_cfg = cfg["hardware"], cfg["engine"]
     on_slurm = (cfg.get("cluster") or {}).get("name") == "slurm"
+    found: list[Diagnostic]
     if hw.get("device") == "cpu":
         slots, found = placement.one_at_a_time(len(matrix.servers),
                                                base_port=engine_cfg["base_port"]), []
@@ -221,7 +224,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
             point_params[model], param_columns[model] = _bench_params(points, {
                 "model": model, "request_id_field": engine.request_id_field,
                 "accept_positions": engine.accept_positions})
-        varying = {"id": ids, "params": point_params[model]}
+        varying: dict[str, Any] = {"id": ids, "params": point_params[model]}
         shared = {"server": sid, "baseline": None, "argv": None}
         if not spec.speculative:
             baseline_ids[entry.key] = ids
@@ -250,14 +253,14 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
                           "no matched baseline points: speedups will not be computed",
                           "set baseline=true"))
     first = matrix.servers[0].spec
-    benchmarks = tuple(benchmarks)
+    all_benchmarks = tuple(benchmarks)
     params = None
     if len(param_columns) == 1:   # each server's points: the one model's records, in order
         params = RecordColumns(next(iter(param_columns.values())), None if len(plan_servers) == 1
-                               else list(range(len(points))) * len(plan_servers), of=benchmarks)
+                               else list(range(len(points))) * len(plan_servers), of=all_benchmarks)
     plan = Plan(
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
-        benchmarks=benchmarks, diagnostics=tuple(diags),
+        benchmarks=all_benchmarks, diagnostics=tuple(diags),
         dropped=matrix.dropped,
         engine_info=engine.info(),
         facts=_facts(first, matrix.servers),

@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from specc import facts as facts_mod
@@ -64,7 +64,7 @@ class ServerConfig:
 @dataclass(frozen=True)
 class Matrix:
     servers: tuple[ServerConfig, ...]    # baselines first
-    client_points: "ClientPoints"       # resolved `benchmark` sections, one per client point
+    client_points: ClientPoints       # resolved `benchmark` sections, one per client point
     dropped: tuple[Dropped, ...]
 
 
@@ -207,7 +207,7 @@ class ClientPoints(Sequence):
     def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, i: int) -> dict:
+    def __getitem__(self, i: int) -> dict:  # type: ignore[override]  # by index only, no slices
         if i < 0:
             i += self._count
         if not 0 <= i < self._count:
@@ -323,14 +323,14 @@ def _client_points(cfg: dict, client_axes) -> ClientPoints:
         keys.append("num_prompts")
     columns["num_prompts"] = _derived(columns, count, _NUM_PROMPTS_READS, _num_prompts)
     for key, neutral in NEUTRAL_WORKLOAD.items():
-        col = columns.get(key)
-        if col is None:
+        got = columns.get(key)
+        if got is None:
             continue
-        if type(col) is not Same:
-            col = [ABSENT if v == neutral else v for v in col]
-            col = col if col.count(ABSENT) < len(col) else Same(neutral)
-            columns[key] = col
-        if type(col) is Same and col.value == neutral:
+        if type(got) is not Same:
+            marked = [ABSENT if v == neutral else v for v in got]
+            got = marked if marked.count(ABSENT) < len(marked) else Same(neutral)
+            columns[key] = got
+        if type(got) is Same and got.value == neutral:
             del columns[key]
             keys.remove(key)
     return ClientPoints(tuple(keys), columns, count)
@@ -341,7 +341,7 @@ _NUM_PROMPTS_READS = ("num_prompts", "dataset", "dataset_path", "min_output_toke
                       "min_requests", "concurrency")
 
 
-def _combos(columns: list[list], count: int) -> list:
+def _combos(columns: list, count: int) -> list:
     """Per point, one key of its values in `columns`: equal keys, equal values of the same
     types (1 and 1.0 are equal in Python, not in a plan)."""
     if not columns:
@@ -376,9 +376,8 @@ def _derived(columns: dict[str, Column], count: int, reads, compute) -> Column:
     combos = _combos(varying, count)
     firsts = _firsts(combos)
     table = {combo: compute(point(i)) for combo, i in firsts.items()}
-    if type(next(iter(table))) is str:   # told apart by their text
-        combos = map(repr, combos)
-    return list(map(table.__getitem__, combos))
+    keys: Iterable = map(repr, combos) if type(next(iter(table))) is str else combos   # str: told apart by their text
+    return list(map(table.__getitem__, keys))
 
 
 def _same_server(engine: Engine, spec: ServerSpec, key: str, launched: dict, servers: dict):

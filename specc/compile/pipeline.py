@@ -35,9 +35,9 @@ def _secret_diagnostics(config: dict, problems) -> list[Diagnostic]:
                  f"{message}: specc writes this field to plan.json, plan.sh and the review",
                  "pass credentials through engine.env (e.g. +engine.env.HF_TOKEN=...) and "
                  "export them where the plan runs") for path, message in problems]
-    engine = config.get("engine") if isinstance(config.get("engine"), dict) else {}
-    env = engine.get("env") if isinstance(engine.get("env"), dict) else {}
-    args = engine.get("extra_args") if isinstance(engine.get("extra_args"), list) else []
+    engine = config["engine"] if isinstance(config.get("engine"), dict) else {}
+    env = engine["env"] if isinstance(engine.get("env"), dict) else {}
+    args = engine["extra_args"] if isinstance(engine.get("extra_args"), list) else []
     refs = [(f"engine.env.{k}", secrets.reference_name(v)) for k, v in env.items()]
     refs += [(f"engine.extra_args[{i}]", n) for i, a in enumerate(args)
              for n in secrets.REF.findall(str(a))]
@@ -97,6 +97,6 @@ def compile_config(config: dict) -> Compilation:
         plan, searched = attach_search(config, plan)
         found += searched
     cluster, placed = compile_cluster(config, plan) if plan is not None else (None, [])
-    if cluster is not None:   # the Slurm jobs go into the plan: a node needs nothing else
+    if cluster is not None and plan is not None:   # the Slurm jobs go into the plan: a node needs nothing else
         plan = dataclasses.replace(plan, cluster=cluster)
     return Compilation(config, plan, diags + found + placed, params)

@@ -53,14 +53,14 @@ def place(sizes, *, gpus_per_node: int, base_port: int,
         if any(big):
             small, _ = place([n for n, b in zip(sizes, big) if not b],
                              gpus_per_node=gpus_per_node, base_port=base_port)
-            waves = max((s.wave for s in small), default=-1) + 1
+            next_wave = max((s.wave for s in small), default=-1) + 1
             it, out = iter(small), []
             for n, b in zip(sizes, big):
                 if b:
                     nodes = -(-n // gpus_per_node)
-                    out.append(Slot(wave=waves, gpus=tuple(range(-(-n // nodes))),
+                    out.append(Slot(wave=next_wave, gpus=tuple(range(-(-n // nodes))),
                                     port=base_port))
-                    waves += 1
+                    next_wave += 1
                 else:
                     out.append(next(it))
             return out, []

@@ -11,6 +11,7 @@ import functools
 import math
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from specc.diagnostics import Diagnostic, error, info, warning
 from specc.engines.base import Engine
@@ -76,7 +77,7 @@ def facts_present(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         yield error("SPEC_DRAFT_MISSING", "model_pair.draft",
                     f"{spec.algorithm} needs a draft model but the model pair has none",
                     "pick a model_pair with a draft, or speculation=ngram / none")
-    models = [("target", spec.target, _REQUIRED_TARGET)]
+    models: list[tuple[str, Any, tuple[str, ...]]] = [("target", spec.target, _REQUIRED_TARGET)]
     if spec.uses_draft_model and spec.draft is not None:
         models.append(("draft", spec.draft, _REQUIRED_DRAFT))
     for which, facts, keys in models:
@@ -236,6 +237,8 @@ def engine_tree_knobs(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]:
         return
     if (topk and topk > 1) or (steps and ndt and ndt != steps + 1):
         n = engine.num_speculative_tokens(spec)
+        if n is None:   # no number to draft: SPEC_TOKENS_REQUIRED says so
+            return
         yield warning("ENGINE_NO_TREE", "speculation.topk",
                       f"{engine.name} has no tree speculation: topk={topk} and "
                       f"num_draft_tokens={ndt} have no {engine.name} meaning; the server drafts "
@@ -249,7 +252,7 @@ def draft_architecture(spec: ServerSpec, engine: Engine) -> Iterator[Diagnostic]
     alg = spec.algorithm
     if spec.uses_draft_model and spec.draft and spec.draft.architecture:
         arch = spec.draft.architecture
-        wants = {"EAGLE3": "Eagle3", "EAGLE": "Eagle"}.get(alg)
+        wants = {"EAGLE3": "Eagle3", "EAGLE": "Eagle"}.get(alg or "")
         bad = wants and (wants not in arch or (alg == "EAGLE" and "Eagle3" in arch))
         if bad:
             yield error("SPEC_DRAFT_ARCH", "model_pair.draft.facts.architecture",
@@ -582,7 +585,7 @@ def _dataset_contents(spec: ServerSpec | None, bench: dict, kind: str,
     out_len = int(bench.get("output_len") or 0)
     turns = bool(bench.get("multi_turn"))
     own = _dataset_problems(kind, path, stamp, out_len, None, None, turns)
-    lines = own
+    lines: tuple[str, ...] | list[str] = own
     if spec is not None:
         context = spec.model_pair.get("context_length") or spec.target.context_length
         if not context:
@@ -846,7 +849,7 @@ def dataset_fits_context(spec: ServerSpec, engine: Engine) -> Callable[[dict], I
 POINT_RULES = (running_requests, memory_kv, lengths_fit_context, dataset_fits_context)
 #: Point rules that read no server setting (their `spec` is None): run once per client
 #: point, not once per server and point (at 10^5 points they were half the compile).
-CLIENT_RULES = (point_size, dataset_file, cache_flush, sample_size, arrivals, arrival_bounds,
+CLIENT_RULES: tuple[Callable[..., Iterator[Diagnostic]], ...] = (point_size, dataset_file, cache_flush, sample_size, arrivals, arrival_bounds,
                 arrival_span, trace_gaps)
 #: What dataset_file reads of a point: it runs once per distinct dataset, not per point.
 DATASET_KEYS = ("dataset", "dataset_path", "categories", "hf_dataset", "hf_subset", "hf_split",

@@ -26,6 +26,7 @@ def _q(value) -> str:
 
 def script(plan: Plan, job: SlurmJob) -> str:
     cluster = plan.cluster
+    assert cluster is not None   # a Slurm plan's
     servers = [plan.server(sid) for sid in job.servers]
     points = sum(len(plan.benchmarks_of(s.id)) for s in servers)
     what = "; ".join(" ".join(f"{s.id} ({s.label})".splitlines()) for s in servers)
@@ -71,6 +72,7 @@ def script(plan: Plan, job: SlurmJob) -> str:
 def review_section(plan: Plan) -> str:
 
     cluster = plan.cluster
+    assert cluster is not None   # a Slurm plan's
     opts = [f"partition {cluster.partition or '(default)'}",
             f"account {cluster.account or '(default)'}"]
     if cluster.sbatch_args:

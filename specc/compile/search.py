@@ -83,7 +83,7 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
     if out:
         return None, out
     ladder = sorted({b.params.concurrency for b in plan.benchmarks})
-    cands = tuple(Candidate(s.id, *shape) for s, shape in zip(candidates, shapes))
+    cands = tuple(Candidate(s.id, *shape) for s, shape in zip(candidates, shapes))  # type: ignore[misc]  # none is None (TUNE_CANDIDATES)
     from specc.tune import predict
 
     prior, margin = predict.PRIOR_ACCEPTANCE, float(search.get("margin", 0.03))
@@ -152,13 +152,14 @@ def _incomplete_dropped(plan: Plan) -> list[Diagnostic]:
 
 
 def _shape(params: ServerParams) -> tuple[int, int, int] | None:
-    triple = (params.num_steps, params.topk, params.num_draft_tokens)
-    return triple if all(isinstance(x, int) for x in triple) else None
+    n, k, d = params.num_steps, params.topk, params.num_draft_tokens
+    return (n, k, d) if isinstance(n, int) and isinstance(k, int) and isinstance(d, int) else None
 
 
 def review_section(plan: Plan) -> str:
     """The review's account of the search: candidates, most starts, stopping rule, plan.sh."""
     s = plan.search
+    assert s is not None   # a search=tune plan's
     labels = {srv.id: srv.label for srv in plan.servers}
     rows = [f"| {'probe' if c.server == s.probe else ''} | {labels.get(c.server, '')} | "
             f"{c.num_steps} | {c.topk} | {c.num_draft_tokens} | `{c.server}` |"

@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from specc import secrets
 from specc.config import schema
@@ -362,13 +362,13 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     remote_jobs.clear()
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-    def _main(cfg) -> None:
+    def _main(cfg) -> int:
         from hydra.core.hydra_config import HydraConfig
 
         hc = HydraConfig.get()
         run_dir = Path(hc.runtime.output_dir)
         try:
-            plain = OmegaConf.to_container(cfg, resolve=True)
+            plain = cast(dict, OmegaConf.to_container(cfg, resolve=True))
         except Exception as exc:  # interpolation errors are user errors
             _scrub_saved_configs((run_dir / ".hydra").glob("*.yaml"), seen)
             print(secrets.redact(f"error CONFIG_INTERPOLATION at <config>: "
@@ -400,7 +400,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     import argparse
 
     argparse_error = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = _usage_error   # one line, not 7 of usage
+    argparse.ArgumentParser.error = _usage_error  # type: ignore[method-assign]  # one line, not 7 of usage
     try:
         with _composed_once(argv):
             _main()
@@ -420,7 +420,7 @@ def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
         return 2
     finally:
         sys.argv = old_argv
-        argparse.ArgumentParser.error = argparse_error
+        argparse.ArgumentParser.error = argparse_error  # type: ignore[method-assign]
     for sweep_dir, run_dir, code in remote_jobs:
         sweep["dir"] = sweep_dir
         if run_dir.is_dir():   # a job that died before Hydra made its dir has nothing to combine

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from specc.diagnostics import Diagnostic, error
@@ -173,7 +173,7 @@ MOVED_TO_SERVER = {"max_running_requests": "max_running_requests",
 
 def server_section(config: dict) -> dict:
     """The `server` section with every knob present (null where the config says nothing)."""
-    given = config.get("server") if isinstance(config.get("server"), dict) else {}
+    given = config["server"] if isinstance(config.get("server"), dict) else {}
     return {k: given.get(k) for k in SERVER_KNOBS}
 
 
@@ -387,7 +387,7 @@ def _value(value) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def other_engine_key(chosen: str, key: str, where: str, value=None, *, swept: bool = False):
+def other_engine_key(chosen: str | None, key: str, where: str, value=None, *, swept: bool = False):
     """A key the chosen engine does not have: an engine's old spelling of a server knob
     (name the knob), or another engine's own knob (name that engine). None if no engine
     has the key."""
@@ -487,7 +487,7 @@ def check_sweep(config: dict) -> list[Diagnostic]:
     sweep = config.get("sweep") if isinstance(config, dict) else None
     if not isinstance(sweep, dict):
         return []
-    engine = config.get("engine") if isinstance(config.get("engine"), dict) else {}
+    engine = config["engine"] if isinstance(config.get("engine"), dict) else {}
     chosen = engine.get("name")
     out = []
     for axis, values in sweep.items():
@@ -598,7 +598,7 @@ def unknown_key_hint(key: str) -> str | None:
 def facts_for_missing(config: dict) -> list[Diagnostic]:
     """Facts written in a config group say which model they describe (`facts_for`): without
     it, a path overridden to another model would be sized with these facts."""
-    pair = config.get("model_pair") if isinstance(config.get("model_pair"), dict) else {}
+    pair = config["model_pair"] if isinstance(config.get("model_pair"), dict) else {}
     out = []
     for which in ("target", "draft"):
         model = pair.get(which)
@@ -621,7 +621,7 @@ DEFAULTED = {"benchmark": "benchmark/default.yaml", "readiness": "readiness/defa
 SIM_DEFAULTS = "engine/sim.yaml"
 
 
-@lru_cache(maxsize=None)
+@cache
 def conf_dir() -> Path:
     """The Hydra config groups: specc/conf/ where specc is installed from a wheel (setup.py maps
     the checkout's conf/ onto the package `specc.conf`), else the checkout's top-level conf/
@@ -652,7 +652,7 @@ def with_defaults(config: dict) -> dict:
     simulator) present: what the config leaves out, the shipped option says."""
     cfg = dict(config)
     for section, relpath in DEFAULTED.items():
-        given = cfg.get(section) if isinstance(cfg.get(section), dict) else {}
+        given = cfg[section] if isinstance(cfg.get(section), dict) else {}
         cfg[section] = {**shipped_defaults(relpath), **given}
     engine = cfg.get("engine")
     if isinstance(engine, dict) and engine.get("name") == "sim":

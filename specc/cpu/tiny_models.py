@@ -216,14 +216,14 @@ def check(out: Path) -> dict:
     # the prediction at each position must equal the prediction at that token alone
     alone = torch.stack([model(ids[:, i:i + 1]).logits.argmax(-1)[0, 0]
                          for i in range(ids.shape[1])])
-    out, cur = [], ids
+    answer, cur = [], ids
     for _ in range(6):   # the greedy answer opens with "é☕", split into bytes
         with torch.no_grad():
             t = model(cur).logits[0, -1].argmax()
-        out.append(int(t))
+        answer.append(int(t))
         cur = torch.cat([cur, t.view(1, 1)], 1)
     return {"tokens": ids.shape[1], "context_free": bool((nxt == alone).all()),
-            "answer": tok.decode(out), "answer_tokens": len(out)}
+            "answer": tok.decode(answer), "answer_tokens": len(answer)}
 
 
 def main(argv=None) -> int:

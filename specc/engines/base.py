@@ -242,6 +242,11 @@ class Engine(ABC):
         self.version = str(version) if version else self.pinned_version
         parse_version(self.version)   # ValueError for a malformed one (the schema refuses it first)
 
+    def num_speculative_tokens(self, spec) -> int | None:
+        """Tokens drafted per step by an engine that drafts a chain (`tree_speculation` or
+        `picks_spec_params` False: the compile rules ask it); None: the config gives none."""
+        raise NotImplementedError(f"{type(self).__name__} drafts a chain: it must say how many tokens")
+
     def version_note(self) -> str | None:
         """Why this version's facts are not verified (None: they are)."""
         if self.version == self.pinned_version:

@@ -487,7 +487,7 @@ class SGLang(Engine):
     launcher = ("python", "-m", "sglang.launch_server")
     parser = "specc.engines.parsers.sglang_parse"
     #: The distribution whose version and parser `inv doctor` and tests/drift read.
-    package = "sglang"
+    package: str | None = "sglang"
     pinned_version = PINNED_VERSION
     #: /server_info's "version" (0.5.23: server_args plus version, internal_states).
     release_probe = {"paths": list(SERVER_INFO_PATHS), "field": "version"}

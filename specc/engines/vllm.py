@@ -450,7 +450,7 @@ class VLLM(Engine):
                 CPU_THREADS_BIND_ENV: str(hw.get("threads_bind") or "auto")}
 
     @property
-    def algorithm_targets(self) -> dict:
+    def algorithm_targets(self) -> dict:  # type: ignore[override]  # per release: read, never set
         allowed = for_version(self.version, EAGLE3_TARGETS_BY_VERSION)
         return {"EAGLE3": allowed} if allowed else {}
 
@@ -473,7 +473,7 @@ class VLLM(Engine):
         if not spec.speculative:
             return None
         mp = spec.model_pair
-        cfg = {"method": METHODS[spec.algorithm]}
+        cfg: dict = {"method": METHODS[spec.algorithm]}
         if spec.uses_draft_model and mp.get("draft"):
             cfg["model"] = mp["draft"]["path"]
         cfg["num_speculative_tokens"] = self.num_speculative_tokens(spec)

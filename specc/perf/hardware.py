@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from pathlib import Path
 
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
@@ -128,7 +128,7 @@ def load_file(path: str | Path, *, fallback_for: str | None = None) -> Calibrati
     return Calibration.from_dict(json.loads(p.read_text()), path=str(p), fallback_for=fallback_for)
 
 
-@lru_cache(maxsize=None)
+@cache
 def calibration(gpu: str | None = None) -> Calibration:
     """The calibration for a hardware config's ``gpu`` (None: the default kind).  An
     unknown kind gets the default kind's file, marked ``fallback_for``."""

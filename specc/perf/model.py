@@ -73,6 +73,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .hardware import Calibration, calibration
 
@@ -126,8 +127,8 @@ def allreduce_latency_s(hw: Calibration, tp: int) -> float:
     v = hw.allreduce_latency_s(tp)
     if v is not None:
         return v
-    known = sorted((t, hw.allreduce_latency_s(t)) for t in (2, 4, 8, 16)
-                   if hw.allreduce_latency_s(t) is not None)
+    known = sorted((t, lat) for t in (2, 4, 8, 16)
+                   if (lat := hw.allreduce_latency_s(t)) is not None)
     if not known:
         return 0.0
     pts = [[1, 0.0]] + [[t, v] for t, v in known]
@@ -243,7 +244,7 @@ class ModelCost:
 
 
 #: Kimi-K2.5 facts (moonshotai/Kimi-K2.5's config.json, its text_config, + specc extras).
-KIMI_FACTS = {
+KIMI_FACTS: dict[str, Any] = {
     "architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 61, "hidden_size": 7168,
     "num_attention_heads": 64, "num_key_value_heads": 64, "kv_lora_rank": 512,
     "qk_rope_head_dim": 64, "n_routed_experts": 384, "num_experts_per_tok": 8,
@@ -282,6 +283,7 @@ def kv_bytes_per_ctx_token(facts: dict, tp: int, layers: int | None = None) -> f
     (``kv_lora_rank``): one latent of rank + rope dims per layer, replicated on every
     TP rank; otherwise K and V of the KV heads, split over TP (replicated past it)."""
     layers = int(facts.get("num_hidden_layers", 32)) if layers is None else layers
+    per_layer: float
     if facts.get("kv_lora_rank"):
         per_layer = (int(facts["kv_lora_rank"]) + int(facts.get("qk_rope_head_dim", 64))) * 2
     else:

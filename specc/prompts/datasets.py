@@ -223,7 +223,7 @@ def _sharegpt(path: str, output_len: int, multi_turn: bool = False) -> list[Prom
         if prompt is None or (reply is None and output_len <= 0):
             continue
         n_in = count_tokens(prompt)
-        n_out = output_len if output_len > 0 else count_tokens(reply)
+        n_out = output_len if output_len > 0 else count_tokens(reply)  # type: ignore[arg-type]  # a reply (above)
         if n_in < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
             continue
         out.append(Prompt(text=prompt, input_tokens=n_in, output_tokens=n_out,
@@ -419,7 +419,7 @@ def _sharegpt_items(path: str, output_len: int, multi_turn: bool = False):
         reply = nxt.get("value") if isinstance(nxt, dict) and nxt.get("from") == "gpt" else None
         if output_len <= 0 and not isinstance(reply, str):
             continue
-        n_out = output_len if output_len > 0 else count_tokens(reply)
+        n_out = output_len if output_len > 0 else count_tokens(reply)  # type: ignore[arg-type]  # a reply (above)
         if count_tokens(prompt) < MIN_SHAREGPT_TOKENS or n_out < MIN_SHAREGPT_TOKENS:
             continue
         if later:   # the last turn carries every turn before it and the server's answers

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -181,7 +182,7 @@ def _rows_to_prompts(kind: str, rows, where, output_len: int,
 
 # --------------------------------------------------------------------------- sources
 
-def _read_jsonl(kind: str, path: str) -> tuple[list, callable]:
+def _read_jsonl(kind: str, path: str) -> tuple[list, Callable]:
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -206,7 +207,7 @@ def _read_jsonl(kind: str, path: str) -> tuple[list, callable]:
     return rows, lambda i: f"{path}:{where_line[i]}"
 
 
-def _read_parquet(path: str) -> tuple[list, callable]:
+def _read_parquet(path: str) -> tuple[list, Callable]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -237,7 +238,7 @@ def _local_hint(dataset_id: str) -> str:
             f"benchmark.dataset_path=<file>")
 
 
-def _read_hub(dataset_id: str, subset: str | None, split: str) -> tuple[list, callable]:
+def _read_hub(dataset_id: str, subset: str | None, split: str) -> tuple[list, Callable]:
     """Rows of a hub dataset. The hub is probed first (3 s), so an unreachable hub is one
     clear line at once, not the library's retries; HF_HUB_OFFLINE=1 reads its cache."""
     import socket
@@ -277,7 +278,7 @@ def _load_cached(kind: str, path: str | None, stamp, output_len: int, subset, sp
             raise DatasetFormatError(f"{path}: a .parquet file is read as speed_bench only")
         rows, where = _read_parquet(path)
     else:
-        rows, where = _read_jsonl(kind, path)
+        rows, where = _read_jsonl(kind, path)  # type: ignore[arg-type]  # a file kind: its path was required
     if not rows:
         raise DatasetError(f"{path}: dataset is empty")
     prompts, skipped = _rows_to_prompts(kind, rows, where, output_len, multi_turn)
@@ -311,7 +312,7 @@ def load(kind: str, *, path: str | None, output_len: int, categories=None,
         path = os.path.expanduser(str(path))
         if not os.path.isfile(path):
             raise DatasetError(f"{path}: no such file ({kind} dataset)")
-    stamp = os.stat(path).st_mtime_ns if kind != "hf" else None
+    stamp = os.stat(path).st_mtime_ns if kind != "hf" else None  # type: ignore[arg-type]  # not hf: a path (above)
     prompts = list(_load_cached(kind, path, stamp, output_len, hf_subset, hf_split,
                                 bool(multi_turn)))
     if categories:
@@ -341,7 +342,7 @@ def sequence(prompts: list[Prompt], num: int) -> list[Prompt]:
     """
     if not prompts:
         raise DatasetError("no prompts to send")
-    by_cat: dict[str, list[Prompt]] = {}
+    by_cat: dict[str | None, list[Prompt]] = {}
     for p in prompts:
         by_cat.setdefault(p.category, []).append(p)
     lists = list(by_cat.values())

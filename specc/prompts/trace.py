@@ -168,7 +168,7 @@ def check(path: str, *, context_length: int | None = None) -> list[str]:
                 _in_order(row, last)
                 last = row
                 n += 1
-                need = (row.input_tokens or count_tokens(row.prompt)) + row.output_tokens
+                need = (row.input_tokens or count_tokens(row.prompt)) + row.output_tokens  # type: ignore[arg-type]  # a row has a prompt or its length
                 if context_length and need > context_length:
                     problems.append(f"{where}: {need} tokens (input + output) are over the "
                                     f"context length {context_length}")
@@ -318,8 +318,8 @@ def _text(row: Row, k: int, blocks: collections.OrderedDict[int, list[str]]) -> 
         else:
             blocks.move_to_end(h)
         words += block
-        if len(words) >= row.input_tokens:
+        if len(words) >= row.input_tokens:  # type: ignore[operator]  # no prompt: a length (_row)
             break
-    if len(words) < row.input_tokens:   # a row's own words: no accidental shared prefix
-        words += random.Random(f"row{k}").choices(_WORDS, k=row.input_tokens - len(words))
+    if len(words) < row.input_tokens:  # type: ignore[operator]  # a row's own words: no accidental shared prefix
+        words += random.Random(f"row{k}").choices(_WORDS, k=row.input_tokens - len(words))  # type: ignore[operator]
     return " ".join(words[:row.input_tokens])

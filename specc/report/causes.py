@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 #: The resolved config Hydra saves into every run dir (its sha256 is the manifest's).
 CONFIG = Path(".hydra") / "config.yaml"
@@ -49,9 +50,10 @@ def _text(v) -> str:
 def config_diff(run_dirs: list) -> list[dict]:
     """Each config key whose value differs between the runs: {field: "config <key>",
     values}; a run without a saved config is left out (nothing to name)."""
-    configs = [read_config(d) for d in run_dirs]
-    if any(c is None for c in configs):
+    read = [read_config(d) for d in run_dirs]
+    if any(c is None for c in read):
         return []
+    configs = cast(list[dict], read)   # none is None (above)
     keys = sorted(set().union(*configs))
     out = []
     for k in keys:

@@ -23,7 +23,9 @@ import os
 import re
 from itertools import compress
 from operator import add
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from specc import requestlog as reqlog
 from specc.files import RECORDS_BYTES, UnreadableFile, atomic_write, read_bounded
@@ -43,7 +45,7 @@ _NUM = r'-?[0-9][0-9.eE+-]*'
 #: ok, output tokens, TTFT, latency. A file whose every line matches is read without
 #: building a dict per line; any other file goes through json (the same result, slower).
 _LINE = re.compile(
-    r'^\{"attempt":(%s),"repeat":(\d+),"i":(\d+),"id":(%s|null),(?:"turn":\d+,)?'
+    r'^\{"attempt":(%s),"repeat":(\d+),"i":(\d+),"id":(%s|null),(?:"turn":\d+,)?'  # noqa: UP031  a regex: % leaves its braces as they are
     r'"category":(?:%s|null),'
     r'"ok":(true|false),"error":(?:%s|null),"input_tokens":(?:\d+|null),'
     r'"output_tokens":(\d+),"ttft":(%s),"e2e_latency":(%s),"start":(?:%s|null),'
@@ -61,12 +63,12 @@ def _read_fast(text: str) -> dict | None:
         return None
     try:   # column by column: the conversions run in C, not a Python loop per line
         attempt, rep, idx, pid, ok, tok, ttft, lat = zip(*lines)
-        attempt, ttft, lat = (list(map(float, c)) for c in (attempt, ttft, lat))
-        tok, rep, idx = (list(map(int, c)) for c in (tok, rep, idx))
+        attempt, ttft, lat = (list(map(float, c)) for c in (attempt, ttft, lat))  # type: ignore[assignment]  # the texts as numbers
+        tok, rep, idx = (list(map(int, c)) for c in (tok, rep, idx))  # type: ignore[assignment]  # the texts as numbers
     except ValueError:   # a number the loose pattern let through: json decides
         return None
     pids = [None if p == "null" else (json.loads(p) if "\\" in p else p[1:-1]) for p in pid]
-    rows = zip(zip(rep, idx, pids), zip(tok, lat, ttft))
+    rows: Iterable = zip(zip(rep, idx, pids), zip(tok, lat, ttft))
     finite = all(map(math.isfinite, map(add, lat, ttft)))   # as json's: of the sum
     if not (finite and ok.count("true") == len(ok) and len(set(attempt)) <= 1):
         last = max(attempt)
@@ -118,6 +120,15 @@ def _read_json(text: str, run_dir: Path, benchmark: str) -> dict:
 class Columns:
     """Every point's requests as read_requests gives them, as columns: point ``j``'s rows
     are ``offsets[j]:offsets[j + 1]``; ``code`` indexes ``ids`` (-1: no prompt id)."""
+
+    # the numpy arrays of _COLUMNS, set by name in __init__
+    offsets: Any
+    repeat: Any
+    place: Any
+    code: Any
+    tokens: Any
+    latency: Any
+    ttft: Any
 
     def __init__(self, benchmarks, ids, **cols):
         self.benchmarks = list(benchmarks)
@@ -296,7 +307,7 @@ def write(run_dir: Path, cols: Columns, meta: dict, digest: str) -> None:
     # the longest)
     texts = {n: np.frombuffer(json.dumps(v).encode(), np.uint8) for n, v in (
         ("digest", digest), ("benchmarks", cols.benchmarks), ("ids", cols.ids), ("meta", meta))}
-    np.savez(buf, **texts, **{n: getattr(cols, n) for n in _COLUMNS})
+    np.savez(buf, **texts, **{n: getattr(cols, n) for n in _COLUMNS})  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
     atomic_write(Path(run_dir) / FILE, _sealed(buf))
 
 

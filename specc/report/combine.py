@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from specc.files import STATE_BYTES, atomic_write, read_text
@@ -114,7 +115,7 @@ def combine_reports(sweep_dir: Path | str, run_dirs: list[Path]) -> Path:
     for rd in run_dirs:
         rd = Path(rd)
         job = names[rd]
-        info = {"job": job, "label": labels[job], "run_dir": str(rd),
+        info: dict[str, Any] = {"job": job, "label": labels[job], "run_dir": str(rd),
                 "overrides": " ".join(_overrides(rd))}
         try:
             rep = build_report(rd)

@@ -18,6 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeGuard
 
 from specc import stats
 from specc.manifest import ManifestError, parse_manifest
@@ -273,7 +274,7 @@ def _se(iv) -> float | None:
     return (float(iv[1]) - float(iv[0])) / (2 * 1.959963984540054)
 
 
-def _number(v) -> bool:
+def _number(v) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -285,7 +286,7 @@ def _shared(ra: Run, rb: Run, keys: list[str], ca, cb) -> list[tuple]:
     import numpy as np
 
     cand: dict[int, list] = {}   # prompts a side -> [(key, start a, start b, scale)]
-    slow = []
+    slow: list = []
     for k in keys:
         pa, pb = ra.points[k], rb.points[k]
         (a0, a1), (b0, b1) = ca.span(pa.benchmark), cb.span(pb.benchmark)
@@ -407,7 +408,7 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold,
     ``threshold``: a fraction, or {key: {figure: (floor, where from)}} (noise.floors)."""
     import numpy as np
 
-    figs = {k: {} for k in keys}
+    figs: dict[str, dict] = {k: {} for k in keys}
     ca, cb = ra.requests, rb.requests
     batch = _shared(ra, rb, keys, ca, cb)
     resampled = _paired_batch(batch, ca, cb, figs) if batch else {}
@@ -438,7 +439,7 @@ def compare_pair(ra: Run, rb: Run, keys: list[str], threshold,
     return out
 
 
-def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
+def compare_runs(paths: list, threshold: float | None = DEFAULT_THRESHOLD,
                  figures: tuple = tuple(FIGURES)) -> dict:
     """Compare every later run against the first; CompareError for bad input.
     ``figures``: the ones that can flag a regression (all are shown)."""
@@ -457,7 +458,7 @@ def compare_runs(paths: list, threshold: float = DEFAULT_THRESHOLD,
                                "nothing); give two different run dirs")
     runs = [load_run(p) for p in paths]
     a = runs[0]
-    out = {"threshold": threshold, "figures": list(figures),
+    out: dict[str, Any] = {"threshold": threshold, "figures": list(figures),
            "runs": [str(r.path) for r in runs],
            "provenance": provenance_diff(runs) + causes.config_diff(resolved),
            "machine": causes.machine_diff([r.manifest for r in runs]),

@@ -98,6 +98,7 @@ def markdown_to_html(md: str, run_dir: Path) -> str:
             continue
         elif _IMG.fullmatch(line.strip()):
             m = _IMG.fullmatch(line.strip())
+            assert m is not None   # matched just above
             out.append(_image(m.group(1), m.group(2), run_dir))
         elif line.strip():
             out.append(f"<p>{_inline(line)}</p>")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 ENV = "SPECC_INDEX"
 INDEX_FILE = "specc-index.sqlite"
 OUTPUTS = "outputs"
 
 
-def from_env() -> Path | None | bool:
+def from_env() -> Path | None | Literal[False]:
     """$SPECC_INDEX: its path; None when `off`; False when unset."""
     env = os.environ.get(ENV, "").strip()
     if not env:

@@ -42,19 +42,19 @@ def attach(rows: list[PointRow], results: dict, run_dir) -> None:
             _num(x) is not None for x in pp) else None
         mine = reqs(r.benchmark)
         if not mine:   # no request records: the intervals the result line carries
-            r.intervals = {k: stats.Interval(r.metric(k), lo, hi, r.basis.get("requests") or 0)
+            r.intervals = {k: stats.Interval(r.metric(k), lo, hi, r.basis.get("requests") or 0)  # type: ignore[arg-type]  # not None: filtered below
                            for k, (lo, hi) in (extra.get("intervals") or {}).items()
                            if r.metric(k) is not None}
             continue
         base_row = by_id.get(r.baseline_benchmark) if r.baseline_benchmark else None
         base = reqs(base_row.benchmark) if base_row is not None and base_row.status == "ok" \
             else None
-        base_basis = {}
-        if base and results.get(base_row.benchmark) is not None:
+        base_basis: dict = {}
+        if base and base_row is not None and results.get(base_row.benchmark) is not None:
             base_basis = results[base_row.benchmark].extra.get("basis") or {}
         figs = stats.point_figures(
             mine, _duration(r, r.basis), base=base or None,
-            base_duration=_duration(base_row, base_basis) if base else None,
+            base_duration=_duration(base_row, base_basis) if base and base_row is not None else None,
             repeats=r.basis.get("repeats"), base_repeats=base_basis.get("repeats"))
         r.intervals = {k: v for k, v in figs.items() if isinstance(v, stats.Interval)}
         r.speedup_iv = r.intervals.pop("speedup", None)
@@ -102,7 +102,7 @@ def rests_on(g: Group) -> str:
     text = (f"Rests on {span(n)} requests ({span(t)} output tokens) per point"
             + (f", speedups on {span(pairs)} matched prompt pairs" if pairs else "")
             + f"; 95% bootstrap intervals {how}.")
-    stopped = {}
+    stopped: dict[str, int] = {}
     for r in ok:
         s = r.basis.get("stopped")
         if s and s != "fixed":
@@ -110,7 +110,7 @@ def rests_on(g: Group) -> str:
     if stopped:
         target = next((r.basis.get("target_ci") for r in ok if r.basis.get("target_ci")), None)
         parts = [f"{k} ({v} point{'s' if v > 1 else ''})" for k, v in sorted(stopped.items())]
-        text += (f" Adaptive stopping (target +-{target * 100:g}% on throughput): "
+        text += (f" Adaptive stopping (target +-{(target or 0) * 100:g}% on throughput): "
                  + ", ".join(parts) + ".")
     return text
 
@@ -124,7 +124,7 @@ def tied(g: Group) -> tuple[PointRow | None, list[PointRow]]:
         figs = {r.benchmark: r.intervals.get("output_throughput") for r in spec}
     best, ties = stats.ties(figs)
     by = {r.benchmark: r for r in spec}
-    return by.get(best), [by[k] for k in ties if k != best]
+    return by.get(best), [by[k] for k in ties if k != best]  # type: ignore[call-overload]  # best: a key of figs
 
 
 def category_table(g: Group) -> tuple[list[str], list[list[str]]] | None:

@@ -9,7 +9,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from specc import stats
 from specc.diagnostics import Diagnostic
@@ -348,7 +349,7 @@ def _best(g: Group) -> Best:
         by = "speedup"
     else:
         with_out = [r for r in spec if r.output_tps is not None]
-        row = max(with_out, key=lambda r: r.output_tps) if with_out else None
+        row = max(with_out, key=lambda r: r.output_tps or 0.0) if with_out else None  # type: ignore[assignment]  # None: no row, said below
         by = "output throughput"
     if row is not None and row.baseline_benchmark:
         base = next((r for r in g.rows if r.benchmark == row.baseline_benchmark

@@ -37,7 +37,7 @@ def make_plots(report: Report, plot_dir: Path) -> dict[str, Path]:
 
 def _plot_throughput(report: Report, Figure):
     ok = [r for r in report.rows if r.status == "ok" and r.output_tps is not None
-          and _num(r.concurrency) is not None and _num(r.concurrency) > 0]
+          and (_num(r.concurrency) or 0) > 0]
     if not ok:
         report.plot_notes.append("throughput_vs_concurrency: no successful points to plot")
         return None
@@ -51,7 +51,7 @@ def _plot_throughput(report: Report, Figure):
     fig.subplots_adjust(left=0.1, right=0.97, bottom=0.11, top=0.92)
     ax = fig.add_subplot(1, 1, 1)
     for key in sorted(lines, key=lambda k: (k[0], str(k[1]), k[2], k[3])):
-        pts = sorted(lines[key], key=lambda r: _num(r.concurrency))
+        pts = sorted(lines[key], key=lambda r: _num(r.concurrency) or 0.0)   # all > 0 (ok)
         name = key[3]
         if multi_job and key[0]:
             name = f"{key[0]}: {name}"
@@ -67,7 +67,7 @@ def _plot_throughput(report: Report, Figure):
         ax.errorbar([_num(r.concurrency) for r in pts], [r.output_tps for r in pts], yerr=yerr,
                     marker="o", label=name, capsize=3, **style)
     ax.set_xscale("log", base=2)
-    concs = sorted({_num(r.concurrency) for r in ok})
+    concs = sorted({_num(r.concurrency) or 0.0 for r in ok})   # all > 0 (ok)
     from matplotlib.ticker import NullLocator
     ax.set_xticks(concs)
     ax.xaxis.set_minor_locator(NullLocator())
@@ -83,19 +83,19 @@ def _plot_throughput(report: Report, Figure):
 def _plot_heatmap(report: Report, Figure):
     from matplotlib.colors import TwoSlopeNorm
 
-    cells: dict[tuple, dict[tuple, tuple[float, Any]]] = {}
+    cells: dict[tuple, dict[tuple, tuple[float, Any, Any]]] = {}
     workloads: dict[tuple, tuple] = {}
     for r in report.rows:
         sp = r.speedup
-        steps, topk = r.server_params.num_steps, r.server_params.topk
-        if r.is_baseline or r.status != "ok" or sp is None or steps is None or topk is None:
+        n_steps, topk = r.server_params.num_steps, r.server_params.topk
+        if r.is_baseline or r.status != "ok" or sp is None or n_steps is None or topk is None:
             continue
         key = (str(r.workload), _sort_num(r.concurrency))
         workloads[key] = (r.workload, r.concurrency)
         panel = cells.setdefault(key, {})
-        cur = panel.get((steps, topk))
+        cur = panel.get((n_steps, topk))
         if cur is None or sp > cur[0]:
-            panel[(steps, topk)] = (sp, r.server_params.num_draft_tokens, r.speedup_iv)
+            panel[(n_steps, topk)] = (sp, r.server_params.num_draft_tokens, r.speedup_iv)
     if not cells:
         report.plot_notes.append("speedup_heatmap: no speculative points with a speedup")
         return None
@@ -194,7 +194,7 @@ def _plot_positions(report: Report, Figure):
     fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.9)
     ax = fig.add_subplot(1, 1, 1)
     for r in pts:
-        ys = r.accept_per_position
+        ys = r.accept_per_position or []   # not empty (pts)
         ax.plot(range(1, len(ys) + 1), ys, marker="o",
                 label=f"{r.label} @ c={_conc_text(r.concurrency)}")
     ax.set_xlabel("draft position")

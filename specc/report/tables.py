@@ -256,12 +256,12 @@ def render_markdown(report: Report) -> str:
                        f"{md(d.get('reason') or '')}".rstrip())
         out.append("")
 
-    warn_diags = [d for d in report.diagnostics if d.severity in ("warning", "error")]
+    warn_diags = [g for g in report.diagnostics if g.severity in ("warning", "error")]
     if warn_diags:
         out += ["## Compile diagnostics", ""]
-        for d in warn_diags:
-            out.append(f"- {md(d.severity)} `{md_code(d.code)}` at "
-                       f"`{md_code(d.path)}`: {md(d.message)}")
+        for diag in warn_diags:
+            out.append(f"- {md(diag.severity)} `{md_code(diag.code)}` at "
+                       f"`{md_code(diag.path)}`: {md(diag.message)}")
         out.append("")
 
     if report.plots or report.plot_notes:

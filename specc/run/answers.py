@@ -123,5 +123,5 @@ async def get_capped(client, url: str, *, cap: int = SIDE_READ_CAP,
 
     try:
         return await asyncio.wait_for(read(), total_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise BadAnswer(f"no complete answer in {total_s:g} s") from None

@@ -31,7 +31,7 @@ def script_of(module: str) -> Path:
     """The file of a specc module, found without importing it or its packages (a parser
     script runs as a file under the engine's Python, where specc need not be installed)."""
     top, *rest = module.split(".")
-    where = importlib.util.find_spec(top).submodule_search_locations[0]
+    where = importlib.util.find_spec(top).submodule_search_locations[0]  # type: ignore[union-attr,index]  # a package of specc's
     return Path(where, *rest).with_suffix(".py")
 
 

@@ -162,7 +162,7 @@ class Executor:
                          port=server.port, started_at=running.started_at,
                          create_time=ownership.create_time(running.pid), ready_at=None,
                          status="starting", log=server.log, gpus=list(server.gpus))
-        verified = []   # the listener was found to be this server's: nothing can take it now
+        verified: list = []   # the listener was found to be this server's: nothing can take it now
 
         def listener_check() -> str | None:
             """Readiness asks on every answer until the listener proves to be the server."""
@@ -377,7 +377,7 @@ def plan_progress(plan: Plan, results: ResultLog, progress: SweepProgress) -> No
         points, servers = sum(most), len(most)
     note = ""
     if earlier:
-        ok = sum(results.get(b.id).get("status") == "ok" for b in earlier)
+        ok = sum(results.get(b.id).get("status") == "ok" for b in earlier)  # type: ignore[union-attr]  # finished: a row each
         note = (f"resuming: {len(earlier)} of {len(plan.benchmarks)} points finished in an "
                 f"earlier run ({ok} ok, {len(earlier) - ok} failed) are kept, not rerun; "
                 f"{'at most ' if at_most else ''}{points} to run")

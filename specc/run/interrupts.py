@@ -22,6 +22,7 @@ import stat
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -33,8 +34,8 @@ class Stopper:
     def __init__(self, log_path: Path):
         self.log_path = Path(log_path)
         self.signals: list[int] = []
-        self.on_first = None          # set by the runner: cancels the sweep
-        self.loop = None
+        self.on_first: Any = None          # set by the runner: cancels the sweep
+        self.loop: Any = None
 
     @property
     def stopping(self) -> bool:

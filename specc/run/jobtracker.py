@@ -234,7 +234,7 @@ class Tracker:
         are, the rest asked about (live ones are followed, ended ones settled)."""
         if not isinstance(earlier, dict) or earlier.get("comment") != self.comment:
             return []
-        records = earlier.get("jobs") if isinstance(earlier.get("jobs"), dict) else {}
+        records = earlier["jobs"] if isinstance(earlier.get("jobs"), dict) else {}
         asked = []
         for job in self.jobs:
             rec = records.get(job.name)
@@ -342,7 +342,7 @@ class Tracker:
                     job.state, job.reason, job.started_at = "?", "", None   # shown afresh
                 out += self._update(now, job, row)
         if acct:
-            out.append(AskAcct(tuple(j.id for j in acct)))
+            out.append(AskAcct(tuple(j.id for j in acct)))  # type: ignore[misc]  # submitted: an id each
         return out + self._after(now)
 
     def acct(self, now: float, answers: dict) -> list:
@@ -611,7 +611,7 @@ class Tracker:
         if kill:
             for j in kill:
                 j.killed, j.stop_deadline = True, now + KILL_WAIT_S
-            out.append(Cancel(tuple(j.id for j in kill)))
+            out.append(Cancel(tuple(j.id for j in kill)))  # type: ignore[misc]  # submitted: an id each
         for j in late:
             if j in kill:
                 continue

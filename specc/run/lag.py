@@ -47,14 +47,14 @@ async def read(client, url: str, recipe: ScheduleLag | None) -> dict | None:
     return None if text is None else parse(text, recipe)
 
 
-def over_point(recipe: ScheduleLag, before: dict | None, after: dict | None,
+def over_point(recipe: ScheduleLag | None, before: dict | None, after: dict | None,
                duration_s: float | None = None) -> dict | None:
     """The point's figure, for its row: steps, how many were later than the point's bound
     (for its duration; counted against the histogram's edge at or below the bound, so
     never fewer), the worst lateness (s; `worst_exact` false: only that it was later
     than this) and the bound. None if unknown (a read missing, or counters that went
     back: a restart)."""
-    if not before or not after:
+    if not before or not after or recipe is None:
         return None
     bound = recipe.bound(duration_s)
     b, a = before["buckets"], after["buckets"]

@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 SAMPLES = "machine.jsonl"
@@ -44,7 +45,7 @@ def cpu_times(path: str = "/proc/stat") -> list[int] | None:
     return [ticks[7], sum(ticks[:8])]
 
 
-def parse_gpu_apps(csv: str, ours: set[int] = frozenset()) -> list[dict]:
+def parse_gpu_apps(csv: str, ours: AbstractSet[int] = frozenset()) -> list[dict]:
     """The processes `nvidia-smi --query-compute-apps=pid,process_name,used_memory
     --format=csv,noheader,nounits` lists, less those of ``ours`` (process groups: the
     run's own servers)."""
@@ -68,7 +69,7 @@ def parse_gpu_apps(csv: str, ours: set[int] = frozenset()) -> list[dict]:
     return out
 
 
-def gpu_others(ours: set[int] = frozenset(), smi: str = "nvidia-smi") -> list[dict] | None:
+def gpu_others(ours: AbstractSet[int] = frozenset(), smi: str = "nvidia-smi") -> list[dict] | None:
     """Compute processes on this machine's GPUs that are not the run's own; None where
     nvidia-smi is absent or fails (a machine without GPUs)."""
     if not shutil.which(smi):
@@ -80,7 +81,7 @@ def gpu_others(ours: set[int] = frozenset(), smi: str = "nvidia-smi") -> list[di
     return parse_gpu_apps(p.stdout, ours) if p.returncode == 0 else None
 
 
-def sample(ours: set[int] = frozenset(), *, when: str = "") -> dict:
+def sample(ours: AbstractSet[int] = frozenset(), *, when: str = "") -> dict:
     """One sample of the machine now."""
     try:
         load = list(os.getloadavg())
@@ -91,7 +92,7 @@ def sample(ours: set[int] = frozenset(), *, when: str = "") -> dict:
             "gpu_others": gpu_others(ours)}
 
 
-def record(run_dir: Path | str, ours: set[int] = frozenset(), *, when: str = "") -> None:
+def record(run_dir: Path | str, ours: AbstractSet[int] = frozenset(), *, when: str = "") -> None:
     """Append one sample to the run dir's machine.jsonl; silent when it cannot."""
     line = json.dumps(sample(ours, when=when)) + "\n"
     try:

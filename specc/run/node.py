@@ -92,7 +92,7 @@ class JobResults(ResultLog):
     def _load(self) -> None:  # pragma: no cover - loading is done in __init__
         pass
 
-    def append(self, row: dict) -> None:
+    def append(self, row: dict) -> None:  # type: ignore[override]  # a node's rows are dicts
         if self.stopping() and row.get("status") != "ok":
             return
         log = self.own[row["server"]]
@@ -284,6 +284,7 @@ def main(argv=None) -> int:
         print(f"error: no Slurm job {args.job!r} in {args.plan} (its jobs: "
               f"{known or 'none, it runs on one machine'})", file=sys.stderr)
         return exits.INVALID
+    assert plan.cluster is not None   # its jobs were listed above
     return run_job(plan, path.parent, list(plan.cluster.job(args.job).servers), job=args.job)
 
 

@@ -28,7 +28,7 @@ _LISTEN = "0A"
 _PROC = Path("/proc")
 
 
-def _addr(hex_ip: str) -> ipaddress._BaseAddress:
+def _addr(hex_ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     """/proc/net/tcp's address: 32-bit words in host byte order."""
     raw = bytes.fromhex(hex_ip)
     words = struct.unpack(f"={len(raw) // 4}I", raw)
@@ -43,13 +43,13 @@ def _targets(host: str) -> set[ipaddress._BaseAddress] | None:
     except ValueError:
         pass
     try:
-        return {ipaddress.ip_address(ai[4][0].split("%")[0])
+        return {ipaddress.ip_address(str(ai[4][0]).split("%")[0])
                 for ai in socket.getaddrinfo(h, None, proto=socket.IPPROTO_TCP)}
     except (OSError, ValueError):
         return None
 
 
-def _reaches(local: ipaddress._BaseAddress, targets) -> bool:
+def _reaches(local: ipaddress.IPv4Address | ipaddress.IPv6Address, targets) -> bool:
     """Whether a listener bound to `local` receives connections made to `targets`."""
     if targets is None or local.is_unspecified:
         return True
@@ -80,7 +80,7 @@ def listening_inodes(host: str, port: int) -> set[int] | None:
 
 
 def _socket_inodes(pid: int) -> set[int]:
-    out = set()
+    out: set[int] = set()
     fd_dir = _PROC / str(pid) / "fd"
     try:
         names = os.listdir(fd_dir)

@@ -124,7 +124,7 @@ async def _builtin(server: Server, bench: Benchmark, url: str, run_dir: Path | N
         if res.server_gone:
             gone = True
             break
-    duration = sum(x["duration"] for x in repeats)
+    duration = sum(x["duration"] for x in repeats)  # type: ignore[misc]  # numbers (above)
     metrics = summarize(records, duration, concurrency=p.concurrency,
                         max_in_flight=max_in_flight)
     errors = [r.error for r in records if not r.ok]
@@ -150,7 +150,7 @@ def figures_extra(lines: list[dict], duration: float, repeats: list[dict],
     from specc import stats
 
     figs = stats.point_figures(lines, duration, repeats=repeats)
-    intervals = {k: [v.lo, v.hi] for k, v in figs.items()
+    intervals: dict = {k: [v.lo, v.hi] for k, v in figs.items()
                  if isinstance(v, stats.Interval) and v.lo is not None}
     intervals = {k: [round(lo, 4), round(hi, 4)] for k, (lo, hi) in intervals.items()}
     unit = "repeat" if len(repeats) > 1 else "request"
@@ -188,7 +188,7 @@ async def _bench_serving(server: Server, bench: Benchmark, run_dir: Path, ctx):
 
     out = run_dir / "bench_serving" / f"{bench.id}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    argv = list(bench.argv)
+    argv = list(bench.argv or ())   # set: the caller checked
     if BENCH_SERVING_RANDOM_SOURCE in argv and not (run_dir / BENCH_SERVING_RANDOM_SOURCE).exists():
         write_sharegpt_source(run_dir / BENCH_SERVING_RANDOM_SOURCE)
     backend = argv[argv.index("--backend") + 1] if "--backend" in argv else "sglang"
@@ -219,7 +219,7 @@ async def _bench_serving(server: Server, bench: Benchmark, run_dir: Path, ctx):
     metrics = {(k.replace("_itl_", f"_{itl_as}_")): data[k] for k in keys
                if _finite(data.get(k))}
     acc = data.get("accept_length")
-    if _finite(acc) and 1.0 <= acc <= accept_bound(server.params):
+    if _finite(acc) and 1.0 <= acc <= accept_bound(server.params):  # type: ignore[operator]  # _finite: a number
         metrics["bench_serving_accept_length"] = acc
     missing = bench.params.num_prompts - int(metrics.get("completed", 0))
     return metrics, ["bench_serving: request failed"] * max(missing, 0), None, {}
@@ -231,7 +231,7 @@ async def flush_cache(client: httpx.AsyncClient, url: str, server: Server) -> st
     if req.path is None:
         return f"not flushed: {req.unavailable}"
     try:
-        r = await client.request(req.method, url + req.path, timeout=30.0)
+        r = await client.request(req.method, url + req.path, timeout=30.0)  # type: ignore[arg-type]  # set with path
     except httpx.HTTPError as e:
         return f"not flushed: {req.method} {req.path} failed ({type(e).__name__})"
     if not 200 <= r.status_code < 300:

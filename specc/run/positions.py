@@ -19,6 +19,7 @@ from specc.run.prometheus import samples, scrape
 
 def parse(text: str, recipe: AcceptPositions) -> dict:
     """{"drafts": n, "accepted": {position: n}} from a /metrics text (absent counters: 0)."""
+    accepted: dict
     drafts, accepted = 0.0, {}
     label = recipe.label
     for name, labels, v in samples(text):

@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Any, TextIO
+from collections.abc import Callable
 
 __all__ = ["SweepProgress", "format_duration", "TERMINAL_PHASES"]
 
@@ -100,14 +101,14 @@ class SweepProgress:
         self._st = _State()
         self._t0 = clock()
         self._closed = False
-        self._live = None
-        self._console = None
+        self._live: Any = None
+        self._console: Any = None
         if self.live:
             self._start_live()
 
     # ------------------------------------------------------------------ public API
 
-    def __enter__(self) -> "SweepProgress":
+    def __enter__(self) -> SweepProgress:
         return self
 
     def __exit__(self, *exc) -> None:

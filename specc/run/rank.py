@@ -17,7 +17,7 @@ import sys
 USAGE = "usage: python -m specc.run.rank --head ADDR [--follower ARG]... -- ARGV..."
 
 
-def fill(argv: list[str], *, rank: str, head: str, follower: list[str] = ()) -> list[str]:
+def fill(argv: list[str], *, rank: str, head: str, follower: list[str] | tuple[()] = ()) -> list[str]:
     """One rank's command: placeholders filled in, and `follower` added on ranks > 0."""
     out = [a.replace("{node_rank}", rank).replace("{head}", head) for a in argv]
     return out + (list(follower) if rank != "0" else [])

@@ -74,6 +74,7 @@ def main(argv=None) -> int:
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        assert server.stdout is not None   # a pipe (above)
         copy(server.stdout.fileno(), fd, values)
     finally:
         os.close(fd)

@@ -157,6 +157,7 @@ class Driver:
     def __init__(self, plan: Plan, run_dir: Path, progress, *, now=time.time):
         self.plan = plan
         self.run_dir = Path(run_dir).resolve()
+        assert plan.cluster is not None   # a Slurm plan's
         self.cluster = plan.cluster
         self.progress = progress
         self.now = now

@@ -224,7 +224,7 @@ class Sim:
             self.draft_cost = perf.ngram_cost(tp=self.tp, gpu=gpu)
         tw = self.cost.dense_bytes_per_gpu + self.cost.expert_bytes_per_gpu
         self.weight_gb_per_gpu = tw / 1e9
-        dw = self.draft_cost.dense_bytes_per_gpu if self.has_draft else 0.0
+        dw = self.draft_cost.dense_bytes_per_gpu if self.has_draft else 0.0  # type: ignore[union-attr]  # a draft: its cost
         self.draft_weight_gb_per_gpu = dw / 1e9
         est = sg.estimate_phase_seconds(
             weight_gb_per_gpu=self.weight_gb_per_gpu,

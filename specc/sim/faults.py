@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .versions import FAULT_PHASES
@@ -92,7 +93,7 @@ def fault_help() -> str:
     return "\n".join(lines)
 
 
-def fault_from(args, environ: dict | None = None) -> Fault | None:
+def fault_from(args, environ: Mapping[str, str] | None = None) -> Fault | None:
     environ = os.environ if environ is None else environ
     spec = args.sim_fault if args.sim_fault else environ.get(FAULT_ENV)
     return parse_fault(spec)

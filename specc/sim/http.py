@@ -272,7 +272,7 @@ class App:
         out = []
         for metric, kind, help_, samples in rows:
             out.append(f"# HELP {metric} {help_}\n# TYPE {metric} {kind}\n")
-            out.extend(f"{metric}{{{labels}}} {float(value)}\n" for labels, value in samples)
+            out.extend(f"{metric}{{{labels}}} {float(value)}\n" for labels, value in samples)  # type: ignore[attr-defined]  # a list of (labels, value)
         out.append(self._lateness_metrics(f'model_name="{name}"'))
         return Response("".join(out), media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -42,6 +42,7 @@ def join(sim) -> list[socket.socket]:
         lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         lsock.bind((host, port))
         lsock.listen(a.nnodes)
+        joined: set[int]
         peers, joined = [], set()
         while len(joined) < a.nnodes - 1:
             conn, _ = lsock.accept()

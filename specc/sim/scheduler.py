@@ -88,7 +88,7 @@ class Schedule:
 
     def delivered(self, now: float) -> float:
         """The step due at ``self.due`` was delivered at ``now``: its lateness (s, >= 0)."""
-        late = max(0.0, now - self.due)
+        late = max(0.0, now - self.due)  # type: ignore[operator]  # a step was due
         self.steps += 1
         self.late_sum += late
         if late > self.late_max:
@@ -296,8 +296,8 @@ class Scheduler:
             r.a_ctx = step
             a = r.a_pos * (perf.context_acceptance_factor(step * CONTEXT_STEP)
                            if self.sim.has_draft else 1.0)
-            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,
-                                                      spec.num_draft_tokens)[1]
+            r.a_eff = perf.effective_depth_and_accept(a, spec.num_steps, spec.topk,  # type: ignore[union-attr]  # has_draft: a spec
+                                                      spec.num_draft_tokens)[1]  # type: ignore[union-attr]
         return r.a_eff
 
     # -- stats --------------------------------------------------------------------
@@ -482,7 +482,7 @@ class Scheduler:
         done = (self.real_gen_tokens // f.arg if f.arg else
                 int(time.monotonic() - self.first_gen_mono))
         if done > self._stalls:
-            self._stalls = done
+            self._stalls = done  # type: ignore[assignment]  # a whole number (floor division)
             return True
         return False
 

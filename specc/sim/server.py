@@ -47,7 +47,7 @@ async def serve(sim: Sim, sock: socket.socket) -> None:
         lg.propagate = False
     config = uvicorn.Config(raw_send_wrapper(app.app), log_config=None, access_log=False,
                             lifespan="off", timeout_keep_alive=30, loop="asyncio", http="h11",
-                            timeout_graceful_shutdown=0.5, proxy_headers=False)
+                            timeout_graceful_shutdown=0.5, proxy_headers=False)  # type: ignore[arg-type]  # seconds, a float works
     server = uvicorn.Server(config)
     tasks = [asyncio.ensure_future(sched.run()), asyncio.ensure_future(truth.TRUTH.flusher())]
     v = sim.version

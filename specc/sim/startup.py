@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from specc.engines import sglang as sg
 
@@ -148,7 +149,7 @@ class Startup:
         s = self.sim
         dtype = ("torch.float8_e4m3fn" if "fp8" in str(s.args.kv_cache_dtype)
                  else "torch.bfloat16")
-        name = dict(cache_name=s.strings["kv_cache_name"][0], state=s.strings["kv_is_allocated"][0])
+        name: dict[str, Any] = dict(cache_name=s.strings["kv_cache_name"][0], state=s.strings["kv_is_allocated"][0])
         if s.mla:
             self.say("kv_allocated_mla", dtype=dtype, tokens=s.max_total_tokens, kv=s.kv_gb, **name)
         else:
@@ -164,7 +165,7 @@ class Startup:
         self.say(prefix + "_begin", all_ranks=all_ranks, avail=self.avail, backend="full",
                  bs=self.graph_bs, **fields)
         if getattr(self.sim, "tree_error", None) and prefix.startswith("draft_"):
-            print_traceback(self.sim, self.sim.tree_error, [
+            print_traceback(self.sim, self.sim.tree_error, [  # type: ignore[arg-type]  # set (above)
                 ("/sgl-workspace/sglang/python/sglang/srt/speculative/eagle_utils.py", 109,
                  "organize_draft_results",
                  "top_scores = torch.topk(score_list, num_draft_token - 1, dim=-1)")])
@@ -198,12 +199,14 @@ class Startup:
                     tokens_per_req=spec.num_draft_tokens if spec else 1)
 
     def capture_draft_decode_cuda_graph(self, d: float) -> None:
+        assert self.sim.spec is not None   # a draft graph: speculation
         self._prefill_graph("draft", d / 4, True)   # logger.info: every rank
         d -= d / 4
         self._graph("draft_decode", "capture_draft_decode_cuda_graph", d, 0.41,
                     not self.sim.behaviour["rank0_draft_graphs"], topk=self.sim.spec.topk)
 
     def capture_draft_extend_cuda_graph(self, d: float) -> None:
+        assert self.sim.spec is not None   # a draft graph: speculation
         if (self.sim.spec.num_steps or 0) <= 1:   # no draft decode graph: the prefill's first
             self._prefill_graph("draft", d / 4, True)
             d -= d / 4

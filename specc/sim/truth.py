@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from typing import NoReturn
 
 _MONO0 = time.monotonic()
 _EPOCH0 = time.time()
@@ -90,7 +91,7 @@ class Truth:
 TRUTH = Truth(None)
 
 
-def hard_exit(code: int) -> None:
+def hard_exit(code: int) -> NoReturn:
     TRUTH.flush()
     try:
         sys.stdout.flush()

@@ -152,7 +152,7 @@ def perf_steps(target_values: dict, draft_values: dict | None, *, tp: int, gpu: 
     target = perf.model_cost(target_values, tp=tp, gpu=gpu)
     draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if draft_values else None
 
-    def step_s(shape, concurrency: int) -> float:
+    def step_s(shape: tuple[int, int, int] | None, concurrency: int) -> float:
         spec = None if shape is None else perf.SpecConfig(*shape, PRIOR_ACCEPTANCE)
         return perf.decode_step_s(target, concurrency, spec, draft if spec else None, context)
 

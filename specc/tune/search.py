@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 from specc.tune import bracket, predict
 
@@ -228,7 +229,7 @@ class Search:
         pts = [self.points[(s, concurrency)] for s in self._spec_measured()
                if (s, concurrency) in self.points
                and self.points[(s, concurrency)].speedup is not None]
-        return max(pts, key=lambda p: p.speedup, default=None)
+        return max(pts, key=lambda p: p.speedup or 0.0, default=None)   # none is None (above)
 
     # -- what to do next ---------------------------------------------------------------
     def next_action(self, now: float) -> Start | Stop:
@@ -253,7 +254,7 @@ class Search:
                 return self._stop("every candidate was started")
             return Start(left[0], "no acceptance measured yet: the next candidate in order")
         u = self.error()
-        ref = {c: max(b.speedup if (b := self.best_at(c)) else 0.0, 1.0) for c in self.ladder}
+        ref = {c: max((b.speedup or 0.0) if (b := self.best_at(c)) else 0.0, 1.0) for c in self.ladder}
         preds = {sid: {c: self.predict(sid, c) or 0.0 for c in self.ladder}
                  for sid in self.cands if not self.done(sid)}
         bar = {c: ref[c] * (1 + self.rec.margin) for c in self.ladder}   # worth a start
@@ -317,7 +318,7 @@ class Search:
                      "interval": [_r(b.lo), _r(b.hi)],
                      "ties": [{"server": s, **_shape_dict(self.cands[s]),
                                "speedup": _r(self.points[(s, c)].speedup)} for s in ties]}
-            best[str(c)] = {"baseline": True, "best_speculative": entry} if b.speedup < 1.0 \
+            best[str(c)] = {"baseline": True, "best_speculative": entry} if cast(float, b.speedup) < 1.0 \
                 else entry
         out = {"server_starts": len(self.starts), "grid_server_starts": len(self.cands) + 1,
                "max_starts": self.rec.max_starts, "stopped": self.stop_reason,
@@ -442,7 +443,7 @@ def _list(cs: list[int]) -> str:
 
 
 def _overlap(a: Point, b: Point) -> bool:
-    if None in (a.lo, a.hi, b.lo, b.hi):
+    if a.lo is None or a.hi is None or b.lo is None or b.hi is None:
         return a.speedup == b.speedup
     return a.hi >= b.lo and b.hi >= a.lo
 

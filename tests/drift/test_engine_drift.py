@@ -16,6 +16,7 @@ Deselect locally with ``-m "not drift"``.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -514,7 +515,7 @@ def test_every_marker_regex_matches_the_line_its_release_prints(package):
 
 # --- SGLang's memory hooks: their order and reserves, and specc's mirror of them ---------
 
-def _sglang_source(file: str) -> "ast.Module":
+def _sglang_source(file: str) -> ast.Module:
     import ast
 
     return ast.parse((site_packages(engine_python("sglang")) / "sglang/srt" / file).read_text())

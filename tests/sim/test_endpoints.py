@@ -3,7 +3,6 @@
 import json
 
 import httpx
-import pytest
 
 
 def sse_events(resp: httpx.Response) -> list:

@@ -403,8 +403,8 @@ def _run_and_collect(start_sim, tmp_path, seed: int, name: str):
         with httpx.stream("POST", p.url + "/generate", json={
                 "text": prompt, "stream": True,
                 "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}) as r:
-            counts = [json.loads(l[6:])["meta_info"]["completion_tokens"]
-                      for l in r.iter_lines() if l.startswith("data: {")]
+            counts = [json.loads(ln[6:])["meta_info"]["completion_tokens"]
+                      for ln in r.iter_lines() if ln.startswith("data: {")]
         final = httpx.post(p.url + "/generate", json={
             "text": prompt, "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}).json()
         out.append((counts, final["text"], final["meta_info"]["spec_verify_ct"]))
@@ -420,7 +420,7 @@ def test_determinism_under_seed_and_truth(start_sim, tmp_path):
     c, _, _ = _run_and_collect(start_sim, tmp_path, 8, "c")
     assert a == b and acc_a == acc_b
     assert a != c
-    events = [json.loads(l) for l in truth.read_text().splitlines()]
+    events = [json.loads(ln) for ln in truth.read_text().splitlines()]
     ready = [e for e in events if e["event"] == "ready"]
     assert len(ready) == 1 and isinstance(ready[0]["t"], float)
     toks = [e for e in events if e["event"] == "token"]
@@ -428,7 +428,7 @@ def test_determinism_under_seed_and_truth(start_sim, tmp_path):
     by_rid = {}
     for e in toks:
         by_rid.setdefault(e["rid"], []).append(e)
-    for rid, evs in by_rid.items():
+    for evs in by_rid.values():
         assert sum(e["n"] for e in evs) == 40
         assert [e["first"] for e in evs] == [True] + [False] * (len(evs) - 1)
         assert all(e["t"] >= e["due"] for e in evs)   # never before the model's step deadline

@@ -3,7 +3,6 @@ specc/sim/versions.py (copied from the 0.5.23 wheel, each with its source file);
 with the wheel at hand, each string's literal pieces are found in that file."""
 
 import glob
-import json
 import os
 import re
 

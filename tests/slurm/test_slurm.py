@@ -73,7 +73,7 @@ def finish(proc: subprocess.Popen, timeout: float = 180) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"driver still running after {timeout} s:\n{out[-4000:]}")
+        raise AssertionError(f"driver still running after {timeout} s:\n{out[-4000:]}") from None
     return out
 
 
@@ -201,7 +201,7 @@ class Output:
             self.proc.kill()
             self.proc.wait()
             self.thread.join(10)
-            raise AssertionError(f"driver still running after {timeout} s:\n{self.text()[-4000:]}")
+            raise AssertionError(f"driver still running after {timeout} s:\n{self.text()[-4000:]}") from None
         self.thread.join(30)
         return self.text()
 

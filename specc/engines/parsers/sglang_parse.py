@@ -66,7 +66,7 @@ def main():
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    report = {"package": "sglang", "version": installed, "servers": len(servers), "rejected": []}
+    report: dict = {"package": "sglang", "version": installed, "servers": len(servers), "rejected": []}
     for s in servers:
         try:
             argv = server_argv(s["argv"])

@@ -20,10 +20,10 @@ def main():
     from specc.sim.args import build_parser
 
     servers = json.load(sys.stdin)["servers"]
-    report = {"package": "specc", "version": None, "servers": len(servers), "rejected": []}
+    report: dict = {"package": "specc", "version": None, "servers": len(servers), "rejected": []}
     for s in servers:
         parser = build_parser()
-        parser.error = _raise   # argparse would print usage and exit
+        parser.error = _raise  # type: ignore[method-assign]  # argparse would print usage and exit
         try:
             parser.parse_args(s["argv"][3:])   # after `python -m specc.sim` (the plan's launcher)
         except Rejected as e:

@@ -11,6 +11,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+import typing
 
 
 class _StubBase:
@@ -73,13 +74,13 @@ class _Finder:
     def find_spec(self, fullname, path=None, target=None):
         if fullname.split(".", 1)[0] not in self.roots:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)  # type: ignore[arg-type]  # a loader by duck typing
 
     def create_module(self, spec):
         m = sys.modules.get(spec.name)
         if not isinstance(m, MockModule):
             m = MockModule(spec.name)
-        m.__loader__ = self
+        m.__loader__ = self  # type: ignore[assignment]  # a loader by duck typing
         return m
 
     def exec_module(self, module):
@@ -95,7 +96,7 @@ def install_stubs(names=("triton",)):
         if importlib.util.find_spec(n) is not None:
             continue
         stubbed.add(n)
-        m = MockModule(n)
+        m: typing.Any = MockModule(n)   # its attributes are set here
         if n == "triton":
             m.cdiv = lambda a, b: -(a // -b)
             m.next_power_of_2 = lambda n: 1 << (n - 1).bit_length() if n > 0 else 1

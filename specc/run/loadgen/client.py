@@ -8,6 +8,7 @@ import socket
 import struct
 import sys
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 from specc.run.answers import BadAnswer, body_cap, short
@@ -36,7 +37,7 @@ class _Conn(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; stamps every socket read."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None   # an asyncio.Transport, or the connection itself (_SockConn)
         self.closed = False
         self.waiter: asyncio.Future | None = None
         self.buf = bytearray()
@@ -338,7 +339,7 @@ class FastClient:
                 sock = socket.socket(fam, typ, proto)
                 try:
                     sock.setblocking(False)
-                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                    sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)  # type: ignore[arg-type]  # kernel_timestamps: Linux
                     await asyncio.wait_for(loop.sock_connect(sock, addr), self.timeout_s)
                 except BaseException:
                     sock.close()
@@ -373,7 +374,7 @@ class FastClient:
             rec.start = t if reused else t_conn
             try:
                 await asyncio.wait_for(waiter, self.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 conn.transport.close()
                 self.all.discard(conn)
                 rec.end = time.time()

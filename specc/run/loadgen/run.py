@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from specc.prompts import count_tokens
@@ -90,6 +91,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     paced = send_at is not None or math.isfinite(request_rate)
     if transport == "auto":
         transport = "fast" if urlsplit(base_url).scheme == "http" else "httpx"
+    client: FastClient | HttpxClient
     if transport == "fast":
         client = FastClient(base_url, timeout_s, kernel_timestamps, headers=headers)
     elif transport == "httpx":
@@ -98,7 +100,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     else:
         raise ValueError(f"unknown transport {transport!r}")
 
-    state = {"in_flight": 0, "max": 0, "gone": None, "t0": 0.0}
+    state: dict[str, Any] = {"in_flight": 0, "max": 0, "gone": None, "t0": 0.0}
     unsent: set[int] = set()      # indices keep_sending held back
 
     async def one(rec: RequestRecord, payload: bytes) -> RequestRecord:

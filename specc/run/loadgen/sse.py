@@ -139,7 +139,7 @@ class _Stream:
         self.running: int | None = None      # the count on the last chunk of the answer
         self.token_chunks = 0                # chunks that each carried at least one token
         self.verify_ct = None
-        self.rid = None
+        self.rid: str | None = None
         self.done = False
         self.err: str | None = None
         self._last = 0                       # counts only grow
@@ -183,9 +183,9 @@ class _Stream:
             if not isinstance(obj, dict):
                 continue
             if "error" in obj and obj["error"]:
-                e = obj["error"]
+                said = obj["error"]
                 self.err = "server error: " + str(
-                    e.get("message", e) if isinstance(e, dict) else e)[:200]
+                    said.get("message", said) if isinstance(said, dict) else said)[:200]
                 continue
             if generate:
                 meta = _obj(obj.get("meta_info"), "meta_info")
