@@ -24,7 +24,7 @@ from agreement import free_port  # noqa: E402
 
 sys.path.pop(0)
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.real_engine, pytest.mark.real_engine_compare, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 CONCURRENCY = 4

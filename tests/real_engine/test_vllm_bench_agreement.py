@@ -22,7 +22,7 @@ import agreement  # noqa: E402
 
 sys.path.pop(0)
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real_engine, pytest.mark.real_engine_compare, pytest.mark.timeout(1800)]
 
 ROUNDS = 3
 #: Tolerance on the median over rounds of specc / bench (output throughput, TTFT). The
