@@ -28,7 +28,7 @@ def test_servers_run_one_at_a_time_without_gpus_on_the_kv_cache_they_are_given(c
     assert result.ok, [d.line() for d in result.diagnostics]
     servers = result.plan.servers
     assert len(servers) == 4 and [s.wave for s in servers] == [0, 1, 2, 3]
-    assert {s.port for s in servers} == {8000} and all(s.gpus == () for s in servers)
+    assert {s.port for s in servers} == {31000} and all(s.gpus == () for s in servers)
     for s in servers:
         assert "CUDA_VISIBLE_DEVICES" not in s.env
         assert s.env["VLLM_CPU_KVCACHE_SPACE"] == "1"

@@ -139,19 +139,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
     t0 = t1 = time.time()
     try:
         # -- warm-up: sequential, short, excluded from the metrics
-        for i in range(warmup if prompts else 0):
-            p = prompts[i % len(prompts)]
-            n = min(p.output_tokens, WARMUP_MAX_TOKENS)
-            rec = RequestRecord(input_tokens=p.input_tokens, requested_output_tokens=n)
-            try:
-                await client.request(rec, api, request_body(
-                    api, model, p.text, n, temperature=temperature, ignore_eos=ignore_eos))
-            except ServerGone as e:
-                state["gone"] = str(e)
-                rec.error = str(e)
-            warm.append(rec)
-            if state["gone"]:
-                break
+        warm = await _warm_up(client, api, model, prompts, warmup, state,
+                              temperature=temperature, ignore_eos=ignore_eos)
 
         # -- measured run
         if disable_gc and gc_was:
@@ -236,6 +225,26 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                       server_gone=bool(state["gone"]))
 
 
+async def _warm_up(client, api: str, model: str, rows: Iterable[Prompt], count: int,
+                   state: dict, *, temperature: float, ignore_eos: bool) -> list[RequestRecord]:
+    """`count` short requests, one at a time, from the first rows (round again when there are
+    fewer), excluded from the metrics; stops when the server is gone (state["gone"])."""
+    warm: list[RequestRecord] = []
+    for p in itertools.islice(itertools.cycle(rows), count):
+        n = min(p.output_tokens, WARMUP_MAX_TOKENS)
+        rec = RequestRecord(input_tokens=p.input_tokens, requested_output_tokens=n)
+        try:
+            await client.request(rec, api, request_body(
+                api, model, p.text, n, temperature=temperature, ignore_eos=ignore_eos))
+        except ServerGone as e:
+            state["gone"] = str(e)
+            rec.error = str(e)
+        warm.append(rec)
+        if state["gone"]:
+            break
+    return warm
+
+
 def _client(base_url: str, transport: str, timeout_s: float, kernel_timestamps: bool,
             headers: dict[str, str] | None, pool: int):
     if transport == "auto":
@@ -312,19 +321,8 @@ async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, 
     t0 = t1 = time.time()
     try:
         # the first rows, sequentially (round again when the warm-up is longer)
-        for p, _ in itertools.islice(itertools.chain.from_iterable(itertools.repeat(stream)),
-                                     warmup):
-            n = min(p.output_tokens, WARMUP_MAX_TOKENS)
-            rec = RequestRecord(input_tokens=p.input_tokens, requested_output_tokens=n)
-            try:
-                await client.request(rec, api, request_body(
-                    api, model, p.text, n, temperature=temperature, ignore_eos=ignore_eos))
-            except ServerGone as e:
-                state["gone"] = str(e)
-                rec.error = str(e)
-            warm.append(rec)
-            if state["gone"]:
-                break
+        warm = await _warm_up(client, api, model, (p for p, _ in stream), warmup, state,
+                              temperature=temperature, ignore_eos=ignore_eos)
         if disable_gc and gc_was:
             gc.collect()
             gc.disable()
@@ -363,7 +361,7 @@ async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, 
         await client.aclose()
     records = [r for r in records if r.index != -2]
     duration = t1 - t0
-    return LoadResult(records=records, duration_s=duration,
+    return LoadResult(records=records, duration_s=duration, t0=t0,
                       metrics=summarize(records, duration, concurrency=concurrency,
                                         max_in_flight=state["max"]),
                       warmup_records=warm, max_in_flight=state["max"],
