@@ -119,7 +119,8 @@ def run(c, plan, retry_failed=False, accept_edited=False):
 
         pin_for_nodes(raw)   # each job's node runs only these bytes
         del raw
-        code = execute_slurm(p, path.resolve().parent, retry_failed=retry_failed)
+        code = execute_slurm(p, path.resolve().parent, retry_failed=retry_failed,
+                             accept_edited=accept_edited)
     else:
         code = execute_plan(p, path.resolve().parent, ctx=c, retry_failed=retry_failed)
     if code:

