@@ -21,7 +21,9 @@ import time
 from executor_helpers import (PY, REPO, compile_plan, results, state, wait_for,
                               wait_no_sim)
 
-SWEEP = ["baseline=false", "+sweep={benchmark.concurrency:[1,2,4]}", "benchmark.num_prompts=24",
+#: 8 points: the signal comes after the first one's row, with 7 still to run however fast this
+#: machine runs them (with 3, the run could end before the hang-up reached it)
+SWEEP = ["baseline=false", "+sweep={benchmark.concurrency:[1,2,3,4,5,6,7,8]}", "benchmark.num_prompts=24",
          "benchmark.output_len=64"]
 
 
