@@ -110,22 +110,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
         if keep_sending is not None and not keep_sending():
             unsent.add(rec.index)
             return rec
-        state["in_flight"] += 1
-        if state["in_flight"] > state["max"]:
-            state["max"] = state["in_flight"]
-        try:
-            await client.request(rec, api, payload)
-            if rec.start:
-                rec.sent_at_s = rec.start - state["t0"]
-        except ServerGone as e:
-            state["gone"] = str(e)
-            rec.error = str(e)
-            rec.end = time.time()
-        except Exception as e:  # never raise for one request
-            log.exception("load generator: request failed unexpectedly")
-            rec.error = f"client error: {type(e).__name__}: {e}"
-        finally:
-            state["in_flight"] -= 1
+        await _send(client, rec, api, payload, state)
         if on_request_done is not None:
             try:
                 on_request_done(rec)
@@ -225,6 +210,26 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
                       server_gone=bool(state["gone"]))
 
 
+async def _send(client, rec: RequestRecord, api: str, payload: bytes, state: dict) -> None:
+    """One measured request; a failure is the record's error, never an exception (a server
+    gone is also state["gone"]). Counts what is in flight (state["in_flight"], ["max"])."""
+    state["in_flight"] += 1
+    state["max"] = max(state["max"], state["in_flight"])
+    try:
+        await client.request(rec, api, payload)
+        if rec.start:
+            rec.sent_at_s = rec.start - state["t0"]
+    except ServerGone as e:
+        state["gone"] = str(e)
+        rec.error = str(e)
+        rec.end = time.time()
+    except Exception as e:  # never raise for one request
+        log.exception("load generator: request failed unexpectedly")
+        rec.error = f"client error: {type(e).__name__}: {e}"
+    finally:
+        state["in_flight"] -= 1
+
+
 async def _warm_up(client, api: str, model: str, rows: Iterable[Prompt], count: int,
                    state: dict, *, temperature: float, ignore_eos: bool) -> list[RequestRecord]:
     """`count` short requests, one at a time, from the first rows (round again when there are
@@ -291,21 +296,7 @@ async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, 
                 rec.index, stopped = -2, True   # held back: left out, as with lists
                 return
             payload = body(rec.index, p)   # built now, dropped once sent
-            state["in_flight"] += 1
-            state["max"] = max(state["max"], state["in_flight"])
-            try:
-                await client.request(rec, api, payload)
-                if rec.start:
-                    rec.sent_at_s = rec.start - state["t0"]
-            except ServerGone as e:
-                state["gone"] = str(e)
-                rec.error = str(e)
-                rec.end = time.time()
-            except Exception as e:  # never raise for one request
-                log.exception("load generator: request failed unexpectedly")
-                rec.error = f"client error: {type(e).__name__}: {e}"
-            finally:
-                state["in_flight"] -= 1
+            await _send(client, rec, api, payload, state)
         finally:
             if sem is not None:
                 sem.release()
