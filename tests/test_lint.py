@@ -22,7 +22,7 @@ SHOWN = 40   # findings printed on failure
 
 def _run(tool: str, args: list[str]) -> subprocess.CompletedProcess:
     if importlib.util.find_spec(tool) is None:
-        pytest.skip(f"{tool} is not installed (pip install -e '.[test]' installs it)")
+        pytest.fail(f"{tool} is not installed: pip install -e '.[test]' installs it (pinned)")
     return subprocess.run([sys.executable, "-m", tool, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
 
