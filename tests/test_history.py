@@ -218,3 +218,28 @@ def test_point_matches_on_the_typed_key_and_the_label_is_only_printed(tmp_path):
     # two configurations match: named, exit 2
     p = _specc("history", "--db", db, "--point", "concurrency=4")
     assert p.returncode == 2 and "matches 2 configurations" in p.stderr, p.stderr
+
+
+def test_an_index_in_a_shared_folder_or_beyond_the_project_is_never_used(tmp_path, monkeypatch):
+    """The upward search stops at the project: an index planted in a folder anyone may
+    write into (as /tmp), or above a folder holding .git, is not the one a run adds itself
+    to, nor the one `specc history` reads; a run dir directly in a shared folder keeps its
+    index inside itself rather than in the shared folder."""
+    from specc.report import indexpath
+
+    monkeypatch.delenv("SPECC_INDEX", raising=False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / indexpath.INDEX_FILE).write_bytes(b"planted")
+    run = _write_run(shared / "mine" / "outputs" / "t" / "r")
+    assert indexpath.for_run(run) == shared / "mine" / "outputs" / indexpath.INDEX_FILE
+    loose = _write_run(shared / "loose")
+    assert indexpath.for_run(loose) == loose / indexpath.INDEX_FILE
+    assert indexpath.for_here(shared / "mine") == shared / "mine" / "outputs" / indexpath.INDEX_FILE
+
+    above = tmp_path / "above"
+    (above / "proj" / ".git").mkdir(parents=True)
+    (above / indexpath.INDEX_FILE).write_bytes(b"not this project's")
+    run = _write_run(above / "proj" / "runs" / "r")
+    assert indexpath.for_run(run) == above / "proj" / "runs" / indexpath.INDEX_FILE
