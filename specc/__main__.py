@@ -21,8 +21,34 @@ def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     gc.disable()   # compiling makes 10^5s of records and no garbage cycles: scans of a heap
     try:           # that only grows were a tenth of a large compile (on again to execute)
         return _job(config, run_dir, hydra_info)
+    except Exception as exc:  # noqa: BLE001 - a bug of specc's, never the user's config
+        return _crashed(exc, run_dir)
     finally:
         gc.enable()
+
+
+def _crashed(exc: Exception, run_dir: Path) -> int:
+    """specc itself failed: say so in one line (not as a config error: a crash read as
+    CONFIG_INVALID once hid the tuner's divide-by-zero), keep the traceback in a file."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    where: Path | None = None
+    for folder in (run_dir, Path(tempfile.gettempdir())):
+        try:
+            if folder.is_dir():
+                fd, name = tempfile.mkstemp(prefix="specc-crash-", suffix=".txt", dir=folder)
+                with open(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                where = Path(name)
+                break
+        except OSError:
+            continue
+    first = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    print(f"error INTERNAL: specc failed: {first} (a bug in specc, not in your config; "
+          f"traceback: {where or 'not kept'}; please report it with that file)", file=sys.stderr)
+    return exits.INTERNAL
 
 
 def _job(config: dict, run_dir: Path, hydra_info: dict) -> int:
