@@ -62,10 +62,11 @@ def _server(plan, template_id: str, argv: list, tag: str):
     return server, benches
 
 
-async def verify(ex, server, benches) -> dict:
+async def verify(ex, server, benches, after_points=None) -> dict:
     """Start `server` once (as the executor starts any) and measure its points; returns
     {concurrency: row}. Its rows go to verify/results.jsonl; a finished point is not run
-    again."""
+    again. `after_points(server, running)`: awaited while it is up, after its points (the
+    crossover's refinement beside it)."""
     from specc.results import ResultLog
 
     path = ex.run_dir / VERIFY_RESULTS
@@ -78,6 +79,7 @@ async def verify(ex, server, benches) -> dict:
                    state=ex.state)
     sub.running = ex.running   # an interrupt tears it down with the rest
     todo = sum(not results.finished(b.id) for b in benches)
+    sub.after_points = after_points if todo else None   # finished earlier: not started again
     ex.progress.plan(todo, servers=1 if todo else 0, earlier=ex.progress.earlier)
     if not ex.stop_all:
         await sub.run_server(server)
@@ -139,14 +141,18 @@ def envelope_of(decision: dict) -> dict:
     return out
 
 
-async def run(ex, decision: dict) -> dict | None:
+async def run(ex, decision: dict, refine=None) -> dict | None:
     """Write deploy.json (and the files its command needs) for the decision, then verify it
-    (search.verify) and measure the engine's default (search.vs_engine_default)."""
+    (search.verify) and measure the engine's default (search.vs_engine_default). `refine`
+    (specc.run.crossover.Refinement): the crossover refined beside the verification start,
+    or skipped with the reason."""
     plan, rec = ex.plan, ex.plan.search
     if decision.get("no_decision"):
         return None
     sched = schedule_of(plan, decision)
     if not sched["bands"]:
+        if refine is not None:
+            refine.skip("no command is deployed to pair with the baseline")
         return None
     envelope = envelope_of(decision)
     doc = document(plan, sched, envelope)
@@ -157,12 +163,19 @@ async def run(ex, decision: dict) -> dict | None:
     elif sched["static"] is not None and first.get("baseline"):
         doc["verify_note"] = ("the baseline is deployed: its speedup is 1.0 by definition, "
                               "nothing to verify")
+        if refine is not None:
+            refine.skip("the baseline is deployed: no speculative command to pair with")
     elif not ex.stop_all:
         template = next(b["setting"]["server"] for b in sched["bands"]
                         if not b["setting"].get("baseline"))
         server, benches = _server(plan, template, sched["argv"], "deploy")
         ex.progress.log(f"verify: start the deployed command ({len(sched['bands'])} band(s))")
-        rows = await verify(ex, server, benches)
+        rows = await verify(ex, server, benches, after_points=refine.hook(ex) if
+                            refine is not None and refine.planned() else None)
+        if refine is not None and refine.planned() and refine.result is None:
+            refine.skip("the verification start did not run its points now (finished in an "
+                        "earlier run, or the run is stopping): the baseline is not started "
+                        "beside it")
         doc["verify"] = measured(plan, ex.run_dir, rows, envelope)
         if sched["static"] is None:
             doc["running_batch"] = batch_note(sched, doc["verify"])
