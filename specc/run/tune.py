@@ -84,8 +84,8 @@ class Tuner:
             from specc.run import deploy   # the schedule all the same, said unverified
 
             deploy.unverified(self.plan, self.run_dir, decision,
-                              "the verification start did not run (on Slurm it is not "
-                              "done; or the run stopped before it)")
+                              "the verification start did not run (the run stopped "
+                              "before it)")
 
 
     def _refined(self, decision: dict) -> None:
