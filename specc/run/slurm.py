@@ -402,11 +402,15 @@ class Driver:
             following = sub._adopted()   # a job an earlier (killed) driver left running
             sub_code = sub._loop([name] if sub.tracker.unfinished(sub.tracker.by_name[name])
                                  and name not in following else [], None)
-            rows = {b.params.concurrency: sub.results.get(b.id) for b in benches}
-            deploy.verified(self.plan, self.run_dir, doc, sched, server, rows)
-            if sub.tracker.interrupted is not None:
+            if sub.tracker.interrupted is not None:   # a rerun submits it again
                 doc["verify_note"] = "the verification job was stopped before it finished"
                 code = sub_code
+            else:
+                rows = {b.params.concurrency: sub.results.get(b.id) for b in benches}
+                deploy.verified(self.plan, self.run_dir, doc, sched, server, rows)
+        if self.plan.search is not None and self.plan.search.vs_engine_default:
+            doc["engine_default_note"] = ("search.vs_engine_default: the engine's default "
+                                          "adaptive mode is not started on Slurm")
         deploy.write(self.run_dir, doc, sched.get("files") or {})
         return code
 
