@@ -152,7 +152,8 @@ def refinable(crossover: dict | None, precision: float) -> tuple[int, int] | Non
 def _fig(x: Pair | None) -> str:
     if x is None or x.speedup is None:
         return ""
-    return f" ({x.speedup:.3g}x [{_r(x.lo)}, {_r(x.hi)}], {x.n} requests)"
+    return (f" ({x.speedup:.3g}x [{_r(x.lo)}, {_r(x.hi)}]"
+            + (f", {x.n} requests)" if x.n else ", on the ladder)"))
 
 
 def _json(x: Pair) -> dict:
