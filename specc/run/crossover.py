@@ -116,9 +116,9 @@ class Refinement:
             base_ex = type(ex)(sub_plan, ex.run_dir, ctx=ex.ctx, progress=ex.progress,
                                results=ResultLog(path), state=ex.state)
             base_ex.running = ex.running   # an interrupt tears it down with the rest
+            lo, hi = self.gap or (None, None)
             ex.progress.log(f"crossover: start the baseline beside the deployed command to "
-                            f"refine between concurrency {self.gap[0]} and {self.gap[1]}"
-                            if self.gap else "")
+                            f"refine between concurrency {lo} and {hi}")
 
             async def both_up(_server, base_running) -> None:
                 self.result = await self.bisect(base_ex, base_running, ex, deployed_running)
