@@ -130,6 +130,9 @@ def _deploy(tune_dir: Path, grid: dict) -> dict | None:
                                         for x in reversed(v["interval"])]
         rows.append(row)
     starts = 1 if d.get("verify_server") else 0
+    tune = json.loads((tune_dir / "tune.json").read_text())
+    starts += 1 if ((tune.get("crossover") or {}).get("refined") or {}).get("baseline_server") \
+        else 0   # the baseline beside the deployed command (comes out of max_starts)
     starts += 1 if d.get("engine_default") else 0
     return {"bands": [(b["from"], b["to"], b["label"]) for b in d["bands"]],
             "static": d["static"], "why": d["why"], "rows": rows, "starts": starts}

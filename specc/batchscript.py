@@ -23,7 +23,11 @@ def _q(value) -> str:
     return shlex.quote(str(value))
 
 
-def script(plan: Plan, job: SlurmJob) -> str:
+def script(plan: Plan, job: SlurmJob, verify: str | None = None) -> str:
+    """The job's batch script. `verify` (search=tune's verification start): the plan's job
+    on whose resources the node runs the deployed command (`--job VERIFY --verify`: derived
+    there from the sealed plan and deploy.json's bands); `job` is then the verification's
+    own (its name, its server), rendered by the driver after the search."""
     cluster = plan.cluster
     assert cluster is not None   # a Slurm plan's
     servers = [plan.server(sid) for sid in job.servers]
@@ -57,7 +61,8 @@ def script(plan: Plan, job: SlurmJob) -> str:
         "# driver merges into results.jsonl.",
     ]
     # the node entry reads the job's servers from plan.json, like everything else it runs
-    node = ["-m", "specc.run.node", "--plan", "plan.json", "--job", job.name]
+    node = ["-m", "specc.run.node", "--plan", "plan.json", "--job", verify or job.name,
+            *(["--verify"] if verify else [])]
     if cluster.container_image:
         mounts = ",".join(['"$PWD:$PWD"'] + [_q(m) for m in cluster.container_mounts])
         lines.append(f"exec srun --ntasks=1 --container-image={_q(cluster.container_image)} "

@@ -128,7 +128,20 @@ def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path,
     assert "--speculative-adaptive" in ref["argv"] and set(ref["measured"]) == {"1", "8"}
     # every server actually started is recorded as in a grid, and only those
     state = json.loads((run_dir / "state.json").read_text())
-    assert len(state["servers"]) == len(started) + 2
+    # the crossover refined between ladder points where the search left a start for it
+    from specc.tune.crossover import refinable
+
+    refined = tune["crossover"].get("refined")
+    gap = refinable(tune["crossover"], plan["search"]["precision"])
+    assert (refined is None) == (gap is None)
+    side = (refined or {}).get("baseline_server")
+    if refined and tune["server_starts"] >= plan["search"]["max_starts"]:
+        assert refined["status"] == "not refined" and "budget" in refined["why"]
+    elif refined:
+        assert refined["status"] in ("precise", "undecided"), refined
+        assert state["servers"][side]["status"] == "stopped"
+        assert gap[0] <= refined["between"][0] < refined["between"][1] <= gap[1]
+    assert len(state["servers"]) == len(started) + 2 + (1 if side else 0)
     assert set(started) | {verified} <= set(state["servers"])
     assert "## Deploy" in (run_dir / "report.md").read_text()
     assert json.loads((run_dir / "report.json").read_text())["deploy"]["verify"] == \

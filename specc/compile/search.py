@@ -170,7 +170,7 @@ def review_section(plan: Plan) -> str:
         f"{len(s.candidates)} candidates against the baseline `{s.baseline}`, measured at "
         f"concurrency {', '.join(map(str, s.concurrencies))}. At most **{most_starts(s)}** "
         f"server starts of the grid's {len(s.candidates) + 1}: {s.max_starts} for the search "
-        f"(the baseline included){_extra_starts(s)}.", "",
+        f"(the baseline included){_extra_starts(s)}.", "", *_crossover_lines(s),
         "| | candidate | num_steps | topk | num_draft_tokens | server |",
         "|---|---|---|---|---|---|", *rows, "",
         "Order: the baseline, then the probe (chosen at a prior per-position acceptance of "
@@ -216,6 +216,25 @@ def _bracket_lines(plan: Plan) -> list[str]:
 def most_starts(s: Search) -> int:
     """The most starts the run can take: the search's, the verification, the reference."""
     return s.max_starts + int(s.verify) + int(s.vs_engine_default)
+
+
+def _crossover_lines(s: Search) -> list[str]:
+    """The crossover's refinement between ladder points: what it costs, where it runs."""
+    if len(s.concurrencies) < 2:
+        return []
+    from specc.tune import crossover
+
+    ladder = sorted(s.concurrencies)
+    most = max(crossover.most_pairs(a, b, s.precision) for a, b in zip(ladder, ladder[1:]))
+    return [f"Crossover: where it lies between two ladder concurrencies, it is refined at the "
+            f"end{'' if s.verify else ' (not with search.verify=false: nothing to pair with)'}"
+            f": the baseline is started once more beside the deployed command's verification "
+            f"start (own port, GPUs apart) and the two are measured alternately at each "
+            f"bisected concurrency until within {s.precision:.0%}; a pair whose speedup "
+            "interval straddles 1.0 is measured again with twice the requests, then reported "
+            f"undecided. At most **{most}** paired points. That start comes out of the "
+            f"search's {s.max_starts}: it runs only where the search stopped with one left "
+            "(else the decision says why).", ""]
 
 
 def _extra_starts(s: Search) -> str:

@@ -50,6 +50,12 @@ def lines(d: dict, label=lambda sid: sid, esc=None) -> list[str]:
     else:
         text = e_(x.get("note") or "no crossover found")
     out += ["", f"Crossover: {text}."]
+    r = x.get("refined") or {}
+    if r.get("status") == "not refined":
+        out.append(f"Not refined between ladder points: {e_(r.get('why'))}.")
+    elif r:   # bisected on the baseline and the deployed command, side by side
+        out.append(f"Refined ({e_(r.get('status'))}, {e_(r.get('pairs'))} paired points, the "
+                   f"deployed command beside the baseline): {e_(r.get('text'))}.")
     for key, s in (d.get("slo") or {}).items():
         b, sp = s.get("baseline") or {}, s.get("speculative") or {}
         out.append(f"SLO {e_(key)} <= {s['limit_ms']:g} ms: baseline up to concurrency "

@@ -62,10 +62,11 @@ def _server(plan, template_id: str, argv: list, tag: str):
     return server, benches
 
 
-async def verify(ex, server, benches) -> dict:
+async def verify(ex, server, benches, after_points=None) -> dict:
     """Start `server` once (as the executor starts any) and measure its points; returns
     {concurrency: row}. Its rows go to verify/results.jsonl; a finished point is not run
-    again."""
+    again. `after_points(server, running)`: awaited while it is up, after its points (the
+    crossover's refinement beside it)."""
     from specc.results import ResultLog
 
     path = ex.run_dir / VERIFY_RESULTS
@@ -78,6 +79,7 @@ async def verify(ex, server, benches) -> dict:
                    state=ex.state)
     sub.running = ex.running   # an interrupt tears it down with the rest
     todo = sum(not results.finished(b.id) for b in benches)
+    sub.after_points = after_points if todo else None   # finished earlier: not started again
     ex.progress.plan(todo, servers=1 if todo else 0, earlier=ex.progress.earlier)
     if not ex.stop_all:
         await sub.run_server(server)
@@ -139,35 +141,72 @@ def envelope_of(decision: dict) -> dict:
     return out
 
 
-async def run(ex, decision: dict) -> dict | None:
-    """Write deploy.json (and the files its command needs) for the decision, then verify it
-    (search.verify) and measure the engine's default (search.vs_engine_default)."""
-    plan, rec = ex.plan, ex.plan.search
+def prepare(plan, run_dir: Path, decision: dict) -> tuple[dict, dict] | None:
+    """deploy.json (and the files its command needs) for the decision, not yet verified:
+    (its content, the schedule), or None where the decision deploys nothing."""
     if decision.get("no_decision"):
         return None
     sched = schedule_of(plan, decision)
     if not sched["bands"]:
         return None
-    envelope = envelope_of(decision)
-    doc = document(plan, sched, envelope)
-    write(ex.run_dir, doc, sched.get("files") or {})
+    doc = document(plan, sched, envelope_of(decision))
+    write(run_dir, doc, sched.get("files") or {})
+    return doc, sched
+
+
+def target(plan, sched: dict):
+    """(the verification start's server, its benchmarks), or (None, why it is not started)."""
     first = sched["bands"][0]["setting"]
-    if not rec.verify:
-        doc["verify_note"] = "search.verify=false: the deployed command was not started"
-    elif sched["static"] is not None and first.get("baseline"):
-        doc["verify_note"] = ("the baseline is deployed: its speedup is 1.0 by definition, "
-                              "nothing to verify")
+    if not plan.search.verify:
+        return None, "search.verify=false: the deployed command was not started"
+    if sched["static"] is not None and first.get("baseline"):
+        return None, ("the baseline is deployed: its speedup is 1.0 by definition, nothing "
+                      "to verify")
+    return _server(plan, template_of(sched), sched["argv"], "deploy")
+
+
+def template_of(sched: dict) -> str:
+    """The candidate the deployed server is shaped as (its host, port, GPUs, readiness)."""
+    return next(b["setting"]["server"] for b in sched["bands"]
+                if not b["setting"].get("baseline"))
+
+
+def verified(plan, run_dir: Path, doc: dict, sched: dict, server, rows: dict) -> None:
+    """The verification's rows into deploy.json's content (`doc`, changed in place)."""
+    doc["verify"] = measured(plan, run_dir, rows, doc["envelope"])
+    if sched["static"] is None:
+        doc["running_batch"] = batch_note(sched, doc["verify"])
+    doc["verify_server"] = server.id
+    doc["deployed"] = {"server": server.id, "host": server.host, "port": server.port}
+
+
+async def run(ex, decision: dict, refine=None) -> dict | None:
+    """Write deploy.json (and the files its command needs) for the decision, then verify it
+    (search.verify) and measure the engine's default (search.vs_engine_default). `refine`
+    (specc.run.crossover.Refinement): the crossover refined beside the verification start,
+    or skipped with the reason."""
+    plan, rec = ex.plan, ex.plan.search
+    prepared = prepare(plan, ex.run_dir, decision)
+    if prepared is None:
+        if refine is not None:
+            refine.skip("no command is deployed to pair with the baseline")
+        return None
+    doc, sched = prepared
+    envelope = doc["envelope"]
+    server, benches = target(plan, sched)
+    if server is None:
+        doc["verify_note"] = benches
+        if refine is not None:
+            refine.skip(f"nothing is started to pair with the baseline ({benches})")
     elif not ex.stop_all:
-        template = next(b["setting"]["server"] for b in sched["bands"]
-                        if not b["setting"].get("baseline"))
-        server, benches = _server(plan, template, sched["argv"], "deploy")
         ex.progress.log(f"verify: start the deployed command ({len(sched['bands'])} band(s))")
-        rows = await verify(ex, server, benches)
-        doc["verify"] = measured(plan, ex.run_dir, rows, envelope)
-        if sched["static"] is None:
-            doc["running_batch"] = batch_note(sched, doc["verify"])
-        doc["verify_server"] = server.id
-        doc["deployed"] = {"server": server.id, "host": server.host, "port": server.port}
+        rows = await verify(ex, server, benches, after_points=refine.hook(ex) if
+                            refine is not None and refine.planned() else None)
+        if refine is not None and refine.planned() and refine.result is None:
+            refine.skip("the verification start did not run its points now (finished in an "
+                        "earlier run, or the run is stopping): the baseline is not started "
+                        "beside it")
+        verified(plan, ex.run_dir, doc, sched, server, rows)
     fmt = rec.schedule_format or {}
     if rec.vs_engine_default and fmt.get("engine_default_argv") and not ex.stop_all:
         template = rec.probe
@@ -178,6 +217,53 @@ async def run(ex, decision: dict) -> dict | None:
                                  "measured": measured(plan, ex.run_dir, rows, envelope)}
     write(ex.run_dir, doc, sched.get("files") or {})
     return doc
+
+
+def on_node(plan, doc: dict | None):
+    """The verification start as a Slurm job runs it: (the plan with the deployed server and
+    its points added, that server's id, the files its command needs), or (None, why, {}).
+
+    Nothing in deploy.json is run as written: only its bands are read (where each starts
+    and ends, and which of the sealed plan's candidates, or the baseline, runs there), and
+    the command is rendered again from the sealed plan (its candidates' and baseline's
+    launch commands, its engine's schedule format), exactly as the driver rendered it; a
+    deploy.json whose command is not that is refused (docs/trust-inputs.md)."""
+    from specc.tune import schedule as sch
+
+    rec = plan.search
+    if rec is None:
+        return None, "the plan has no search=tune record: nothing is deployed", {}
+    if not isinstance(doc, dict) or not isinstance(doc.get("bands"), list) or not doc["bands"]:
+        return None, "deploy.json is missing or holds no bands", {}
+    cands = {c.server: c for c in rec.candidates}
+    bands = []
+    for b in doc["bands"]:
+        setting = b.get("setting") if isinstance(b, dict) else None
+        lo, hi = (b.get("from"), b.get("to")) if isinstance(b, dict) else (None, None)
+        if not isinstance(setting, dict) or not isinstance(lo, int) or not (
+                hi is None or isinstance(hi, int)):
+            return None, f"deploy.json band {b!r:.80} is not {{from, to, setting}}", {}
+        if setting.get("baseline"):
+            setting = dict(sch.BASELINE)
+        elif setting.get("server") in cands:
+            setting = sch.setting_of(cands[setting["server"]])
+        else:
+            return None, (f"deploy.json band from {lo} runs {setting.get('server')!r:.80}, "
+                          "not a candidate of the sealed plan"), {}
+        bands.append({"from": lo, "to": hi, "setting": setting})
+    static = bands[0]["setting"] if doc.get("static") else None
+    argv, files = sch.launch(rec.schedule_format, {"bands": bands, "static": static},
+                             {c: plan.server(c).argv for c in cands},
+                             plan.server(rec.baseline).argv)
+    if argv != doc.get("argv"):
+        return None, ("deploy.json's command is not what the sealed plan renders for its "
+                      "bands (edited after the driver wrote it?)"), {}
+    server, benches = target(plan, {"bands": bands, "static": static, "argv": argv})
+    if server is None:
+        return None, benches, {}
+    return (dataclasses.replace(plan, servers=plan.servers + (server,), cluster=None,
+                                benchmarks=plan.benchmarks + tuple(benches)),
+            server.id, files)
 
 
 def unverified(plan, run_dir: Path, decision: dict, why: str) -> None:

@@ -142,9 +142,13 @@ class Executor:
         self.progress.server_phase(server.id, "stopped" if status != "failed" else "failed",
                                    time.time(), how)
 
-    async def run_server(self, server: Server) -> None:
+    async def run_server(self, server: Server, after_points=None) -> None:
+        """Start the server, measure its unfinished points, tear it down. `after_points`
+        (else the executor's): awaited with (server, running) before the teardown; with
+        one, a server without points to measure is still started for it."""
+        after_points = after_points or self.after_points
         todo = [b for b in self.plan.benchmarks_of(server.id) if not self.results.finished(b.id)]
-        if not todo or self.stop_all:
+        if (not todo and after_points is None) or self.stop_all:
             return
         reason = self._preflight(server)
         if reason:
@@ -240,9 +244,9 @@ class Executor:
                     await self._stop_async(server, "failed", reason=row["reason"])
                     break
             else:
-                if self.after_points is not None and not self.stop_all \
+                if after_points is not None and not self.stop_all \
                         and server.id in self.running and running.exit_code() is None:
-                    await self.after_points(server, running)
+                    await after_points(server, running)
         except asyncio.CancelledError:   # Ctrl-C / SIGTERM mid-point: no row for it
             self._stop(server, "stopped", stopped_by="interrupt")
             raise

@@ -267,6 +267,10 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", required=True)
     ap.add_argument("--job", required=True,
                     help="a job of the plan's cluster record (its state file: slurm/state/JOB.json)")
+    ap.add_argument("--verify", action="store_true",
+                    help="search=tune: run the deployed command of the run dir's deploy.json "
+                         "(rendered again from the sealed plan) on this job's resources; its "
+                         "state file: slurm/state/JOB-verify.json")
     args = ap.parse_args(argv)
     path = Path(args.plan).resolve()
     try:   # read once: the bytes checked against the driver's pin are the plan that runs
@@ -285,7 +289,35 @@ def main(argv=None) -> int:
               f"{known or 'none, it runs on one machine'})", file=sys.stderr)
         return exits.INVALID
     assert plan.cluster is not None   # its jobs were listed above
+    if args.verify:
+        return verify_job(plan, path.parent, args.job)
     return run_job(plan, path.parent, list(plan.cluster.job(args.job).servers), job=args.job)
+
+
+def verify_job(plan: Plan, run_dir: Path, job: str) -> int:
+    """search=tune's verification start as a Slurm job: the deployed server derived from the
+    sealed plan and the run dir's deploy.json bands (specc.run.deploy.on_node), on the
+    resources of the job that holds the server it is shaped as."""
+    from specc.files import atomic_write
+    from specc.run import deploy
+    from specc.rundir import deploy_decision
+
+    full, sid, files = deploy.on_node(plan, deploy_decision(run_dir))
+    if full is None:
+        print(f"error DEPLOY_UNVERIFIABLE at deploy.json: {sid}; nothing was run (fix: "
+              "`specc run --plan plan.json` again: the driver writes it from tune.json)",
+              file=sys.stderr)
+        return exits.INVALID
+    assert plan.cluster is not None and sid is not None   # a Slurm plan's; on_node's server
+    mine, held = full.server(sid), [plan.server(x) for x in plan.cluster.job(job).servers]
+    if not any(len(s.gpus) == len(mine.gpus) and s.nodes == mine.nodes for s in held):
+        print(f"error DEPLOY_UNVERIFIABLE at slurm job {job}: its servers are not shaped as "
+              f"the deployed one ({len(mine.gpus)} GPU(s) on {mine.nodes} node(s)); nothing "
+              "was run (fix: let `specc run` submit the verification)", file=sys.stderr)
+        return exits.INVALID
+    for name, text in files.items():   # the command's files, as the sealed plan renders them
+        atomic_write(run_dir / name, text)
+    return run_job(full, run_dir, [sid], job=f"{job}-verify")
 
 
 if __name__ == "__main__":

@@ -154,15 +154,20 @@ class Driver:
     results.jsonl, writes state.json and slurm/jobs.json, shows progress. It decides nothing
     about a job itself."""
 
-    def __init__(self, plan: Plan, run_dir: Path, progress, *, now=time.time):
+    def __init__(self, plan: Plan, run_dir: Path, progress, *, now=time.time,
+                 results: ResultLog | None = None, parent: Driver | None = None):
+        """`results`, `parent`: a driver of one more job after the search (the deployed
+        command's verification): its rows go to `results`, its state and stop signal are
+        the parent's."""
         self.plan = plan
         self.run_dir = Path(run_dir).resolve()
         assert plan.cluster is not None   # a Slurm plan's
         self.cluster = plan.cluster
         self.progress = progress
         self.now = now
-        self.results = ResultLog(self.run_dir / "results.jsonl")
-        self.state = RunState(self.run_dir / "state.json")
+        self.parent = parent
+        self.results = results or ResultLog(self.run_dir / "results.jsonl")
+        self.state: RunState = parent.state if parent else RunState(self.run_dir / "state.json")
         self.comment = str(self.run_dir)
         self.specs = {j.name: j for j in self.cluster.jobs}
         self.bench = {b.id: b for b in plan.benchmarks}
@@ -235,8 +240,11 @@ class Driver:
         rewritten when a job's record changed."""
         records = self.tracker.records()
         if records != self.saved:
+            earlier = read_jobs(self.run_dir)   # other drivers' jobs (the verification's) kept
+            kept = (earlier.get("jobs") or {}) if earlier.get("comment") == self.comment else {}
             atomic_write(jobs_path(self.run_dir), json.dumps(
-                {"comment": self.comment, "jobs": records}, indent=2, sort_keys=True))
+                {"comment": self.comment, "jobs": {**kept, **records}}, indent=2,
+                sort_keys=True))
             self.saved = records
 
     def _server(self, sid: str, **fields) -> None:
@@ -342,10 +350,76 @@ class Driver:
             tuner, order = Tuner(self.plan, self.run_dir, self.results.get,
                                  self.progress.log), []
         try:
-            return self._loop(order, tuner)
+            code = self._loop(order, tuner)
+            if tuner is not None and tuner.search.stop_reason \
+                    and self.tracker.interrupted is None:
+                code = self._deploy(tuner, code)
+            return code
         finally:
             if tuner is not None:
                 tuner.write()
+
+    def _deploy(self, tuner, code: int) -> int:
+        """search=tune: deploy.json for the decision, verified in one more job (the deployed
+        command on the resources of the job of the server it is shaped as; the node renders
+        the command again from the sealed plan and deploy.json's bands)."""
+        import dataclasses
+
+        from specc.batchscript import script
+        from specc.plan import SlurmJob
+        from specc.run import deploy
+
+        earlier = deploy.read(self.run_dir) or {}
+        prepared = deploy.prepare(self.plan, self.run_dir, tuner.search.decision())
+        if prepared is None:
+            return code
+        doc, sched = prepared
+        tuner.deployed = doc
+        server, benches = deploy.target(self.plan, sched)
+        if server is None:
+            doc["verify_note"] = benches
+        elif earlier.get("verify_server") == server.id and earlier.get("verify"):
+            doc = tuner.deployed = earlier   # verified by an earlier run: not submitted again
+        else:
+            job = next(j for j in self.cluster.jobs
+                       if deploy.template_of(sched) in j.servers)
+            name = f"{job.name}-verify"
+            mine = SlurmJob(name=name, servers=(server.id,), nodes=job.nodes, gpus=job.gpus,
+                            gpus_per_node=job.gpus_per_node, time_limit=job.time_limit,
+                            time_limit_s=job.time_limit_s, need_s=job.need_s,
+                            deadline_s=job.deadline_s, points_s=job.points_s,
+                            script=f"slurm/{name}.sbatch")
+            sub_plan = dataclasses.replace(
+                self.plan, servers=(server,), benchmarks=tuple(benches),
+                search=None, cluster=dataclasses.replace(self.cluster, jobs=(mine,)))
+            atomic_write(self.run_dir / mine.script, script(sub_plan, mine, verify=job.name),
+                         mode=0o755)
+            self.progress.log(f"verify: submit the deployed command ({len(sched['bands'])} "
+                              f"band(s)) as job {name}")
+            sub = Driver(sub_plan, self.run_dir, self.progress, now=self.now,
+                         results=ResultLog(self.run_dir / deploy.VERIFY_RESULTS), parent=self)
+            (self.run_dir / deploy.VERIFY_RESULTS).parent.mkdir(parents=True, exist_ok=True)
+            following = sub._adopted()   # a job an earlier (killed) driver left running
+            sub_code = sub._loop([name] if sub.tracker.unfinished(sub.tracker.by_name[name])
+                                 and name not in following else [], None)
+            if sub.tracker.interrupted is not None:   # a rerun submits it again
+                doc["verify_note"] = "the verification job was stopped before it finished"
+                code = sub_code
+            else:
+                rows = {b.params.concurrency: sub.results.get(b.id) for b in benches}
+                deploy.verified(self.plan, self.run_dir, doc, sched, server, rows)
+        if self.plan.search is not None and self.plan.search.vs_engine_default:
+            doc["engine_default_note"] = ("search.vs_engine_default: the engine's default "
+                                          "adaptive mode is not started on Slurm")
+        deploy.write(self.run_dir, doc, sched.get("files") or {})
+        return code
+
+    def _adopted(self) -> set[str]:
+        """Jobs of an earlier (killed) driver this one follows now."""
+        for job in self.cluster.jobs:   # rows its job wrote while no driver was merging
+            self.tracker.points_finished(self.merge(job.servers))
+        self.perform(self.tracker.adopt(self.now(), read_jobs(self.run_dir)))
+        return set(self.tracker.following())
 
     def _loop(self, order: list[str], tuner) -> int:
         t = self.tracker
@@ -353,8 +427,9 @@ class Driver:
         self.perform(t.start(self.now(), order))
         self.warmup = self.warmup or warm_report()
         while True:
-            if self.stop_signal is not None and t.interrupted is None:
-                self.perform(t.interrupt(self.now(), signal.Signals(self.stop_signal).name))
+            stop = self.parent.stop_signal if self.parent else self.stop_signal
+            if stop is not None and t.interrupted is None:
+                self.perform(t.interrupt(self.now(), signal.Signals(stop).name))
             if t.idle:
                 if tuner is None or t.interrupted is not None:
                     break

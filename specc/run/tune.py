@@ -42,6 +42,9 @@ class Tuner:
         self.brackets = brackets
         #: deploy.json's content once the decision was deployed (specc.run.deploy)
         self.deployed: dict | None = None
+        #: tune.json's crossover.refined once the refinement ran or was skipped
+        #: (specc.run.crossover)
+        self.refined: dict | None = None
 
     def next_server(self) -> str | None:
         """The next server to start, or None (stop). A server whose points all finished in
@@ -75,13 +78,45 @@ class Tuner:
         decision = self.search.decision()
         if self.deployed and self.deployed.get("deployed"):   # the server bracketing runs on
             decision["deployed"] = self.deployed["deployed"]
+        self._refined(decision)
         write(self.run_dir, decision)
         if self.search.stop_reason and self.deployed is None:
             from specc.run import deploy   # the schedule all the same, said unverified
 
             deploy.unverified(self.plan, self.run_dir, decision,
-                              "the verification start did not run (on Slurm it is not "
-                              "done; or the run stopped before it)")
+                              "the verification start did not run (the run stopped "
+                              "before it)")
+
+
+    def _refined(self, decision: dict) -> None:
+        """crossover.refined: this run's, else an earlier run's for the same ladder gap (a
+        rerun does not start the verification again), else why it did not run."""
+        from specc.tune import crossover as X
+
+        gap = X.refinable(decision.get("crossover"), self.plan.search.precision)
+        if gap is None:
+            return
+        refined = self.refined
+        if refined is None or refined.get("status") == "not refined":
+            earlier = ((read_decision(self.run_dir) or {}).get("crossover") or {}).get("refined")
+            if isinstance(earlier, dict) and earlier.get("ladder") == list(gap) \
+                    and earlier.get("status") != "not refined":
+                refined = earlier   # measured by an earlier run
+        if refined is None and self.search.stop_reason:
+            from specc.run.crossover import not_refined
+
+            refined = not_refined("the refinement did not run (on Slurm the driver holds no "
+                                  "two servers at once; or the run stopped before it)", gap)
+        if refined is not None:
+            decision["crossover"]["refined"] = refined
+
+
+def read_decision(run_dir: Path) -> dict | None:
+    try:
+        data = json.loads((Path(run_dir) / TUNE_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 async def run(ex) -> set[str]:
@@ -110,8 +145,12 @@ async def run(ex) -> set[str]:
             tuner.feed(sid)
         if tuner.search.stop_reason and not ex.stop_all:   # the decision, deployed and verified
             from specc.run import deploy
+            from specc.run.crossover import Refinement
 
-            tuner.deployed = await deploy.run(ex, tuner.search.decision())
+            decision = tuner.search.decision()
+            refine = Refinement(ex.plan, decision)
+            tuner.deployed = await deploy.run(ex, decision, refine)
+            tuner.refined = refine.result
     finally:
         tuner.write()
     return tuner.chosen

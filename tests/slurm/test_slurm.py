@@ -601,7 +601,8 @@ def test_search_tune_submits_one_job_at_a_time_and_resumes_after_a_sigkill(clust
     out = rerun.finish(timeout=240)
     assert rerun.proc.returncode == 0, out[-3000:]
     tune = json.loads((run_dir / "tune.json").read_text())
-    submitted = {name: j for name, j in jobs(run_dir).items() if j.get("id")}
+    submitted = {name: j for name, j in jobs(run_dir).items() if j.get("id")
+                 and not name.endswith("-verify")}   # the deployed command's: after the search
     assert set(submitted) == {s["server"] for s in tune["starts"]}
     assert 2 <= tune["server_starts"] <= 3 and tune["grid_server_starts"] == 5
     assert submitted[base]["id"] == first[base] and submitted[probe]["id"] == first[probe]
@@ -614,3 +615,48 @@ def test_search_tune_submits_one_job_at_a_time_and_resumes_after_a_sigkill(clust
     assert "## Decision" in (run_dir / "report.md").read_text()
     assert not ours_in_squeue(cluster, run_dir)
     assert_no_process_left(run_dir)
+
+
+def test_search_tune_verifies_the_deployed_command_in_one_more_job(cluster, tmp_path):
+    """After the search, the deployed command runs as one more job on the resources of the
+    job of the server it is shaped as; the node renders the command again from the sealed
+    plan and deploy.json's bands. Its points are paired with the baseline's; a rerun does
+    not submit it again."""
+    run_dir = tmp_path / "run"
+    plan = compile_slurm(run_dir, [
+        "model_pair=kimi_k25_eagle3", "search=tune", "engine.sim.acceptance=0.9",
+        "+sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+        "{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,2]}"])
+    code, out = run_driver(run_dir, timeout=240)
+    assert code == 0, out[-3000:]
+    deploy = json.loads((run_dir / "deploy.json").read_text())
+    tune = json.loads((run_dir / "tune.json").read_text())
+    assert "verify_note" not in deploy, deploy.get("verify_note")
+    sid = deploy["verify_server"]
+    assert tune["deployed"]["server"] == sid and set(deploy["verify"]) == {"1", "2"}
+    for v in deploy["verify"].values():   # each point paired with the baseline's
+        lo, hi = v["interval"]
+        assert lo <= v["speedup"] <= hi
+    submitted = {name: j for name, j in jobs(run_dir).items() if j.get("id")}
+    verify = [name for name in submitted if name.endswith("-verify")]
+    assert len(verify) == 1 and submitted[verify[0]]["servers"] == [sid]
+    search_jobs = [j for name, j in submitted.items() if name not in verify]
+    assert {s["server"] for s in tune["starts"]} == {j["servers"][0] for j in search_jobs}
+    # after every search job ended (one job at a time)
+    assert max(j["ended_at"] for j in search_jobs) <= submitted[verify[0]]["submitted_at"]
+    script = (run_dir / "slurm" / f"{verify[0]}.sbatch").read_text()
+    template = verify[0][:-len("-verify")]
+    assert f"--job {template} --verify" in script
+    assert template in {j["name"] for j in plan["cluster"]["jobs"]}
+    rows = [json.loads(x) for x in (run_dir / "verify" / "results.jsonl").read_text().splitlines()]
+    assert {r["server"] for r in rows} == {sid} and all(r["status"] == "ok" for r in rows)
+    assert (run_dir / "servers" / f"{sid}.log").exists()
+    assert "verify_note" not in json.loads((run_dir / "report.json").read_text())["deploy"]
+    assert not ours_in_squeue(cluster, run_dir)
+    assert_no_process_left(run_dir)
+    # a rerun submits nothing again, the verification included
+    code, out = run_driver(run_dir, timeout=120)
+    assert code == 0, out[-3000:]
+    again = {name: j["id"] for name, j in jobs(run_dir).items() if j.get("id")}
+    assert again == {name: j["id"] for name, j in submitted.items()}
+    assert json.loads((run_dir / "deploy.json").read_text())["verify"] == deploy["verify"]
