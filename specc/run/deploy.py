@@ -37,7 +37,8 @@ def schedule_of(plan, decision: dict) -> dict:
     support = sch.ScheduleSupport(kind=None if fmt.get("why_not") else fmt.get("kind"),
                                   why_not=fmt.get("why_not"),
                                   chains_only=bool(fmt.get("chains_only", True)),
-                                  varies=fmt.get("varies") or "")
+                                  varies=fmt.get("varies") or "",
+                                  no_draft_band=fmt.get("no_draft_band"))
     out = sch.plan(decision, rec.candidates, support, rec.margin, rec.deploy)
     if not out["bands"]:
         return out
@@ -60,6 +61,16 @@ def _server(plan, template_id: str, argv: list, tag: str):
                                         baseline=None)
                     for b in plan.benchmarks_of(template_id))
     return server, benches
+
+
+def template_of(sched: dict) -> str:
+    """The candidate whose server record the deployed command is measured as: the band
+    with the most draft steps, since the command runs that many at most (vLLM's
+    num_speculative_tokens, SGLang's --speculative-num-steps) and the accept length it
+    can report is bounded by them (a K=1 template would refuse the 3.9 a K=3 band
+    measures as impossible)."""
+    spec = [b["setting"] for b in sched["bands"] if not b["setting"].get("baseline")]
+    return max(spec, key=lambda s: int(s["num_steps"] or 0))["server"]
 
 
 async def verify(ex, server, benches) -> dict:
@@ -158,9 +169,7 @@ async def run(ex, decision: dict) -> dict | None:
         doc["verify_note"] = ("the baseline is deployed: its speedup is 1.0 by definition, "
                               "nothing to verify")
     elif not ex.stop_all:
-        template = next(b["setting"]["server"] for b in sched["bands"]
-                        if not b["setting"].get("baseline"))
-        server, benches = _server(plan, template, sched["argv"], "deploy")
+        server, benches = _server(plan, template_of(sched), sched["argv"], "deploy")
         ex.progress.log(f"verify: start the deployed command ({len(sched['bands'])} band(s))")
         rows = await verify(ex, server, benches)
         doc["verify"] = measured(plan, ex.run_dir, rows, envelope)
