@@ -241,3 +241,10 @@ def test_vllm_runs_no_band_without_speculation_since_k0_still_runs_the_drafter()
     two = sch.plan(d2, CANDS, vllm, 0.03)
     assert [(b["from"], b["setting"]["server"]) for b in two["bands"]] == [(1, "s3"), (4, "s1")]
     assert two["predicted_loss"] == {"1": 0.0, "4": 0.05}
+    # asked for a schedule where the baseline won everywhere: every vLLM band speculates,
+    # so there is a command to verify; auto deploys the baseline's own command
+    lost = decision({"s3": {1: 0.7, 4: 0.5}})
+    asked = sch.plan(lost, CANDS, vllm, 0.03, mode="schedule")
+    assert [b["setting"].get("server") for b in asked["bands"]] == ["s3"]
+    assert asked["predicted_loss"] == {"1": 0.3, "4": 0.5} and not asked["expressible"]
+    assert sch.plan(lost, CANDS, vllm, 0.03)["bands"][0]["setting"] == sch.BASELINE
