@@ -125,17 +125,17 @@ def test_the_deployed_command_starts_and_is_verified_at_every_concurrency(tuned)
 def test_the_engine_drafts_the_k_the_deployed_command_names_at_batch_size_one(tuned):
     """At concurrency 1 the running batch is 1: the band there is the one vLLM looks up
     (the static K, or the first range's), and the tiny draft is accepted in full, so the
-    verified point's accept length (vLLM's counters) is 1 + that K, and no draft is made
-    where that K is 0."""
+    verified point's accept length (vLLM's counters) is 1 + that K."""
     from specc.tune.schedule import setting_at
 
     deploy = tuned["deploy"]
     cfg = _deployed_speculation(tuned)
-    setting = setting_at(deploy, 1)
-    k = 0 if setting.get("baseline") else int(setting["num_steps"])
-    if not deploy["static"]:
+    k = int(setting_at(deploy, 1)["num_steps"])
+    if deploy["static"]:
+        assert cfg["num_speculative_tokens"] == k
+    else:
         assert cfg["num_speculative_tokens_per_batch_size"][0][2] == k
     rows = {r["params"]["concurrency"]: r
             for r in _rows(tuned["run_dir"] / "verify" / "results.jsonl")}
     got = rows[1]["metrics"].get("accept_length")
-    assert got == (None if k == 0 else pytest.approx(1 + k)), (k, rows[1]["metrics"])
+    assert got == pytest.approx(1 + k), (k, rows[1]["metrics"])
