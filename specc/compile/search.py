@@ -248,7 +248,11 @@ def _deploy_lines(s: Search) -> list[str]:
     """The review's account of what the decision becomes (deploy.json)."""
     fmt = s.schedule_format or {}
     how = (f"{fmt.get('release')}: {fmt.get('varies')}; bands start where the measured best "
-           "changes, at a ladder concurrency" if fmt.get("kind") and not fmt.get("why_not")
+           "changes, at a ladder concurrency"
+           + (f"; no band without speculation ({fmt['no_draft_band']}): where the baseline "
+              "is best, the best speculative setting runs in its band, or one static "
+              "setting if that loses less" if fmt.get("no_draft_band") else "")
+           if fmt.get("kind") and not fmt.get("why_not")
            else f"no schedule ({fmt.get('why_not') or 'the engine takes none'}): one static "
            "setting")
     verify = ("verified in one more start at every concurrency, paired with the baseline "

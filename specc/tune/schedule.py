@@ -33,6 +33,9 @@ class ScheduleSupport:
     chains_only: bool = True
     #: What the engine varies by band, in words (for the report).
     varies: str = ""
+    #: Why a band cannot run as the baseline does, without speculation (None: it can, as
+    #: SGLang's 0 steps). vLLM's K=0 band still runs the draft model's first pass.
+    no_draft_band: str | None = None
 
 
 def setting_of(cand) -> dict:
@@ -49,7 +52,7 @@ def label(setting: dict) -> str:
 def expressible(setting: dict, support: ScheduleSupport) -> bool:
     """Can one band of the engine's schedule run this setting?"""
     if setting.get("baseline"):
-        return True
+        return support.no_draft_band is None
     if support.chains_only:
         return setting["topk"] == 1 and setting["num_draft_tokens"] == setting["num_steps"] + 1
     return True
@@ -125,14 +128,21 @@ def plan(decision: dict, candidates, support: ScheduleSupport, margin: float,
             chosen[c] = want
             continue
         unexpressed.append(c)
-        ok = [BASELINE] + [setting_of(cands[s]) for s in cands
-                           if expressible(setting_of(cands[s]), support)]
+        ok = [s for s in [BASELINE] + [setting_of(cands[s]) for s in cands]
+              if expressible(s, support)]
+        if not ok:
+            return static(f"no candidate can run in a band of the engine's schedule "
+                          f"({support.varies}): deploying the best static setting, "
+                          f"{label(best_static)}", expressible_=False)
         chosen[c] = max(ok, key=lambda s: (value(s, c)[0] or 0.0, value(s, c)[1]))
     sched_loss = losses(chosen)
     note = ""
     if unexpressed:
+        why_not = "; ".join(dict.fromkeys(
+            (support.no_draft_band if decided[c].get("baseline") else support.varies) or ""
+            for c in unexpressed))
         note = (f"the engine cannot express the decision at concurrency "
-                f"{', '.join(map(str, unexpressed))} ({support.varies}): there the best "
+                f"{', '.join(map(str, unexpressed))} ({why_not}): there the best "
                 "expressible setting runs")
         if mode == "auto" and max(bs_loss.values()) < max(sched_loss.values()):
             return static(note + f"; one static setting, {label(best_static)}, loses less "

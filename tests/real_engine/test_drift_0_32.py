@@ -41,6 +41,18 @@ CPU_EVIDENCE = (
 CPU_EVIDENCE += (("the KV cache pools are named for the device (CPU)", "vllm/v1/core/kv_cache_utils.py",
                   "pools = _kv_cache_device_name(vllm_config)"),)
 
+#: The batch-size schedule on the CPU build (docs/real-engine.md, measured there): the venv
+#: has no triton, so the V1 model runner runs, whose CPU subclass drafts the K the scheduler
+#: looked up for the step.
+CPU_EVIDENCE += (
+    ("without triton the V1 model runner runs", "vllm/config/vllm.py",
+     '"Model Runner V2 requires Triton; using the V1 model runner instead."'),
+    ("the CPU model runner is the V1 GPU model runner's subclass",
+     "vllm/v1/worker/cpu_model_runner.py", "class CPUModelRunner(GPUModelRunner):"),
+    ("the V1 model runner drafts the step's scheduled K", "vllm/v1/worker/gpu_model_runner.py",
+     "num_speculative_tokens=num_spec_tokens_to_schedule,"),
+)
+
 
 @pytest.fixture(scope="module")
 def wheel() -> tuple[Path, Path]:
@@ -64,6 +76,7 @@ def _evidence() -> list[tuple[str, str, str]]:
            for m in V.CPU_PHASES_0_32 for path, text in m.evidence]
     out += [(f"fatal pattern {m.text!r} ({m.exits})", m.source, m.printed) for m in a.fatal_messages]
     out += [e for e in V.SOURCE_EVIDENCE if e[0].startswith(("metric ", "endpoint "))]
+    out += list(V.SCHEDULE_EVIDENCE)   # SCHEDULE_SINCE is 0.32.0: the schedule's facts too
     out += [(fact, f, t) for fact, f, t in CPU_EVIDENCE]
     return out
 
