@@ -191,6 +191,10 @@ NEUTRAL_WORKLOAD = {"burstiness": None, "ramp_s": None, "multi_turn": False, "sh
                     "shared_prefix_groups": 1}
 
 
+#: ClientPoints.distinct keeps its answers up to this many points (10^5 would stay in memory).
+KEEP_DISTINCT = 4096
+
+
 class ClientPoints(Sequence):
     """A sweep's client points, each a resolved `benchmark` section (a dict), in product order
     and held as columns: the section's own values once, each swept key's values one per
@@ -203,6 +207,7 @@ class ClientPoints(Sequence):
         self.columns = columns      # Same(value), or one value per point (ABSENT: left out)
         self._count = count
         self._firsts: dict[tuple, list[int]] = {}
+        self._distinct: dict[tuple, list[dict]] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -247,32 +252,36 @@ class ClientPoints(Sequence):
         reads no other (POINT_RULE_READS, CLIENT_RULE_READS). Two swept axes of 1000 and 100
         values are 10^5 distinct points: whole dicts of them were most of such a compile's
         time and memory, and reading them through the columns one key at a time most of the rest.
-        `also`: keys the dicts hold too, the first point's values (not told apart by them)."""
+        `also`: keys the dicts hold too, the first point's values (not told apart by them).
+        A few of them are kept: each of 12,000 servers asks again (the rules never change
+        what they are handed)."""
+        got = self._distinct.get((tuple(keys), tuple(also)))
+        if got is not None:
+            return got
         at = self.firsts(keys)
-        shared: dict = {}
         names: list[str] = []
-        lists: list[list] = []
+        columns: list[Iterable] = []
+        gaps = []   # keys some of these points leave out
         for k in dict.fromkeys((*keys, *also)):
             col = self.columns.get(k)
-            if col is None:
+            if col is None or type(col) is Same and col.value is ABSENT:
                 continue
+            names.append(k)
             if type(col) is Same:
-                if col.value is not ABSENT:
-                    shared[k] = col.value
-            else:
-                names.append(k)
-                lists.append([col[i] for i in at])
-        out = []
-        rows: Iterable[tuple] = zip(*lists) if lists else [()] * len(at)
-        for values in rows:
-            point = shared.copy()
-            point.update(zip(names, values))
-            out.append(point)
-        for k, column in zip(names, lists):
-            if ABSENT in column:
-                for point in out:
-                    if point[k] is ABSENT:
-                        del point[k]
+                columns.append(itertools.repeat(col.value))
+                continue
+            values = col if len(at) == self._count else list(map(col.__getitem__, at))
+            columns.append(values)
+            if ABSENT in values:
+                gaps.append(k)
+        rows = itertools.islice(zip(*columns), len(at)) if columns else [()] * len(at)
+        out = list(map(dict, map(zip, itertools.repeat(names), rows)))   # in C, not per point
+        for k in gaps:
+            for point in out:
+                if point[k] is ABSENT:
+                    del point[k]
+        if len(out) <= KEEP_DISTINCT:
+            self._distinct[tuple(keys), tuple(also)] = out
         return out
 
     def canonical_texts(self, quoted: bool = False, around: tuple[str, str] = ("", "")

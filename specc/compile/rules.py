@@ -893,9 +893,10 @@ def check_points(spec: ServerSpec, engine: Engine, points) -> list[Diagnostic]:
     for the running-request cap and 100 lengths for the context."""
     said = []   # (first point, rule, nth): where a point-by-point pass would say it first
     for r, rule in enumerate(POINT_RULES):
-        check = rule(spec, engine)
-        for i, bench in _distinct_at(points, POINT_RULE_READS[rule]):
-            said += [(i, r, n, d) for n, d in enumerate(check(bench))]
+        firsts, benches = _distinct_at(points, POINT_RULE_READS[rule])
+        for i, found in zip(firsts, map(rule(spec, engine), benches)):
+            for n, d in enumerate(found):
+                said.append((i, r, n, d))
     said.sort(key=lambda x: x[:3])
     return [x[3] for x in said]
 
@@ -927,18 +928,19 @@ POINT_RULE_READS = {
 
 def _distinct(points, reads, also=()) -> list[dict]:
     """The first point of each distinct combination of `reads`' values, in order."""
-    return [bench for _, bench in _distinct_at(points, reads, also)]
+    return _distinct_at(points, reads, also)[1]
 
 
-def _distinct_at(points, reads, also=()) -> list[tuple[int, dict]]:
-    """(index, point) of the first point of each distinct combination of `reads`' values, in
-    order; a ClientPoints' point holds only `reads` and `also`."""
+def _distinct_at(points, reads, also=()) -> tuple[list[int], list[dict]]:
+    """(indexes, points) of the first point of each distinct combination of `reads`' values,
+    in order; a ClientPoints' point holds only `reads` and `also`."""
     if hasattr(points, "distinct"):
-        return list(zip(points.firsts(reads), points.distinct(reads, also)))
-    out, seen = [], set()
+        return points.firsts(reads), points.distinct(reads, also)
+    firsts, out, seen = [], [], set()
     for i, bench in enumerate(points):
         key = repr([bench.get(k) for k in reads])   # a list value (categories) too
         if key not in seen:
             seen.add(key)
-            out.append((i, bench))
-    return out
+            firsts.append(i)
+            out.append(bench)
+    return firsts, out
