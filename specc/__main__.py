@@ -263,7 +263,7 @@ def _closed_pipe() -> int:
 
 def _main(argv: list[str]) -> int:
     """A task runs a plan and imports no compile or config module (docs/architecture.md)."""
-    if argv and argv[0] == "status":   # without invoke, where it takes the command line
+    if argv[:1] == ["status"] and not {"--help", "-h"} & set(argv):   # without invoke
         from specc.run import status
 
         code = status.main(argv[1:])
