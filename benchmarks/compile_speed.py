@@ -102,13 +102,14 @@ STARTUP = ["+experiment=llama3_eagle3_pack", "baseline=false",
 def measure(points: int, shape: str, runs: int) -> None:
     walls, cpus, peaks, start = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(runs):
-            wall, cpu, peak = run_once(overrides(points, shape), Path(tmp) / str(i))
+        for i in range(runs):   # each in a folder of its own: a compile beside a run dir of the
+            # same plan looks there for an unfinished run to offer (specc.run.rundir.unfinished_runs)
+            wall, cpu, peak = run_once(overrides(points, shape), Path(tmp) / str(i) / "run")
             walls.append(wall)
             cpus.append(cpu)
             peaks.append(peak)
-            start.append(run_once(STARTUP, Path(tmp) / f"start{i}"))
-        out = Path(tmp) / "0"
+            start.append(run_once(STARTUP, Path(tmp) / f"start{i}" / "run"))
+        out = Path(tmp) / "0" / "run"
         sizes = {name: (out / name).stat().st_size for name in ("plan.json", "plan.sh", "review.md")}
     s_wall, s_cpu = statistics.median(s[0] for s in start), statistics.median(s[1] for s in start)
     s_peak = max(s[2] for s in start)

@@ -289,6 +289,12 @@ def _closed_pipe() -> int:
 
 def _main(argv: list[str]) -> int:
     """A task runs a plan and imports no compile or config module (docs/architecture.md)."""
+    if argv[:1] == ["status"] and not {"--help", "-h"} & set(argv):   # without invoke
+        from specc.run import status
+
+        code = status.main(argv[1:])
+        if code is not None:
+            return code
     if argv and _is_word(argv[0]):
         from specc import help as cli_help
 

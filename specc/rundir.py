@@ -21,13 +21,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specc.files import PLAN_BYTES, STATE_BYTES, UnreadableFile, parse_json, read_bounded
-from specc.manifest import Manifest, ManifestError, read_manifest
-from specc.plan import Plan, PlanError, digest_check
+from specc.plan import OLD_JOBS_FILE, Plan, PlanError, digest_check
 from specc.results import ResultRow, read_rows
 from specc.state import StateError, read_state
+
+if TYPE_CHECKING:   # read when asked: `specc status` never reads the manifest
+    from specc.manifest import Manifest
 
 PLAN_JSON = "plan.json"
 STATE_JSON = "state.json"
@@ -147,7 +149,9 @@ class RunDir:
         return read_state(self.path / STATE_JSON)
 
     def manifest(self) -> Manifest | None:
-        """manifest.json, or None; ManifestError when it is not one."""
+        """manifest.json, or None; specc.manifest.ManifestError when it is not one."""
+        from specc.manifest import read_manifest
+
         return read_manifest(self.path)
 
     def report_json(self) -> dict:
@@ -200,6 +204,12 @@ def recorded_digest(run_dir: Path | str) -> str | None:
         return None
     at = tail.rfind(b'"digest":"')
     return tail[at + 10:at + 10 + 71].decode("ascii", "replace") if at >= 0 else None
+
+
+def compiled_for_slurm(run_dir: Path | str, plan: Plan) -> bool:
+    """A run dir whose plan has Slurm jobs (its `cluster` record), or that an older specc
+    compiled for Slurm (its jobs in slurm/cluster.json, not in the plan)."""
+    return plan.cluster is not None or (Path(run_dir) / OLD_JOBS_FILE).exists()
 
 
 def plan_bytes(path: Path | str) -> bytes:
@@ -257,5 +267,5 @@ def _json_object(path: Path, limit: int) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-__all__ = ["RunDir", "RunDirError", "ManifestError", "StateError", "plan_problem",
-           "plan_bytes", "plan_to_run", "state_of", "tune_decision", "deploy_decision", "DEPLOY_JSON", "accept_edited", "TUNE_JSON"]
+__all__ = ["RunDir", "RunDirError", "StateError", "plan_problem",
+           "plan_bytes", "plan_to_run", "compiled_for_slurm", "state_of", "tune_decision", "deploy_decision", "DEPLOY_JSON", "accept_edited", "TUNE_JSON"]

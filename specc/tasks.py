@@ -21,18 +21,13 @@ LATEST = "run dir, or `latest`: the one under ./outputs/ last compiled into or r
 
 
 def _named_run(run: str, flag: str = "--run") -> Path:
-    """`--run DIR`, or `--run latest`: the run dir under ./outputs/ last compiled into or
-    run (its lock's time), said on stderr so the user sees which."""
-    if run != "latest":
-        return Path(run)
-    from specc.run import rundir
+    """`--run DIR`, or `--run latest` (specc.run.status.named_run); Exit(2) with its line."""
+    from specc.run import status as run_status
 
-    found = rundir.latest()
-    if found is None:
-        raise Exit(f"error RUN_DIR_INVALID at {flag}: no run dir under ./{rundir.OUTPUTS}/ for "
-                   "'latest' (fix: run this where you ran `specc`, or give the run dir)", code=2)
-    print(f"run dir: {rundir.shown(found)} (latest)", file=sys.stderr)
-    return found
+    try:
+        return run_status.named_run(run, flag)
+    except run_status.Refused as e:
+        raise Exit(e.line, code=e.code) from None
 
 
 def _print(text: str) -> None:
@@ -52,26 +47,23 @@ def _one(e) -> str:
 
 
 def _run_dir(run: str) -> Path:
-    """A run dir is a folder holding the plan.json specc compiled into it: anything else
-    (`--run /tmp`, a typo) is refused before a file is read or written there."""
-    d = _named_run(run)
-    if not d.is_dir():
-        raise Exit(f"error RUN_DIR_INVALID at --run: no run dir at {run!r}", code=2)
-    if not os.path.lexists(d / "plan.json"):   # a FIFO there is refused when read
-        raise Exit(f"error RUN_DIR_INVALID at --run: {run!r} holds no plan.json, so it is not a "
-                   "run dir (fix: the folder `specc` compiled into, e.g. outputs/<date>/<time>)",
-                   code=2)
-    return d
+    """A folder holding a plan.json (specc.run.status.run_dir); Exit(2) with its line."""
+    from specc.run import status as run_status
+
+    try:
+        return run_status.run_dir(run)
+    except run_status.Refused as e:
+        raise Exit(e.line, code=e.code) from None
 
 
 def _open_run(d: Path, *, edited_ok: bool = False):
     """The run dir through its one door (specc.rundir.RunDir); Exit(2) with its one line."""
-    from specc.rundir import RunDir, RunDirError
+    from specc.run import status as run_status
 
     try:
-        return RunDir.open(d, edited_ok=edited_ok)
-    except RunDirError as e:
-        raise Exit(_one(e), code=2) from None
+        return run_status.open_run(d, edited_ok=edited_ok)
+    except run_status.Refused as e:
+        raise Exit(e.line, code=e.code) from None
 
 
 @task(help={"experiment": "experiment name (conf/experiment/NAME.yaml)",
@@ -160,83 +152,12 @@ def _check_seal(shown: str, path: Path, raw: bytes, now, *, accept_edited: bool)
 @task(help={"run": LATEST})
 def status(c, run):
     """Show each server's state (pid alive, phase, port) and the points done."""
-    from tabulate import tabulate
+    from specc.run import status as run_status
 
-    from specc.rundir import StateError
-    from specc.run.lifecycle import is_leftover
-
-    d = _run_dir(run)
-    rd = _open_run(d)
-    try:
-        state = rd.state()
-    except StateError as e:
-        raise Exit(f"error STATE_UNREADABLE: {e} (`specc down` or `specc run` moves it aside)",
-                   code=2) from None
-    rows = []
-    from specc.run import slurm
-
-    slurm_run = slurm.is_slurm_run(d, rd.plan)
-    if slurm_run:   # a job per server: Slurm's view, not local pids
-        _print(slurm.status_text(d))
-    for sid, s in ({} if slurm_run else state.get("servers", {})).items():
-        alive = is_leftover(s)
-        since = s.get("phase_started_at")
-        rows.append([sid, s.get("status"), _phase(s, alive),
-                     f"{time.time() - since:.0f}s" if since and alive else "",
-                     s.get("pid"), "yes" if alive else "no", s.get("port"),
-                     (s.get("reason") or "")[:80]])
-    if not slurm_run:
-        from specc.files import one_line
-
-        rows = [[one_line(c) if isinstance(c, str) else c for c in r] for r in rows]
-        _print(tabulate(rows, headers=["server", "status", "phase", "in phase", "pid", "alive",
-                                       "port", "reason"], tablefmt="simple")
-               if rows else "no servers started yet")
-    from specc.rundir import RunDirError
-
-    total = len(rd.plan.benchmarks)
-    try:
-        res, skipped = rd.results()
-    except RunDirError as e:
-        raise Exit(_one(e), code=2) from None
-    for w in skipped:   # a line specc cannot read: said, never a traceback
-        print(f"warning: {_one(w)}", file=sys.stderr)
-    ok = sum(r.status == "ok" for r in res.values())
-    print(f"points: {len(res)}/{total} finished ({ok} ok, {len(res) - ok} failed)")
-
-
-def _phase(entry: dict, alive: bool) -> str:
-    """What a server is doing now: its startup phase while its process lives; once it is
-    gone, how it ended (a stopped server is not in `warmup`, whatever it last logged)."""
-    phase = entry.get("phase") or ""
-    if alive:
-        return phase
-    code = entry.get("exit_code")
-    stop = entry.get("stop")
-    if stop == "gone" and _exit_text(code):   # it had exited before the stop: say how
-        stop = None
-    end = ", ".join(x for x in (stop, _exit_text(code)) if x)
-    status = entry.get("status")
-    if status == "stopped":
-        return f"stopped ({end})" if end else "stopped"
-    if status == "failed":
-        where = f" in {phase}" if phase and phase not in ("ready", "failed") else ""
-        return f"failed{where}" + (f" ({end})" if end else "")
-    return f"not running (last {phase or status or 'seen'}; its executor is gone)"
-
-
-def _exit_text(code) -> str:
-    """A process's return code as people say it: exit code 1, signal SIGTERM."""
-    if not isinstance(code, int) or isinstance(code, bool):
-        return ""
-    if code < 0:
-        import signal
-
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    try:   # `specc status` runs it without invoke (specc/__main__.py): the same text
+        run_status.show(run)
+    except run_status.Refused as e:
+        raise Exit(e.line, code=e.code) from None
 
 
 @task(help={"run": LATEST, "server": "server id (default: all)", "lines": "lines per log",

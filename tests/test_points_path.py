@@ -110,6 +110,58 @@ def test_each_rule_reads_only_what_it_says(compose):
             assert list(check(mixed)) == list(check(a)), rule.__name__
 
 
+class _Recording(dict):
+    """A point that notes each key a rule reads of it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def test_no_rule_reads_a_key_it_does_not_name(compose, tmp_path):
+    """The compile hands each rule only the keys it names (POINT_RULE_READS,
+    CLIENT_RULE_READS, FIRST_POINT_READS): one that read another would be told None."""
+    from specc.compile.matrix import spec_for
+
+    cfg = compose(LLAMA)
+    engine = get_engine("sglang")
+    spec = spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "server",
+                                         "speculation", "readiness")})
+    (tmp_path / "p.jsonl").write_text('{"prompt": "hi there"}\n')
+    (tmp_path / "s.json").write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": "a question of some words " * 4},
+        {"from": "gpt", "value": "an answer of some words " * 4}]}]))
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 8, "output_length": 4}\n')
+    base = cfg["benchmark"]
+    variants = [base, dict(base, concurrency=4000, request_rate=2, burstiness=0.3, ramp_s=5),
+                dict(base, dataset="jsonl", dataset_path=str(tmp_path / "p.jsonl")),
+                dict(base, dataset="sharegpt", dataset_path=str(tmp_path / "s.json")),
+                dict(base, dataset="trace", dataset_path=str(tmp_path / "t.jsonl")),
+                dict(base, dataset="random", categories=["x"], multi_turn=True),
+                dict(base, target_ci=0.02, max_requests=10, num_prompts=10**6, input_len=2000)]
+    for v in variants:
+        for rule, reads in rules.CLIENT_RULE_READS.items():
+            point = _Recording(v)
+            list(rule(None, engine, point))
+            assert point.read <= {*reads, *rules.FIRST_POINT_READS.get(rule, ())}, rule.__name__
+        for rule, reads in rules.POINT_RULE_READS.items():
+            point = _Recording(v)
+            list(rule(spec, engine)(point))
+            assert point.read <= set(reads), rule.__name__
+
+
 def test_records_built_a_field_at_a_time_are_the_constructors(compose):
     from conftest import bench_params
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from functools import cache
 
 from specc.compile.matrix import canonical
 from specc.compile.spec import ServerSpec
@@ -59,8 +58,8 @@ def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values
     draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if speculation and draft_values else None
     prefill: dict[int, float] = {}
     rates: dict[int, Callable[[float | None], float]] = {}
+    prefill_s = target.prefill_s
 
-    @cache
     def wave_s(running: int, input_len: int, output_len: int) -> float:
         rate = rates.get(running)
         if rate is None:
@@ -68,7 +67,7 @@ def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values
         tokens = running * input_len
         first = prefill.get(tokens)
         if first is None:
-            first = prefill[tokens] = target.prefill_s(tokens)
+            first = prefill[tokens] = prefill_s(tokens)
         return first + output_len / rate(input_len + output_len / 2)   # mean KV length decoding
 
     return wave_s
@@ -114,13 +113,16 @@ class ServerTimes:
         if key not in self._points_s:
             wave_s = _wave_estimator(*inputs)
             # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
-            self._points_s[key] = sum(
+            # each shape's term in a list, then summed (the same sum as over a generator);
+            # arrival_s is 0.0 unless a rate or a trace paces the point
+            self._points_s[key] = sum([
                 count * repeats * (max(math.ceil(n / conc) * wave_s(min(n, conc), input_len,
                                                                     output_len),
-                                       arrival_s(n, *arrivals))
+                                       arrival_s(n, rate, ramp_s, dataset, path)
+                                       if rate or dataset == "trace" else 0.0)
                                    + POINT_OVERHEAD_S)
-                for (n, conc, input_len, output_len, repeats, *arrivals), count
-                in self.shapes.items())
+                for (n, conc, input_len, output_len, repeats, rate, ramp_s, dataset, path), count
+                in self.shapes.items()])
         return round(start_s + self._points_s[key], 1)
 
 

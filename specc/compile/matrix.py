@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from specc import facts as facts_mod
@@ -191,6 +191,10 @@ NEUTRAL_WORKLOAD = {"burstiness": None, "ramp_s": None, "multi_turn": False, "sh
                     "shared_prefix_groups": 1}
 
 
+#: ClientPoints.distinct keeps its answers up to this many points (10^5 would stay in memory).
+KEEP_DISTINCT = 4096
+
+
 class ClientPoints(Sequence):
     """A sweep's client points, each a resolved `benchmark` section (a dict), in product order
     and held as columns: the section's own values once, each swept key's values one per
@@ -203,6 +207,7 @@ class ClientPoints(Sequence):
         self.columns = columns      # Same(value), or one value per point (ABSENT: left out)
         self._count = count
         self._firsts: dict[tuple, list[int]] = {}
+        self._distinct: dict[tuple, list[dict]] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -241,11 +246,43 @@ class ClientPoints(Sequence):
                 _firsts(_combos([self.columns[k] for k in varying], self._count)).values())
         return got
 
-    def distinct(self, keys) -> list[Mapping]:
+    def distinct(self, keys, also=()) -> list[dict]:
         """The first point of each distinct combination of `keys`' values (see firsts), each
-        read through the columns (PointView): two swept axes of 1000 and 100 values are 10^5
-        distinct points, and their dicts were most of such a compile's time and memory."""
-        return [PointView(self.columns, self.keys, i) for i in self.firsts(keys)]
+        a dict of those keys' values alone (what the point leaves out, left out): a rule
+        reads no other (POINT_RULE_READS, CLIENT_RULE_READS). Two swept axes of 1000 and 100
+        values are 10^5 distinct points: whole dicts of them were most of such a compile's
+        time and memory, and reading them through the columns one key at a time most of the rest.
+        `also`: keys the dicts hold too, the first point's values (not told apart by them).
+        A few of them are kept: each of 12,000 servers asks again (the rules never change
+        what they are handed)."""
+        got = self._distinct.get((tuple(keys), tuple(also)))
+        if got is not None:
+            return got
+        at = self.firsts(keys)
+        names: list[str] = []
+        columns: list[Iterable] = []
+        gaps = []   # keys some of these points leave out
+        for k in dict.fromkeys((*keys, *also)):
+            col = self.columns.get(k)
+            if col is None or type(col) is Same and col.value is ABSENT:
+                continue
+            names.append(k)
+            if type(col) is Same:
+                columns.append(itertools.repeat(col.value))
+                continue
+            values = col if len(at) == self._count else list(map(col.__getitem__, at))
+            columns.append(values)
+            if ABSENT in values:
+                gaps.append(k)
+        rows = itertools.islice(zip(*columns), len(at)) if columns else [()] * len(at)
+        out = list(map(dict, map(zip, itertools.repeat(names), rows)))   # in C, not per point
+        for k in gaps:
+            for point in out:
+                if point[k] is ABSENT:
+                    del point[k]
+        if len(out) <= KEEP_DISTINCT:
+            self._distinct[tuple(keys), tuple(also)] = out
+        return out
 
     def canonical_texts(self, quoted: bool = False, around: tuple[str, str] = ("", "")
                         ) -> Iterator[str]:
@@ -255,35 +292,6 @@ class ClientPoints(Sequence):
         return object_texts([(k, self.columns[k]) for k in sorted(self.keys)], self._count,
                             encode=_CANONICAL, encode_str=_QUOTE, around=around,
                             escape=(lambda text: _QUOTE(text)[1:-1]) if quoted else None)
-
-
-class PointView(Mapping):
-    """One client point as a read-only mapping over the columns (what ClientPoints[i] holds,
-    without building that dict)."""
-
-    __slots__ = ("_columns", "_keys", "_i")
-
-    def __init__(self, columns: dict[str, Column], keys: tuple[str, ...], i: int):
-        self._columns, self._keys, self._i = columns, keys, i
-
-    def get(self, key, default=None):
-        col = self._columns.get(key)
-        if col is None:
-            return default
-        v = col.value if type(col) is Same else col[self._i]
-        return default if v is ABSENT else v
-
-    def __getitem__(self, key):
-        v = self.get(key, ABSENT)
-        if v is ABSENT:
-            raise KeyError(key)
-        return v
-
-    def __iter__(self) -> Iterator[str]:
-        return (k for k in self._keys if self.get(k, ABSENT) is not ABSENT)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 def _tiled(values: list, inner: int, outer: int) -> list:

@@ -225,15 +225,20 @@ class ModelCost:
         """``step_s(n, seqs, context)`` as a function of the context: what does not depend on
         it is worked out once (the same floats; a compile's estimate prices one batch at
         many contexts)."""
-        n = max(int(n), 1)
-        seqs = n if seqs is None else max(int(seqs), 1)
-        fixed, kv_bytes, bw = self.gemm_s(n) + self.fixed_s, seqs * self.kv_bytes_per_ctx_token, self.hw.attn_bw
-        tokens = n * self.per_token_s
+        fixed, kv_bytes, bw, tokens = self.step_terms(n, seqs)
 
         def at(context: float | None) -> float:   # attn_s inlined: seqs * kv * ctx / bw
             ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
             return fixed + kv_bytes * ctx / bw + tokens
         return at
+
+    def step_terms(self, n: int, seqs: int | None = None) -> tuple[float, float, float, float]:
+        """step_at's (fixed, kv_bytes, bw, tokens): one step at context ctx takes
+        ``fixed + kv_bytes * ctx / bw + tokens`` seconds."""
+        n = max(int(n), 1)
+        seqs = n if seqs is None else max(int(seqs), 1)
+        return (self.gemm_s(n) + self.fixed_s, seqs * self.kv_bytes_per_ctx_token,
+                self.hw.attn_bw, n * self.per_token_s)
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """One prefill pass over the admitted prompts: large, well-shaped GEMMs (every
@@ -563,8 +568,21 @@ def tokens_per_s_per_stream_at(target: ModelCost, b: int, spec: SpecConfig | Non
     """``tokens_per_s_per_stream`` at one batch size as a function of the context."""
     tok = 1.0 if spec is None else expected_accept_length(
         spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)
-    step = decode_step_at(target, b, spec, draft)
-    return lambda context: tok / step(context)
+    b = max(int(b), 1)
+    # decode_step_at's steps inlined, the same floats (a compile's estimate asks 10^5 times)
+    fv, kv, wv, tv = target.step_terms(b if spec is None else b * spec.num_draft_tokens, b)
+    if spec is None:
+        def plain(context: float | None) -> float:
+            ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
+            return tok / (fv + kv * ctx / wv + tv)
+        return plain
+    fd, kd, wd, td = (draft or target).step_terms(b * spec.topk, b)
+    passes, overhead = spec.num_steps + 1, spec_overhead_s(spec, draft)
+
+    def speculative(context: float | None) -> float:
+        ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
+        return tok / (passes * (fd + kd * ctx / wd + td) + (fv + kv * ctx / wv + tv) + overhead)
+    return speculative
 
 
 def speedup(target: ModelCost, b: int, spec: SpecConfig, draft: ModelCost | None = None,

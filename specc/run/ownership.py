@@ -19,10 +19,12 @@ import socket
 import struct
 import time
 from pathlib import Path
-
-import psutil
+from typing import TYPE_CHECKING
 
 from specc.net import connect_host
+
+if TYPE_CHECKING:   # imported where used: `specc status` on a run whose servers are gone
+    import psutil   # never needs it (0.03 s)
 
 _LISTEN = "0A"
 _PROC = Path("/proc")
@@ -113,6 +115,8 @@ def group_pids(pgid: int) -> list[int]:
 
 
 def _describe(pid: int | None) -> str:
+    import psutil
+
     if pid is None:
         return "a process specc cannot see (another user's?)"
     try:
@@ -124,6 +128,8 @@ def _describe(pid: int | None) -> str:
 
 def _by_psutil(host: str, port: int, pgid: int) -> tuple[str, int | None]:
     """Fallback without /proc/net: ("none"|"ours"|"foreign", the foreign pid or None)."""
+    import psutil
+
     targets = _targets(host)
     kind = "none"
     for c in psutil.net_connections("tcp"):
@@ -167,6 +173,8 @@ def listener(host: str, port: int, pgid: int) -> tuple[str, str]:
 def _launched_by(pid: int, pgid: int) -> bool:
     """A rank of a multi-node server the group launched through srun (slurmd started it,
     so it is in no group of ours; specc.run.rank marks it with the group)."""
+    import psutil
+
     try:
         return psutil.Process(pid).environ().get("SPECC_SERVER_PGID") == str(pgid)
     except (psutil.Error, OSError):
@@ -189,6 +197,8 @@ STARTED_AT_TOLERANCE_S = 5.0
 
 def create_time(pid: int) -> float | None:
     """The process's start time (epoch seconds) as the kernel records it, or None."""
+    import psutil
+
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -196,6 +206,8 @@ def create_time(pid: int) -> float | None:
 
 
 def _live(pid: int) -> psutil.Process | None:
+    import psutil
+
     try:
         p = psutil.Process(pid)
         return None if p.status() == psutil.STATUS_ZOMBIE else p
@@ -218,6 +230,8 @@ def launched_group(entry: dict) -> tuple[str, str]:
     members = [p for pid in group_pids(pgid) if (p := _live(pid)) is not None]
     if not members:
         return "gone", ""
+    import psutil
+
     recorded, tol = entry.get("create_time"), CREATE_TIME_TOLERANCE_S
     if recorded is None:
         recorded, tol = entry.get("started_at"), STARTED_AT_TOLERANCE_S

@@ -584,12 +584,12 @@ def is_slurm_run(run_dir: Path, plan: Plan | None = None) -> bool:
     record), or was compiled for Slurm by an older specc. A plan.json that cannot be read
     leaves the driver's record to say so: `down` must still cancel the jobs."""
     from specc.plan import OLD_JOBS_FILE
+    from specc.rundir import RunDir, RunDirError, compiled_for_slurm
 
+    if plan is not None:
+        return compiled_for_slurm(run_dir, plan)
     if (Path(run_dir) / OLD_JOBS_FILE).exists():
         return True
-    if plan is not None:
-        return plan.cluster is not None
-    from specc.rundir import RunDir, RunDirError
 
     try:   # whatever its digest: `down` must cancel the jobs of a plan edited since
         return RunDir.open(run_dir, edited_ok=True).plan.cluster is not None

@@ -316,3 +316,19 @@ def test_the_draft_pass_model_matches_the_h200_chain_within_20_percent():
     for r in rows:
         measured = r["gemm_attn_s"] / r["steps"]
         assert draft.step_s(r["batch"], r["batch"], 1024) == pytest.approx(measured, rel=0.20), r
+
+
+@pytest.mark.parametrize("spec", [None, perf.SpecConfig(3, 1, 4, 0.7), perf.SpecConfig(5, 8, 64, 0.8)])
+def test_the_per_stream_rate_is_accept_length_over_the_decode_step_to_the_last_bit(spec):
+    """tokens_per_s_per_stream_at inlines decode_step_at's steps (a compile's estimate asks
+    it 10^5 times): the same floats, at every batch size and context."""
+    t = perf.model_cost(LLAMA8, tp=1, gpu="H100")
+    d = perf.draft_cost(LLAMA8_EAGLE3, tp=1, gpu="H100")
+    tok = 1.0 if spec is None else perf.expected_accept_length(
+        spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)
+    rng = random.Random(7)
+    for b in (0, 1, 2, 7, 64, 1000):
+        rate = perf.tokens_per_s_per_stream_at(t, b, spec, d)
+        step = perf.decode_step_at(t, b, spec, d)
+        for ctx in [None, -5, 0, 1, 2.5, 4096, *(rng.uniform(0, 3e5) for _ in range(50))]:
+            assert rate(ctx) == tok / step(ctx), (b, ctx)
