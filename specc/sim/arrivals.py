@@ -53,7 +53,8 @@ class Conn:
         self.sock = sock
         self.fd = sock.fileno()
         self.state = IDLE
-        self.arrival = 0.0         # monotonic s: the current request's first bytes
+        self.arrival: float | None = 0.0   # monotonic s: the current request's first
+        #                                      bytes (None: a step gave up waiting for it)
         self.not_before = 0.0      # a step gave up waiting for it: no arrival before this
 
 
@@ -134,12 +135,12 @@ class Arrivals:
     # -- what a step waits for ---------------------------------------------------------------
     def earliest(self) -> float | None:
         """The earliest arrival among requests read but not queued."""
-        return min((c.arrival for c in self.open), default=None)
+        return min((c.arrival for c in self.open if c.arrival is not None), default=None)
 
     def overdue(self, t: float) -> bool:
         """Whether a request that arrived by ``t`` (monotonic s) is not queued yet."""
         for c in self.open:
-            if c.arrival <= t:
+            if c.arrival is not None and c.arrival <= t:
                 return True
         for fd, _ in self.poll.poll(0):
             if fd == self.listen_fd:
@@ -156,12 +157,14 @@ class Arrivals:
                 return True
         return False
 
-    def give_up(self, t: float, now: float) -> None:
-        """A step stopped waiting at ``now``: what arrived by ``t`` and is still not queued
-        counts as arriving now (it joins a later step; that step was late by now - t)."""
+    def give_up(self, t: float) -> None:
+        """A step stopped waiting for what arrived by ``t``: a request still being read or
+        parsed is no longer dated by its bytes (the scheduler dates it when it is queued,
+        and no step waits for it again); unread bytes count as arriving now."""
         for c in self.open:
-            if c.arrival <= t:
-                c.arrival = now
+            if c.arrival is not None and c.arrival <= t:
+                c.arrival = None
+        now = time.monotonic()
         for c in self.by_fd.values():
             if c.state == IDLE:
                 c.not_before = now

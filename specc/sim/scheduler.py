@@ -221,6 +221,8 @@ class Scheduler:
         #: Where each request's first bytes are, so that a step admits what arrived before
         #: it began, however long the HTTP side took to queue it (arrivals.py).
         self.arrivals = Arrivals()
+        self._owed_wait = 0.0   # waited for arrivals since the last step delivered (s)
+        self._owed_late = 0.0   # a wait cut off: the next step's lateness is at least this
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
 
@@ -355,9 +357,8 @@ class Scheduler:
             # and admits what arrived by then, once the HTTP side has queued it.
             now = clock()
             begin = schedule.due if schedule.due is not None else self._idle_begin(now)
-            wait = floor = 0.0
             if self.arrivals.overdue(begin):
-                wait, floor = await self._await_arrivals(begin, clock, sleep)
+                await self._await_arrivals(begin, clock, sleep)
             admit = self._admissible(begin, now) if self.waiting else []
             if admit:
                 ntok = self._admit_cached(admit)   # a prefix-cache hit is not prefilled
@@ -415,8 +416,9 @@ class Scheduler:
             # on the event loop (no spinning): on time to its ~1 ms timers; behind
             # schedule, no wait, but still a turn for the HTTP side
             await sleep(max(0.0, due - clock()))
-            late = schedule.delivered(clock(), floor)
-            truth.TRUTH.step(due, late, len(outs), bool(admit), wait)
+            late = schedule.delivered(clock(), self._owed_late)
+            truth.TRUTH.step(due, late, len(outs), bool(admit), self._owed_wait)
+            self._owed_late = self._owed_wait = 0.0
             for r, n in outs:
                 self._deliver(r, n, due)
             truth.TRUTH.maybe_flush(time.monotonic())
@@ -444,18 +446,19 @@ class Scheduler:
         early = self.arrivals.earliest()
         return begin if early is None else min(begin, early)
 
-    async def _await_arrivals(self, begin: float, clock, sleep) -> tuple[float, float]:
+    async def _await_arrivals(self, begin: float, clock, sleep) -> None:
         """Wait until every request whose first bytes arrived by ``begin`` is queued, at
-        most WAIT_MAX_S: (how long it waited, the lateness it counts for its step: 0, or
-        how long past ``begin`` it gave up)."""
+        most WAIT_MAX_S. The next step delivered records the wait (``wait_s``) and, when it
+        was cut off, at least how long past ``begin`` that was as its lateness."""
         start = clock()
         while self.arrivals.overdue(begin):
             now = clock()
             if now - start >= WAIT_MAX_S:
-                self.arrivals.give_up(begin, now)
-                return now - start, now - begin
+                self.arrivals.give_up(begin)
+                self._owed_late = max(self._owed_late, now - begin)
+                break
             await sleep(WAIT_POLL_S)
-        return clock() - start, 0.0
+        self._owed_wait += clock() - start
 
     def _admissible(self, begin: float, now: float) -> list[Req]:
         """Take the waiting requests that arrived by ``begin``, earliest first, up to
