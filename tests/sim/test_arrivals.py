@@ -78,7 +78,7 @@ def test_a_wave_lands_in_the_same_prefill_batches_however_slow_the_http_side(sta
     # that step is late, and says so (truth log and /metrics, which a point's check reads)
     second = slow[1]
     assert second["wait_s"] > 0 and second["late_s"] > 0
-    assert worst >= second["late_s"]
+    assert worst >= second["late_s"] - 1e-6   # the log rounds to 1 us
 
 
 class FakeArrivals(Arrivals):
