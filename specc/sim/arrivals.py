@@ -145,15 +145,15 @@ class Arrivals:
         for fd, _ in self.poll.poll(0):
             if fd == self.listen_fd:
                 return True                      # not even accepted: wait for the loop
-            c = self.by_fd.get(fd)
-            if c is None:
+            idle = self.by_fd.get(fd)
+            if idle is None:
                 continue
-            s = self.first_bytes(c.sock)
+            s = self.first_bytes(idle.sock)
             if s is None:
-                if c.sock.fileno() < 0:          # closed without a protocol: forget it
-                    self.lost(c)
+                if idle.sock.fileno() < 0:       # closed without a protocol: forget it
+                    self.lost(idle)
                 continue
-            if max(s, c.not_before) <= t:
+            if max(s, idle.not_before) <= t:
                 return True
         return False
 
@@ -206,7 +206,7 @@ class Listener(socket.socket):
 
     arrivals: Arrivals | None = None
 
-    def accept(self):   # type: ignore[override]
+    def accept(self):
         conn, addr = super().accept()
         if self.arrivals is not None:
             self.arrivals.accepted(conn)
@@ -218,7 +218,7 @@ def stamping_protocol(base: type, arrivals: Arrivals) -> type:
     are read and when the connection is gone; each request's scope carries its ``Conn``
     (``specc.sim.conn``)."""
 
-    class Stamping(base):   # type: ignore[valid-type, misc]  # a protocol class
+    class Stamping(base):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
             c = self._arrival_conn = arrivals.conn(transport.get_extra_info("socket"))

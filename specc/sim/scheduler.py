@@ -466,20 +466,24 @@ class Scheduler:
         room = self.sim.max_running - len(self.running)
         if room <= 0:
             return []
-        ready, later = [], collections.deque()
+        ready: list[tuple[float, Req]] = []
+        later: collections.deque[Req] = collections.deque()
         for r in self.waiting:
             if r.aborted:
                 continue
             if r.arrival is None:
                 r.arrival = now
-            (ready if r.arrival <= begin else later).append(r)
+            if r.arrival <= begin:
+                ready.append((r.arrival, r))
+            else:
+                later.append(r)
         if not ready:
             self.waiting = later
             return []
-        ready.sort(key=lambda r: r.arrival)   # stable: queue order among equal stamps
-        later.extendleft(reversed(ready[room:]))
+        ready.sort(key=lambda ar: ar[0])   # stable: queue order among equal stamps
+        later.extendleft(r for _, r in reversed(ready[room:]))
         self.waiting = later
-        return ready[:room]
+        return [r for _, r in ready[:room]]
 
     def _advance(self, r: Req, n: int) -> int:
         """Decide the step's outcome for r (before its deadline) and pre-build its chunk."""
