@@ -5,7 +5,8 @@ loads weights, allocates the KV cache and captures CUDA graphs before uvicorn
 binds the port, so connections are refused until then); serving runs on one
 asyncio loop: a uvicorn server (http.py, as SGLang: Starlette on uvicorn) plus
 the scheduler task (scheduler.py).  Modules: args (flags, resolution), faults,
-versions (strings per SGLang version), startup, scheduler, http, stream, truth, log.
+versions (strings per SGLang version), startup, scheduler, arrivals, http, stream, truth,
+log.
 """
 
 from __future__ import annotations
