@@ -11,7 +11,6 @@ import socket
 import time
 
 import httpx
-import pytest
 
 from specc.sim.args import Sim, build_parser
 from specc.sim.arrivals import WAIT_MAX_S, Arrivals
@@ -188,9 +187,3 @@ def test_unread_bytes_are_dated_by_the_kernel_not_by_when_they_are_read():
                 assert not arrivals.overdue(time.monotonic())
                 arrivals.lost(c)
 
-
-@pytest.mark.parametrize("spec", ["slow_http", "slow_http:0.2"])
-def test_the_slow_http_fault_parses(spec):
-    from specc.sim.faults import parse_fault
-    f = parse_fault(spec)
-    assert f is not None and f.name == "slow_http"
