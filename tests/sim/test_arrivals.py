@@ -19,7 +19,7 @@ from specc.sim.scheduler import Scheduler
 from .test_schedule import FakeClock
 
 WAVE = 16
-DILATION = 20.0   # the first prefill (one request) lasts ~0.3 s: the wave is all sent by then
+DILATION = 20.0   # the first prefill (one request) lasts ~0.1 s: the wave is all sent by then
 
 
 def _wave(port: int, n: int) -> list[bytes]:
@@ -68,8 +68,9 @@ def _run_wave(start_sim, tmp_path, fault: str | None) -> tuple[list[dict], float
 def test_a_wave_lands_in_the_same_prefill_batches_however_slow_the_http_side(start_sim,
                                                                              tmp_path):
     calm, _ = _run_wave(start_sim, tmp_path, None)
-    # the HTTP side queues the wave's requests 50 ms apart: 0.8 s, past the first steps
-    slow, worst = _run_wave(start_sim, tmp_path, "slow_http:0.05")
+    # the HTTP side queues the wave's requests 40 ms apart: 0.64 s, past the first step
+    # (~0.1 s) and the second's deadline (~0.3 s later), within the 1 s a step waits at most
+    slow, worst = _run_wave(start_sim, tmp_path, "slow_http:0.04")
     # the first request alone (the wave came in while its prefill ran), then the other 15
     assert [s["batch"] for s in calm] == [1, WAVE - 1]
     assert [s["batch"] for s in slow] == [s["batch"] for s in calm]
