@@ -253,8 +253,9 @@ class Scheduler:
         self.waiting.append(r)
         if not warmup and not health:
             now = time.time()
-            event = {"event": "request", "t": now, "arrival": now if arrival is None else truth.epoch(arrival),
-                     "rid": r.rid, "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new}
+            event = {"event": "request", "t": now,
+                     "arrival": now if arrival is None else truth.epoch(arrival), "rid": r.rid,
+                     "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new}
             if history is not None:
                 event["history"] = history
             truth.TRUTH.add(event)
