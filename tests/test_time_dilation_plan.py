@@ -1,7 +1,8 @@
 """Time dilation in the plan and in a point's row (docs/simulator.md, "Time dilation").
 
 The plan carries each point's factor (the simulator's adapter picks it: `auto` from the
-simulator's predicted CPU per step, a busy client's turnaround and the point's length),
+simulator's predicted CPU per step, a busy client's turnaround, the point's length and
+how long its first wave takes to send),
 the point runner sets it on the simulator before the point and divides what it measured
 back, and the row says it was dilated.
 """
@@ -43,6 +44,17 @@ def test_auto_dilates_the_points_a_busy_machine_cannot_keep_up_with(compose, aut
     assert min(f[8] + f[32]) > 1
     # the long single-stream points need the least
     assert max(f[1]) < min(f[32])
+
+
+def test_a_wave_reaches_the_server_within_its_first_prefill(compose, auto):
+    """A closed loop starts with `concurrency` requests at once; a busy client sends them
+    ~1 ms apart, and the simulator admits them by arrival: a wave of 128 (~128 ms) would
+    land in prefill batches that depend on the client's speed unless the first request's
+    prefill (~8 ms for Llama-3.1-8B, 256 tokens) is stretched past it."""
+    from specc.engines.sim import Sim
+
+    f = _factors(compose, GRID)
+    assert set(f[128]) == {float(Sim.max_time_dilation)}   # 128 ms / 8 ms: past the cap
 
 
 def test_the_readme_job_is_dilated_only_where_needed(compose, auto):

@@ -97,6 +97,12 @@ class Sim(SGLang):
     #: average 16 on 2 cores), and a point's bound is 5% of its duration. 4 s measured the
     #: grid of docs/simulator.md; 2.5 s keeps the README's main job near its time budget.
     min_point_s = 2.5
+    #: A closed loop begins with a wave: `concurrency` requests sent at once, each on a new
+    #: connection. The simulator admits them by when they arrived (specc/sim/arrivals.py),
+    #: so the whole wave should reach it within its first request's prefill, else how fast
+    #: the client sent it decides the prefill batches (measured 2026-12-03 at load average
+    #: 5-8: 27-141 ms for 127 requests, batches 1, 83, 44 in one run and 1, 44, 83 in another).
+    wave_send_s = 1e-3
     max_time_dilation = 16
     #: A test hook, read when the plan is compiled: a factor in place of `auto`. The test
     #: suite sets 1: its points of a few tiny requests would all be slowed to `min_point_s`,
@@ -111,8 +117,9 @@ class Sim(SGLang):
         """The factor a point runs at: `engine.sim.time_dilation`, or with `auto` the
         smallest whole factor at which the simulator's predicted CPU per step stays within
         `cpu_share` of a core, a busy client's turnaround within `turnaround_share` of a
-        request's time, and the point lasts `min_point_s` (1 when none is at risk: no
-        point is slowed for nothing)."""
+        request's time, the point lasts `min_point_s`, and its first wave reaches the
+        server within its first request's prefill (`wave_send_s`) (1 when none is at
+        risk: no point is slowed for nothing)."""
         fixed = spec.engine["sim"].get("time_dilation", "auto")
         if fixed == "auto":
             try:
@@ -175,9 +182,11 @@ def _auto_dilation(engine: Sim, target: str, tp: int, gpu, spec_cfg, draft, conc
     per_chunk = 1.0 if sc is None else perf.expected_accept_length(
         sc.acceptance, sc.num_steps, sc.topk, sc.num_draft_tokens)
     cpu = running * (engine.chunk_cpu_s + engine.token_cpu_s * (per_chunk - 1))
+    first_prefill = cost.prefill_s(input_len) + (dcost.prefill_s(input_len) if dcost else 0.0)
     request_s = cost.prefill_s(input_len) + step * max(output_len, 1) / per_chunk
     point_s = math.ceil(num_prompts / running) * request_s   # a closed loop's waves
     need = max(cpu / (engine.cpu_share * step),
                engine.client_turnaround_s / (engine.turnaround_share * request_s),
-               engine.min_point_s / point_s)
+               engine.min_point_s / point_s,
+               running * engine.wave_send_s / first_prefill)
     return float(min(engine.max_time_dilation, max(1, math.ceil(need - 1e-9))))

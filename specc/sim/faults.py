@@ -31,6 +31,10 @@ FAULTS: dict[str, tuple[bool, bool, str]] = {
     "stall_mid_run": (False, True, "the process stops for 0.3 s (its CPU taken away) every N "
                                    "generated tokens (default: every ~1 s of generation): "
                                    "those steps are delivered late, the schedule kept"),
+    "slow_http": (False, True, "the HTTP side takes N s (default 0.05) per generation "
+                               "request before queueing it, one at a time (a parser starved "
+                               "of CPU); steps still admit requests by when their bytes "
+                               "arrived, and wait for them"),
     "echo_auth": (False, False, "generation routes answer 401 with the Authorization header "
                                 "they were sent in the body (a leaky gateway)"),
     "truncate_stream": (False, True, "every streaming response closes the connection after N "

@@ -309,9 +309,11 @@ class App:
         return None
 
     def _submit(self, key: str, ptoks: int, max_new: int, ignore_eos: bool, stream: bool,
-                rid=None, tokens=None, history=None, arrival=None) -> Req:
-        return self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid,
-                                 tokens=tokens, history=history, arrival=arrival)
+                rid=None, tokens=None, history=None, arrival=None, conn=None) -> Req:
+        r = self.sched.submit(key, ptoks, max_new, ignore_eos, stream, rid=rid,
+                              tokens=tokens, history=history, arrival=arrival)
+        self.sched.arrivals.queued(conn)   # no step waits for it any more
+        return r
 
     def _held(self, key: str, r: Req) -> HeldText:
         """The tokens of ``r`` whose text the detokenizer holds back (HeldText)."""
@@ -364,7 +366,7 @@ class App:
         stream = bool(body.get("stream"))
         ignore_eos = bool(sp.get("ignore_eos", False))
         extra = {"tokens": words, "history": body.get("text", body.get("input_ids")),
-                 "arrival": request.scope.get("specc.sim.arrival")}
+                 **_arrival(request)}
         if not stream:
             r = self._submit(key, ptoks, max_new, ignore_eos, False, body.get("rid"), **extra)
             await r.done
@@ -426,7 +428,7 @@ class App:
         ptoks = len(tokens)
         if (e := self._check_len(ptoks)) is not None:
             return e
-        extra = {"tokens": tokens, "history": history, "arrival": request.scope.get("specc.sim.arrival")}
+        extra = {"tokens": tokens, "history": history, **_arrival(request)}
         report_cached = self.sim.args.enable_cache_report
         max_new = body.get("max_completion_tokens") or body.get("max_tokens") or (
             128 if chat else 16)
@@ -523,6 +525,12 @@ class App:
         return SimStream(self, lambda: self._submit(key, ptoks, int(max_new), ignore_eos, True,
                                                     body.get("rid"), **extra),
                          make_chunk)
+
+
+def _arrival(request: Request) -> dict:
+    """When the request's first bytes came in, and its connection (arrivals.py)."""
+    return {"arrival": request.scope.get("specc.sim.arrival"),
+            "conn": request.scope.get("specc.sim.conn")}
 
 
 def _error(code: int, msg: str) -> Response:

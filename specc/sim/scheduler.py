@@ -41,6 +41,7 @@ from specc.perf import model as perf
 
 from . import categories, truth, versions
 from .args import Sim
+from .arrivals import WAIT_MAX_S, WAIT_POLL_S, Arrivals
 from .log import log
 from .prefix import PrefixCache, chain
 
@@ -86,9 +87,10 @@ class Schedule:
     def idle(self) -> None:
         self.due = None
 
-    def delivered(self, now: float) -> float:
-        """The step due at ``self.due`` was delivered at ``now``: its lateness (s, >= 0)."""
-        late = max(0.0, now - self.due)  # type: ignore[operator]  # a step was due
+    def delivered(self, now: float, floor: float = 0.0) -> float:
+        """The step due at ``self.due`` was delivered at ``now``: its lateness (s, >= 0),
+        at least ``floor`` (a step that gave up waiting for its arrivals: how long)."""
+        late = max(0.0, now - self.due, floor)  # type: ignore[operator]  # a step was due
         self.steps += 1
         self.late_sum += late
         if late > self.late_max:
@@ -110,7 +112,7 @@ class Req:
                  "tokens", "verify_ct", "finished", "finish_reason", "event", "pending", "due",
                  "aborted", "warmup", "health", "stream", "created", "first_sent", "sent", "done",
                  "correct_drafts", "writer", "build", "prebuilt", "cut", "truncated", "a_pos",
-                 "a_eff", "a_ctx", "hashes", "cached")
+                 "a_eff", "a_ctx", "hashes", "cached", "arrival")
 
     def __init__(self, rid: str, prompt_key: str, prompt_tokens: int, max_new: int,
                  ignore_eos: bool, seed: int, stream: bool, warmup: bool = False,
@@ -151,6 +153,7 @@ class Req:
         self.a_ctx = -1          # the context step a_eff was computed at (-1: not yet)
         self.hashes: list[int] = []   # its prompt's prefix hashes (prefix cache), if cached
         self.cached = 0          # prompt tokens the prefix cache held when it was admitted
+        self.arrival: float | None = None   # the scheduler's clock (None: when it first looks)
 
     def limit(self) -> int:
         return self.max_new if self.ignore_eos else min(self.max_new, self.eos_at)
@@ -215,6 +218,11 @@ class Scheduler:
                 None if sim.adaptive_config == "default" else sim.adaptive_config,
                 None if sim.args.disable_cuda_graph else graph_batch_sizes(sim))
         self._stalls = 0
+        #: Where each request's first bytes are, so that a step admits what arrived before
+        #: it began, however long the HTTP side took to queue it (arrivals.py).
+        self.arrivals = Arrivals()
+        self._owed_wait = 0.0   # waited for arrivals since the last step delivered (s)
+        self._owed_late = 0.0   # a wait cut off: the next step's lateness is at least this
         # SGLang's radix cache, bounded by the KV pool (--disable-radix-cache: none)
         self.cache = PrefixCache(sim.max_total_tokens, enabled=not sim.args.disable_radix_cache)
 
@@ -228,8 +236,9 @@ class Scheduler:
                rid: str | None = None, tokens: list | None = None,
                history=None, arrival: float | None = None) -> Req:
         """Queue a request. ``tokens``: its prompt tokens, for the prefix cache (none: not
-        cached); ``history``: what it carried (the chat messages or the prompt) and
-        ``arrival``: when its HTTP request came in (epoch s), for the truth log."""
+        cached); ``history``: what it carried (the chat messages or the prompt), for the
+        truth log; ``arrival``: when its first bytes reached the server, on the scheduler's
+        clock (none: when the scheduler first sees it), which decides the step it joins."""
         r = Req(rid if isinstance(rid, str) and rid else self.new_rid(), prompt_key,
                 prompt_tokens, max_new, ignore_eos, self.sim.args.sim_seed, stream, warmup,
                 health)
@@ -238,13 +247,15 @@ class Scheduler:
             a = categories.acceptance(spec.acceptance, categories.category_of(rid), prompt_key,
                                       self.sim.args.sim_seed)
             r.a_pos = spec.acceptance if a is None else a
+        r.arrival = arrival
         if tokens is not None and self.cache.capacity:
             r.hashes = chain(tokens)
         self.waiting.append(r)
         if not warmup and not health:
             now = time.time()
-            event = {"event": "request", "t": now, "arrival": now if arrival is None else arrival,
-                     "rid": r.rid, "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new}
+            event = {"event": "request", "t": now,
+                     "arrival": now if arrival is None else truth.epoch(arrival), "rid": r.rid,
+                     "prompt_tokens": prompt_tokens, "max_new_tokens": r.max_new}
             if history is not None:
                 event["history"] = history
             truth.TRUTH.add(event)
@@ -343,12 +354,13 @@ class Scheduler:
                 schedule.idle()
                 self.wake.clear()
                 await self.wake.wait()
-            admit: list[Req] = []
-            if self.waiting and len(self.running) < sim.max_running:
-                while self.waiting and len(self.running) + len(admit) < sim.max_running:
-                    r = self.waiting.popleft()
-                    if not r.aborted:
-                        admit.append(r)
+            # The step begins at the last one's deadline (idle: at the earliest arrival)
+            # and admits what arrived by then, once the HTTP side has queued it.
+            now = clock()
+            begin = schedule.due if schedule.due is not None else self._idle_begin(now)
+            if self.arrivals.overdue(begin):
+                await self._await_arrivals(begin, clock, sleep)
+            admit = self._admissible(begin, now) if self.waiting else []
             if admit:
                 ntok = self._admit_cached(admit)   # a prefix-cache hit is not prefilled
                 dur = sim.cost.prefill_s(ntok)
@@ -369,7 +381,7 @@ class Scheduler:
             else:
                 schedule.idle()
                 continue
-            due = schedule.next(clock(), dur * self.dilation)
+            due = schedule.next(begin, dur * self.dilation)
             outs: list[tuple[Req, int]] = []
             if admit:
                 for r in admit:
@@ -405,8 +417,9 @@ class Scheduler:
             # on the event loop (no spinning): on time to its ~1 ms timers; behind
             # schedule, no wait, but still a turn for the HTTP side
             await sleep(max(0.0, due - clock()))
-            late = schedule.delivered(clock())
-            truth.TRUTH.step(due, late, len(outs), bool(admit))
+            late = schedule.delivered(clock(), self._owed_late)
+            truth.TRUTH.step(due, late, len(outs), bool(admit), self._owed_wait)
+            self._owed_late = self._owed_wait = 0.0
             for r, n in outs:
                 self._deliver(r, n, due)
             truth.TRUTH.maybe_flush(time.monotonic())
@@ -421,6 +434,57 @@ class Scheduler:
                 # (users report exactly this with real SGLang).
                 truth.TRUTH.maybe_flush(time.monotonic())
                 await asyncio.Future()
+
+    def _idle_begin(self, now: float) -> float:
+        """Where an idle scheduler's next step begins: the earliest arrival it knows of
+        (queued or still being parsed), so the HTTP side's time is not simulated."""
+        begin = now
+        for r in self.waiting:
+            if r.arrival is None:
+                r.arrival = now
+            elif r.arrival < begin:
+                begin = r.arrival
+        early = self.arrivals.earliest()
+        return begin if early is None else min(begin, early)
+
+    async def _await_arrivals(self, begin: float, clock, sleep) -> None:
+        """Wait until every request whose first bytes arrived by ``begin`` is queued, at
+        most WAIT_MAX_S. The next step delivered records the wait (``wait_s``) and, when it
+        was cut off, at least how long past ``begin`` that was as its lateness."""
+        start = clock()
+        while self.arrivals.overdue(begin):
+            now = clock()
+            if now - start >= WAIT_MAX_S:
+                self.arrivals.give_up(begin)
+                self._owed_late = max(self._owed_late, now - begin)
+                break
+            await sleep(WAIT_POLL_S)
+        self._owed_wait += clock() - start
+
+    def _admissible(self, begin: float, now: float) -> list[Req]:
+        """Take the waiting requests that arrived by ``begin``, earliest first, up to
+        --max-running-requests; the rest (later arrivals) stay queued in order."""
+        room = self.sim.max_running - len(self.running)
+        if room <= 0:
+            return []
+        ready: list[tuple[float, Req]] = []
+        later: collections.deque[Req] = collections.deque()
+        for r in self.waiting:
+            if r.aborted:
+                continue
+            if r.arrival is None:
+                r.arrival = now
+            if r.arrival <= begin:
+                ready.append((r.arrival, r))
+            else:
+                later.append(r)
+        if not ready:
+            self.waiting = later
+            return []
+        ready.sort(key=lambda ar: ar[0])   # stable: queue order among equal stamps
+        later.extendleft(r for _, r in reversed(ready[room:]))
+        self.waiting = later
+        return [r for _, r in ready[:room]]
 
     def _advance(self, r: Req, n: int) -> int:
         """Decide the step's outcome for r (before its deadline) and pre-build its chunk."""

@@ -5,7 +5,8 @@ loads weights, allocates the KV cache and captures CUDA graphs before uvicorn
 binds the port, so connections are refused until then); serving runs on one
 asyncio loop: a uvicorn server (http.py, as SGLang: Starlette on uvicorn) plus
 the scheduler task (scheduler.py).  Modules: args (flags, resolution), faults,
-versions (strings per SGLang version), startup, scheduler, http, stream, truth, log.
+versions (strings per SGLang version), startup, scheduler, arrivals, http, stream, truth,
+log.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 
 from . import rendezvous, truth, versions
 from .args import Sim, UsageError, build_parser
+from .arrivals import Listener, stamping_protocol
 from .faults import TRUTH_ENV, FaultError, fault_from
 from .http import App
 from .log import log
@@ -45,8 +47,17 @@ async def serve(sim: Sim, sock: socket.socket) -> None:
         lg = logging.getLogger(name)
         lg.handlers = [logging.NullHandler()]
         lg.propagate = False
-    config = uvicorn.Config(raw_send_wrapper(app.app), log_config=None, access_log=False,
-                            lifespan="off", timeout_keep_alive=30, loop="asyncio", http="h11",
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    f = sim.fault
+    slow = (f.arg if f.arg is not None else 0.05) if f is not None and f.name == "slow_http" \
+        else 0.0
+    if isinstance(sock, Listener):
+        sock.arrivals = sched.arrivals
+        sched.arrivals.listening(sock)
+    config = uvicorn.Config(raw_send_wrapper(app.app, sched.arrivals, slow), log_config=None,
+                            access_log=False, lifespan="off", timeout_keep_alive=30,
+                            loop="asyncio", http=stamping_protocol(H11Protocol, sched.arrivals),
                             timeout_graceful_shutdown=0.5, proxy_headers=False)  # type: ignore[arg-type]  # seconds, a float works
     server = uvicorn.Server(config)
     tasks = [asyncio.ensure_future(sched.run()), asyncio.ensure_future(truth.TRUTH.flusher())]
@@ -113,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     # Bind only now: connections were refused during the scheduler's phases.
     # proto=IPPROTO_TCP: asyncio then sets TCP_NODELAY on accepted connections, as
     # uvicorn's own bind does; without it small SSE chunks wait ~40 ms (Nagle).
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET,
-                         socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    # A Listener: each accepted connection is watched from accept() on (arrivals.py).
+    sock = Listener(socket.AF_INET6 if ":" in args.host else socket.AF_INET,
+                    socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((args.host, args.port))

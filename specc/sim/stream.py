@@ -10,6 +10,7 @@ import time
 from starlette.responses import Response
 
 from . import truth
+from .arrivals import GENERATION_PATHS, OPEN, Arrivals
 
 
 class TruncatedStream(Exception):
@@ -138,13 +139,34 @@ class SimStream(Response):
             watcher.cancel()
 
 
-def raw_send_wrapper(app):
-    """ASGI wrapper: expose uvicorn's own ``send`` to SimStream (see its doc), and stamp
-    when the request arrived (the truth log's ``arrival``)."""
+def raw_send_wrapper(app, arrivals: Arrivals | None = None, slow_http_s: float = 0.0):
+    """ASGI wrapper: expose uvicorn's own ``send`` to SimStream (see its doc), hand a
+    generation request its arrival (its connection's first bytes: arrivals.py; the route
+    queues it), and tell ``arrivals`` when any other request holds no step back and when
+    the response ended. ``slow_http_s``: the ``slow_http`` fault's time per request."""
+    busy = [0.0]   # slow_http: when the HTTP side is free again (loop clock)
+
     async def asgi(scope, receive, send):
-        if scope["type"] == "http":
-            scope["specc.sim.raw_send"] = send
-            scope["specc.sim.arrival"] = time.time()
-        await app(scope, receive, send)
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        scope["specc.sim.raw_send"] = send
+        conn = scope.get("specc.sim.conn")
+        if arrivals is None or conn is None:
+            await app(scope, receive, send)
+            return
+        if scope["path"] in GENERATION_PATHS and conn.state == OPEN:
+            scope["specc.sim.arrival"] = conn.arrival
+            if slow_http_s:   # one at a time, as a parser starved of CPU; the scheduler
+                loop = asyncio.get_running_loop()   # runs meanwhile
+                busy[0] = max(busy[0], loop.time()) + slow_http_s
+                await asyncio.sleep(busy[0] - loop.time())
+        else:
+            arrivals.queued(conn)
+        try:
+            await app(scope, receive, send)
+        finally:
+            arrivals.queued(conn)
+            arrivals.done(conn)
     return asgi
 

@@ -1,11 +1,12 @@
 """Ground truth (``$SPECC_SIM_TRUTH``): JSON lines of what the simulator really did.
 
-Events: ``ready`` (port, t), ``request`` (rid, t queued, arrival of its HTTP request,
+Events: ``ready`` (port, t), ``request`` (rid, t queued, arrival: its first bytes,
 prompt and max tokens, ``history``: the messages or prompt it carried), ``admit`` (rid, t,
 ``cached_tokens``: the prefix-cache hit when it was scheduled), one ``token`` per
 delivered chunk (t, due, rid, n, first), one ``step`` per scheduler step (due: its place
 on the absolute schedule, t: when it was delivered, ``late_s``: t - due, ``batch``: the
-requests it served, ``prefill``), and ``phase`` (name, t) as each startup phase begins, so
+requests it served, ``prefill``, ``wait_s``: how long it waited for requests that arrived
+before it began to be queued: specc/sim/arrivals.py), and ``phase`` (name, t) as each startup phase begins, so
 tests can assert order without clocks.
 """
 
@@ -47,17 +48,19 @@ class Truth:
         if self.f is not None:
             self.buf.append((mono, due, rid, n, first))
 
-    def step(self, due: float, late: float, batch: int, prefill: bool) -> None:
-        """Hot path: a step delivered ``late`` s after its deadline ``due`` (monotonic)."""
+    def step(self, due: float, late: float, batch: int, prefill: bool, wait: float = 0.0) -> None:
+        """Hot path: a step delivered ``late`` s after its deadline ``due`` (monotonic), which
+        waited ``wait`` s for requests that arrived before it began to be queued."""
         if self.f is not None:
-            self.buf.append((due, late, batch, prefill))
+            self.buf.append((due, late, batch, prefill, wait, None))
 
     @staticmethod
     def _fmt(e) -> str:
-        if isinstance(e, tuple) and len(e) == 4:
-            due, late, batch, prefill = e
+        if isinstance(e, tuple) and len(e) == 6:
+            due, late, batch, prefill, wait, _ = e
             e = {"event": "step", "t": epoch(due + late), "due": epoch(due),
-                 "late_s": round(late, 6), "batch": batch, "prefill": prefill}
+                 "late_s": round(late, 6), "batch": batch, "prefill": prefill,
+                 "wait_s": round(wait, 6)}
         elif isinstance(e, tuple):
             mono, due, rid, n, first = e
             e = {"event": "token", "t": epoch(mono), "due": epoch(due), "rid": rid, "n": n,
