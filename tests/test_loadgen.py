@@ -565,3 +565,19 @@ def test_user_space_timestamps_transport(sim):
     assert res.metrics["completed"] == 6, [r.error for r in res.records]
     for r in res.records:
         assert r.start < r.first_token_t <= r.chunk_times[-1] <= r.end
+
+
+def test_a_point_ends_at_its_last_answer_not_when_the_client_finished_decoding():
+    """The client's own decoding after the last byte is not the server's time: a point's
+    duration ends at its last answer's end (kernel receive time); with a request that has
+    no end (failed, cut off), the wall clock."""
+    from specc.run.loadgen.records import RequestRecord
+    from specc.run.loadgen.run import last_answer
+
+    done = [RequestRecord(input_tokens=1, requested_output_tokens=1) for _ in range(3)]
+    for r, end in zip(done, (10.2, 10.9, 10.5)):
+        r.end = end
+    assert last_answer(done, now=11.6) == 10.9
+    cut = done + [RequestRecord(input_tokens=1, requested_output_tokens=1)]
+    assert last_answer(cut, now=11.6) == 11.6
+    assert last_answer([], now=11.6) == 11.6

@@ -195,7 +195,7 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
             tasks.append(loop.create_task(gated(unit)))
         if tasks:
             await asyncio.gather(*tasks)
-        t1 = time.time()
+        t1 = last_answer(records, time.time())
     finally:
         if disable_gc and gc_was:
             gc.enable()
@@ -249,6 +249,15 @@ async def _warm_up(client, api: str, model: str, rows: Iterable[Prompt], count: 
             break
     return warm
 
+
+def last_answer(records, now: float) -> float:
+    """Where a point ends: its last answer's end (each request's `end` is the kernel's
+    receive time of its last bytes), not when the client has finished decoding every
+    answer: on a busy machine that decoding took 0.1-1.1 s after the last byte at
+    concurrency 128 and moved a baseline's throughput by 8% between two identical runs.
+    The wall clock when any request has no end (failed, cut off)."""
+    ends = [r.end for r in records if r.end > 0]
+    return min(now, max(ends)) if ends and len(ends) == len(records) else now
 
 def _client(base_url: str, transport: str, timeout_s: float, kernel_timestamps: bool,
             headers: dict[str, str] | None, pool: int):
@@ -345,7 +354,7 @@ async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, 
             raise
         if pending:
             await asyncio.gather(*pending)
-        t1 = time.time()
+        t1 = last_answer(records, time.time())
     finally:
         if disable_gc and gc_was:
             gc.enable()
