@@ -16,7 +16,7 @@ from pathlib import Path
 
 from specc.files import atomic_write
 from specc.run.figures import point_figures as _figures
-from specc.rundir import TUNE_JSON   # its reader: specc.rundir.tune_decision
+from specc.rundir import TUNE_JSON, tune_decision
 
 
 def model_for(plan):
@@ -98,7 +98,7 @@ class Tuner:
             return
         refined = self.refined
         if refined is None or refined.get("status") == "not refined":
-            earlier = ((read_decision(self.run_dir) or {}).get("crossover") or {}).get("refined")
+            earlier = ((tune_decision(self.run_dir) or {}).get("crossover") or {}).get("refined")
             if isinstance(earlier, dict) and earlier.get("ladder") == list(gap) \
                     and earlier.get("status") != "not refined":
                 refined = earlier   # measured by an earlier run
@@ -109,14 +109,6 @@ class Tuner:
                                   "two servers at once; or the run stopped before it)", gap)
         if refined is not None:
             decision["crossover"]["refined"] = refined
-
-
-def read_decision(run_dir: Path) -> dict | None:
-    try:
-        data = json.loads((Path(run_dir) / TUNE_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 async def run(ex) -> set[str]:
