@@ -581,3 +581,31 @@ def test_a_point_ends_at_its_last_answer_not_when_the_client_finished_decoding()
     cut = done + [RequestRecord(input_tokens=1, requested_output_tokens=1)]
     assert last_answer(cut, now=11.6) == 11.6
     assert last_answer([], now=11.6) == 11.6
+
+
+@pytest.mark.timeout(60)
+def test_a_wave_goes_out_on_connections_opened_before_the_point(sim, monkeypatch):
+    """A closed-loop point opens its connections before it starts: its first wave is one
+    write per request, not a TCP handshake each in turn (on a busy machine those spread a
+    wave of 128 over ~12 ms and split it into other prefill batches from run to run)."""
+    from specc.run.loadgen import client as client_module
+
+    events: list[str] = []
+    connect, start = client_module.FastClient._connect, client_module._Conn.start
+
+    async def logged_connect(self):
+        events.append("connect")
+        return await connect(self)
+
+    def logged_start(self, data, waiter, cap):
+        events.append("send")
+        return start(self, data, waiter, cap)
+
+    monkeypatch.setattr(client_module.FastClient, "_connect", logged_connect)
+    monkeypatch.setattr(client_module._Conn, "start", logged_start)
+    res = asyncio.run(run_load(sim.url, _prompts(16, out=8), model="m", concurrency=8,
+                               warmup=1))
+    assert res.metrics["completed"] == 16 and res.max_in_flight == 8
+    measured = events[events.index("send") + 1:]   # after the warm-up's request
+    assert measured.count("connect") == 7, events   # the warm-up's connection is reused
+    assert "connect" not in measured[measured.index("send"):], events

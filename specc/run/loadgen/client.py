@@ -350,6 +350,19 @@ class FastClient:
         self.all.add(conn)
         return conn
 
+    async def preconnect(self, n: int) -> None:
+        """Open connections until ``n`` are idle, before a point starts: a wave of
+        requests is then one write each, not a TCP handshake each in turn. On a busy
+        machine the handshakes spread a wave of 128 over ~12 ms, which split it into
+        different prefill batches from run to run (-6.7% throughput at c=128). A
+        connection that fails to open is left to the request that would have used it."""
+        want = n - len(self.idle)
+        if want <= 0:
+            return
+        opened = await asyncio.gather(*(self._connect() for _ in range(want)),
+                                      return_exceptions=True)
+        self.idle.extend(c for c in opened if isinstance(c, _Conn))
+
     async def request(self, rec: RequestRecord, api: str, payload: bytes) -> None:
         head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n" \
                b"Accept: text/event-stream\r\n%sContent-Length: %d\r\n\r\n" % (

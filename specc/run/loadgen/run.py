@@ -127,7 +127,8 @@ async def run_load(base_url: str, prompts: list[Prompt], *, api: str = "chat",
         warm = await _warm_up(client, api, model, prompts, warmup, state,
                               temperature=temperature, ignore_eos=ignore_eos)
 
-        # -- measured run
+        # -- measured run: its connections open before it starts (FastClient.preconnect)
+        await _preconnect(client, concurrency or (0 if paced else len(units)))
         if disable_gc and gc_was:
             gc.collect()
             gc.disable()
@@ -250,6 +251,17 @@ async def _warm_up(client, api: str, model: str, rows: Iterable[Prompt], count: 
     return warm
 
 
+#: The most connections opened ahead of a point (an uncapped burst of more opens the rest
+#: as it goes).
+PRECONNECT_MAX = 1024
+
+
+async def _preconnect(client, n: int) -> None:
+    """Open the point's connections before it starts, where the client can."""
+    if n > 0 and isinstance(client, FastClient):
+        await client.preconnect(min(n, PRECONNECT_MAX))
+
+
 def last_answer(records, now: float) -> float:
     """Where a point ends: its last answer's end (each request's `end` is the kernel's
     receive time of its last bytes), not when the client has finished decoding every
@@ -323,6 +335,7 @@ async def _run_stream(base_url: str, stream: Iterable[tuple[Prompt, float]], *, 
         # the first rows, sequentially (round again when the warm-up is longer)
         warm = await _warm_up(client, api, model, (p for p, _ in stream), warmup, state,
                               temperature=temperature, ignore_eos=ignore_eos)
+        await _preconnect(client, concurrency or 0)
         if disable_gc and gc_was:
             gc.collect()
             gc.disable()
