@@ -72,11 +72,13 @@ def run_specc(run_dir: Path, env: dict, *overrides: str, timeout: float = 1500):
     return proc.returncode, proc.stdout, proc.stderr
 
 
-#: EAGLE-3 with 3 speculative tokens and its baseline, on chat and on completions (the
-#: experiment's sweep replaced: Hydra merges a dict override into the one there).
+#: EAGLE-3 with 3 speculative tokens, on chat and on completions (the experiment's sweep
+#: replaced: Hydra merges a dict override into the one there), without its baseline: one
+#: start. The baseline's start, its startup phases and the speedups paired with it are
+#: test_deploy_real_engine.py's search (the same tiny_cpu servers), not started twice.
 EAGLE3_CHAT_AND_COMPLETIONS = (
     "~sweep", "+sweep={speculation:[{algorithm:EAGLE3,num_steps:3,topk:1,num_draft_tokens:4}],"
-    "benchmark.api:[chat,completions]}")
+    "benchmark.api:[chat,completions]}", "baseline=false")
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -131,8 +133,8 @@ class HealthProber(threading.Thread):
 
 @pytest.fixture(scope="module")
 def eagle3_run(tmp_path_factory, engine_bin, tiny):
-    """One real run: baseline + EAGLE-3 (3 tokens), chat and completions, concurrency 1;
-    a side prober watching the servers' /health all along."""
+    """One real run: EAGLE-3 (3 tokens), chat and completions, concurrency 1; a side
+    prober watching the server's /health all along."""
     from agreement import free_port
 
     run_dir = tmp_path_factory.mktemp("real") / "run"
@@ -156,7 +158,7 @@ def test_every_point_ok_on_chat_and_completions(eagle3_run):
     run_dir, code, out, err, _ = eagle3_run
     assert code == 0, (out + err)[-3000:]
     rows = _rows(run_dir)
-    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), rows
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows), rows
     assert {r["params"]["api"] for r in rows} == {"chat", "completions"}
     for r in rows:
         reqs = _requests(run_dir, r["benchmark"])
@@ -171,7 +173,7 @@ def test_readiness_recognises_every_startup_phase(eagle3_run):
     run_dir, code, out, err, _ = eagle3_run
     progress = out + err
     starts = re.findall(r"server (\S+): ready after", progress)
-    assert len(starts) == 2, progress[-3000:]
+    assert len(starts) == 1, progress[-3000:]
     guessed = [line for line in progress.splitlines()
                if re.match(r"\d\d:\d\d:\d\d server ", line) and "(?)" in line]
     assert not guessed, guessed
@@ -180,12 +182,12 @@ def test_readiness_recognises_every_startup_phase(eagle3_run):
 
 
 def test_ready_within_a_quarter_second_of_the_first_health_200(eagle3_run):
-    """specc calls each server ready (state.json `ready_at`) within 0.25 s of the first
+    """specc calls the server ready (state.json `ready_at`) within 0.25 s of the first
     /health 200 a side prober saw, never before the server answered."""
     run_dir, code, out, err, first_200 = eagle3_run
     state = json.loads((run_dir / "state.json").read_text())
     ready = sorted(s["ready_at"] for s in state["servers"].values())
-    assert len(ready) == 2 and len(first_200) >= 2, (ready, first_200)
+    assert len(ready) == 1 and len(first_200) >= 1, (ready, first_200)
     for at in ready:
         seen = max((t for t in first_200 if t <= at + HealthProber.PROBE_S), default=None)
         assert seen is not None, (at, first_200)
@@ -207,7 +209,6 @@ def test_acceptance_from_the_engines_counters(eagle3_run):
         assert len(per_pos) == 3 and per_pos[0] >= 0.5, per_pos
         assert 1 + sum(per_pos) == pytest.approx(m["accept_length"], abs=0.05), (per_pos, m)
         assert m["accept_length"] >= 2.5, m["accept_length"]
-        assert m["speedup"] > 0, m
     report = (run_dir / "report.md").read_text()
     assert "EAGLE3" in report and "accept" in report.lower()
 

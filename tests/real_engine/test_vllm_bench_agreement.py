@@ -1,12 +1,14 @@
 """specc's client against vLLM's own, `vllm bench serve` 0.32.0, on one running real server.
 
 One vLLM CPU server (EAGLE-3, 3 tokens, --enforce-eager) started once for the module from
-the launch command specc compiled; then, interleaved (specc, bench, specc, bench, ...), the
-same prompts (one file, read by both: specc's `dataset_path`, bench's ShareGPT file) at the
-same concurrency with the same answer length, the prefix cache flushed before each. What
-a user comparing the two would check: output throughput and TTFT agree, and so do the
-accept length and per-position acceptance specc reads from /metrics and the ones bench
-prints. `benchmarks/real_engine_vs_vllm_bench.py` reruns the same and prints the figures.
+the launch command specc compiled; then ROUNDS rounds, alternating which side goes first
+(specc, bench | bench, specc | specc, bench ...: neither is always measured first, on a
+server that just flushed its cache or just ran the other), the same prompts (one file,
+read by both: specc's `dataset_path`, bench's ShareGPT file) at the same concurrency with
+the same answer length, the prefix cache flushed before each. What a user comparing the two
+would check: output throughput and TTFT agree, and so do the accept length and
+per-position acceptance specc reads from /metrics and the ones bench prints.
+`benchmarks/real_engine_vs_vllm_bench.py` reruns the same and prints the figures.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ import agreement  # noqa: E402
 
 sys.path.pop(0)
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.real_engine_compare, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
-ROUNDS = 3
+ROUNDS = 5
 #: Tolerance on the median over rounds of specc / bench (output throughput, TTFT). The
-#: issue asks 5%; on the shared 2-core machine at load 18 the rounds measured specc/bench
-#: 0.61-0.91 (throughput) and 1.12-1.24 (median TTFT), medians 0.82 and 1.21
-#: (docs/real-engine.md): what holds there is the median within 30%. The benchmark
-#: (benchmarks/real_engine_vs_vllm_bench.py) prints the figures against 5%.
+#: issue asks 5%, which holds on a quiet machine (docs/real-engine.md: medians 0.979 and
+#: 1.018 over 5 rounds, benchmarks/real_engine_vs_vllm_bench.py prints the figures against
+#: it); this test runs in CI on a shared 2-core machine, where at load 18 the rounds
+#: measured specc/bench 0.61-0.91 (throughput) and 1.12-1.24 (median TTFT), medians 0.82
+#: and 1.21: what holds there is the median within 30%.
 TOLERANCE = 0.30
 
 
@@ -50,10 +53,16 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rounds(served):
-    """ROUNDS interleaved pairs (specc's point, then bench), each side's figures."""
+    """ROUNDS pairs (specc's figures, bench's), the side going first alternating by round."""
     out = []
     for k in range(ROUNDS):
-        out.append((served.specc_point(k), served.vllm_bench(k)))
+        if k % 2 == 0:
+            s = served.specc_point(k)
+            b = served.vllm_bench(k)
+        else:
+            b = served.vllm_bench(k)
+            s = served.specc_point(k)
+        out.append((s, b))
     for s, b in out:
         print(f"specc {s['output_throughput']:.1f} tok/s ttft {s['median_ttft_ms']:.1f} ms | "
               f"bench {b['output_throughput']:.1f} tok/s ttft {b['median_ttft_ms']:.1f} ms")
@@ -62,7 +71,7 @@ def rounds(served):
 
 def test_output_throughput_and_ttft_agree_with_vllm_bench_serve(rounds):
     """Same server, prompts, concurrency and lengths: the medians of specc / bench over the
-    interleaved rounds are within TOLERANCE, and every request of both sides completed."""
+    alternating rounds are within TOLERANCE, and every request of both sides completed."""
     for s, b in rounds:
         assert s["completed"] == b["completed"] == agreement.NUM_PROMPTS, (s, b)
         assert s["total_output_tokens"] == b["total_output_tokens"], (s, b)
