@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +69,8 @@ class Served:
     bench_id: str
     proc: subprocess.Popen
     log: Path
+    #: (specc's figures, bench's) per round measured so far on this server
+    pairs: list = field(default_factory=list)
 
     @classmethod
     def start(cls, work: Path, *, rounds_prompts: int = NUM_PROMPTS,

@@ -201,6 +201,7 @@ def _setting(entry: dict) -> str:
     return "baseline" if entry.get("baseline") else entry["server"]
 
 
+@pytest.mark.real_engine_compare
 def test_tune_chooses_what_the_grid_chooses_at_every_concurrency(tuned, grid):
     """The tune's decision (2 starts: the baseline, the probe) is the grid's over all 3
     servers measured (`decide`), or tied with it, at each concurrency; the grid started
