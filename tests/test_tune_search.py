@@ -296,3 +296,73 @@ def test_sensitivity_at_the_ends_of_acceptance(a):
     for shape in ((1, 1, 2), (3, 1, 4)):
         s = predict.sensitivity(shape, a)
         assert s == s and s >= 0 and s != float("inf"), (shape, a, s)
+
+
+def test_occupancy_of_a_wave_is_set_by_its_slowest_request():
+    assert predict.occupancy([5.0] * 8, 8) == pytest.approx(1.0)
+    # four slots, one request three times as long: half the slot-steps are idle
+    assert predict.occupancy([1.0, 1.0, 1.0, 3.0], 4) == pytest.approx(0.5)
+    # the emptier tail steps are cheaper: a step of one request costs half of four's
+    assert predict.occupancy([1.0, 1.0, 1.0, 3.0], 4, lambda b: 1.0 if b == 4 else 0.5) \
+        == pytest.approx(6 / 4 / (1.0 + 2 * 0.5))
+
+
+class Prompts(World):
+    """Acceptance that differs between prompts; a point is a closed loop of 64-token
+    prompts: 16 one after another at concurrency 1, else one wave of as many as its
+    concurrency, which ends with its slowest."""
+
+    RATES = [0.55 + 0.4 * i / 15 for i in range(16)]
+
+    @staticmethod
+    def prompts(c):
+        return 16 if c == 1 else c
+
+    def duration(self, shape, c):
+        rates = [self.RATES[i % len(self.RATES)] for i in range(self.prompts(c))]
+        if c == 1:
+            return sum(64.0 / (predict.accept_length([a], shape) if shape else 1.0)
+                       for a in rates) * self.step(shape, 1)
+        passes = sorted(64.0 / (predict.accept_length([a], shape) if shape else 1.0)
+                        for a in rates)
+        done, t = 0.0, 0.0
+        for i, p in enumerate(passes):     # after each finish, one request fewer runs
+            t += (p - done) * self.step(shape, c - i)
+            done = p
+        return t
+
+    def speedup(self, shape, c):
+        return self.duration(None, c) / self.duration(shape, c)
+
+    def point(self, server, shape, c, half=0.02, requests=16):
+        n = self.prompts(c)
+        rates = [self.RATES[i % len(self.RATES)] for i in range(n)]
+        if shape is None:
+            return Point(server, c, per_stream_tps=1.0 / self.step(None, c),
+                         requests=tuple((64.0, 64.0) for _ in range(n)))
+        lengths = [predict.accept_length([a], shape) for a in rates]
+        reqs = tuple((64.0, 64.0 / x) for x in lengths)
+        s = self.speedup(shape, c)
+        return Point(server, c, speedup=s, lo=s * (1 - half), hi=s * (1 + half),
+                     requests=reqs, output_tokens=64.0 * n,
+                     per_stream_tps=64.0 * n / sum(v for _, v in reqs) / self.step(shape, c),
+                     decode=tuple((64.0, v * self.step(shape, 1)) for _, v in reqs))
+
+
+def test_a_short_tree_beats_a_chain_where_a_wave_waits_for_its_slowest_prompt():
+    """Issue 31: predicted from a measured tree (its decode times at concurrency 1 give
+    each prompt's acceptance), a chain and a short tree at concurrency 32 (one wave of 32
+    prompts): the chain's low-acceptance prompts finish last and leave the batch
+    emptying, which a tree, accepting nearly every position, does not; per-stream rates
+    alone would rank them the other way round."""
+    world = Prompts(0.0)
+    rec = record(probe="s5k4d8", ladder=(1, 32))
+    search = Search(rec, model_step)
+    for c in (1, 32):
+        search.observe(world.point("base", None, c))
+        search.observe(world.point("s5k4d8", (5, 4, 8), c))
+    chain, tree = world.speedup((5, 1, 6), 32), world.speedup((3, 4, 8), 32)
+    assert tree > chain
+    assert search.predict("s3k4d8", 32) == pytest.approx(tree, rel=0.03)
+    assert search.predict("s5k1d6", 32) == pytest.approx(chain, rel=0.03)
+    assert search.predict("s3k4d8", 32) > search.predict("s5k1d6", 32)

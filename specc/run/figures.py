@@ -8,7 +8,7 @@ from pathlib import Path
 
 def point_figures(run_dir: Path, row: dict, base_row: dict | None) -> dict:
     """The point's figures with intervals (the report's statistics) and its per-request
-    (output tokens, verify passes)."""
+    (output tokens, verify passes) and (output tokens, decode seconds)."""
     from specc import stats
     from specc import requestlog as reqlog
 
@@ -21,6 +21,11 @@ def point_figures(run_dir: Path, row: dict, base_row: dict | None) -> dict:
                                base_duration=_duration(base_row) if base else None)
     figs["_requests"] = tuple((float(r.get("output_tokens") or 0), float(r.get("verify_ct") or 0))
                               for r in mine if r.get("ok"))
+    # (output tokens, decode seconds): at concurrency 1 a request's decode time counts its
+    # verify passes, which the chat APIs' responses do not (the tuner's straggler model)
+    figs["_decode"] = tuple((float(r.get("output_tokens") or 0),
+                             float(r.get("e2e_latency") or 0) - float(r.get("ttft") or 0))
+                            for r in mine if r.get("ok") and r.get("e2e_latency"))
     return figs
 
 

@@ -179,7 +179,8 @@ def feed(search, plan, row_of, run_dir: Path, server_id: str) -> None:
             positions=tuple(float(x) for x in pp) if isinstance(pp, list) and pp else None,
             latency=latency, accept_length=metrics.get("accept_length"),
             output_tokens=float(sum(t for t, _ in figs.get("_requests", ()))),
-            per_stream_tps=metrics.get("per_stream_output_throughput")))
+            per_stream_tps=metrics.get("per_stream_output_throughput"),
+            decode=figs.get("_decode", ())))
         fed += 1
     if not fed:
         search.fail(server_id, (reasons or ["no point finished"])[0][:200])

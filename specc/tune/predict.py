@@ -98,6 +98,67 @@ def predicted_length(evidence: Evidence, shape) -> float | None:
     return sum(w for w, _ in evidence.units) / passes if passes else None
 
 
+def request_lengths(decode, length: float, shape=None) -> list[float]:
+    """Each request's accept length at concurrency 1, where it ran alone: its decode rate
+    (tokens per second) relative to the point's, times the point's accept length.
+
+    With the measured `shape`, the spread over requests is shrunk by what the draws of
+    one request alone would spread (tokens per pass vary around its mean: a request of
+    T tokens at accept length L, variance v per pass, varies by about L * v / T), so that
+    it estimates how acceptance varies between prompts, not the luck of a few passes."""
+    rows = [(t, d) for t, d in decode if t > 0 and d > 0]
+    tokens, seconds = sum(t for t, _ in rows), sum(d for _, d in rows)
+    if not seconds:
+        return []
+    raw = [length * (t / d) / (tokens / seconds) for t, d in rows]
+    if shape is None or len(raw) < 2:
+        return raw
+    mean = sum(raw) / len(raw)
+    spread = sum((x - mean) ** 2 for x in raw) / (len(raw) - 1)
+    noise = sum(x * _pass_variance(acceptance_from_length(x, shape), shape) / t
+                for x, (t, _) in zip(raw, rows)) / len(raw)
+    keep = math.sqrt(max(0.0, 1.0 - noise / spread)) if spread > 0 else 0.0
+    return [mean + keep * (x - mean) for x in raw]
+
+
+def _pass_variance(a: float, shape) -> float:
+    """Variance of the tokens one verify pass brings (accepted chain + bonus)."""
+    steps, topk, ndt = shape
+    depth, p = perf.effective_depth_and_accept(a, steps, topk, ndt)
+    first = sum(p ** k for k in range(1, depth + 1))
+    second = sum((2 * k - 1) * p ** k for k in range(1, depth + 1))
+    return max(0.0, second - first * first)
+
+
+def occupancy(passes, concurrency: int, step_s=None) -> float:
+    """Throughput of a closed loop running requests of these verify passes (in order, each
+    to the first free slot) until the last finishes, over that of `concurrency` streams
+    always busy; `step_s(batch)` is a step's seconds with `batch` requests in flight
+    (constant if None: then it is the mean share of busy slots).
+
+    A benchmark of a few waves (num_prompts = concurrency, all outputs of one length)
+    ends with its slowest request: a candidate whose accept length varies much between
+    prompts (a chain) leaves slots idle that a wide tree, accepting nearly every
+    position, keeps busy; the emptier steps of that tail are cheaper."""
+    passes = [p for p in passes if p > 0]
+    if not passes:
+        return 1.0
+    slots = [0.0] * min(concurrency, len(passes))
+    spans = []
+    for p in passes:
+        i = slots.index(min(slots))
+        spans.append((slots[i], slots[i] + p))
+        slots[i] += p
+    cost = step_s or (lambda b: 1.0)
+    edges = sorted({x for span in spans for x in span})
+    seconds = 0.0
+    for lo, hi in zip(edges, edges[1:]):
+        busy = sum(1 for a, b in spans if a <= lo and b >= hi)
+        if busy:
+            seconds += (hi - lo) * cost(busy)
+    return sum(passes) / len(slots) * cost(len(slots)) / seconds
+
+
 def mean_acceptance(evidence: Evidence) -> float | None:
     if not evidence.units:
         return None

@@ -8,12 +8,14 @@ a fake clock.
 
 Prediction of an unstarted candidate x at concurrency c::
 
-    S(x, c) = E_x / (step(x, c) + overhead(c)) * measured_step(base, c) * r
+    S(x, c) = E_x / (step(x, c) + overhead(c)) * measured_step(base, c) * occ(x, c) * r
 
 ``E_x``: its accept length from the measured acceptance (``predict``); ``step``: the
 calibrated model's step costs; ``overhead``: the baseline's measured minus model step
 time at c (a per-step cost the model lacks, such as the scheduler's, adds to every
-step); ``r``: measured / this formula for the measured candidate nearest to x in draft
+step); ``occ``: the share of the c streams busy until the slowest request finishes
+(``predict.occupancy``: per-request acceptance from concurrency 1's decode times);
+``r``: measured / this formula for the measured candidate nearest to x in draft
 tokens per step, at its own measured accept length (what the model misses for shapes
 like x's). A measured step time is the accept length over the tokens per second one
 stream sees.
@@ -49,6 +51,9 @@ class Point:
     per_stream_tps: float | None = None
     #: Latency figures for the SLO: name -> (value, lo, hi) in ms.
     latency: dict = field(default_factory=dict)
+    #: (output tokens, decode seconds) per request: at concurrency 1, each request's
+    #: accept length relative to the point's (the spread of acceptance over prompts).
+    decode: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,43 @@ class Search:
             other = _shape(self.cands[sid])
             d = abs(math.log(other[2] / shape[2])) + 0.01 * abs(math.log(other[1] / shape[1]))
             if d < dist:
-                found, dist = p.speedup / self._raw(other, concurrency, length), d
+                found, dist = p.speedup / (self._raw(other, concurrency, length)
+                                           * self.occupancy(other, concurrency)), d
         return found
+
+    def spread(self) -> list[tuple[float, float]]:
+        """(output tokens, acceptance) per request at concurrency 1, from the measured
+        candidate whose accept length there says most about acceptance; [] if none."""
+        if "spread" not in self._cache:
+            best, best_sens = [], -1.0
+            for sid in self._spec_measured():
+                p, length = self.points.get((sid, 1)), self._measured_length(sid, 1)
+                if p is None or not p.decode or not length:
+                    continue
+                shape = _shape(self.cands[sid])
+                sens = predict.sensitivity(shape, predict.acceptance_from_length(length, shape))
+                if sens > best_sens:
+                    tokens = [t for t, d in p.decode if t > 0 and d > 0]
+                    best = [(t, predict.acceptance_from_length(x, shape)) for t, x in
+                            zip(tokens, predict.request_lengths(p.decode, length, shape))]
+                    best_sens = sens
+            self._cache["spread"] = best
+        return self._cache["spread"]
+
+    def occupancy(self, shape, concurrency: int) -> float:
+        """predict.occupancy of `shape` at `concurrency` over as many requests as the
+        baseline's point there ran, their acceptance cycled from `spread`."""
+        spread = self.spread()
+        if not spread or concurrency <= 1:
+            return 1.0
+        base = self.points.get((self.rec.baseline, concurrency))
+        n = len(base.decode or base.requests) if base is not None else 0
+        n = n or concurrency
+        base_s = self.measured_step(None, concurrency)
+        overhead = 0.0 if base_s is None else base_s - self.step_s(None, concurrency)
+        return predict.occupancy([t / predict.accept_length([a], shape)
+                                  for t, a in (spread[i % len(spread)] for i in range(n))],
+                                 concurrency, lambda b: self.step_s(shape, b) + overhead)
 
     def predict(self, server: str, concurrency: int) -> float | None:
         key = ("predict", server, concurrency)
@@ -199,7 +239,8 @@ class Search:
         length = predict.predicted_length(ev, shape)
         if length is None:
             return None
-        return self._raw(shape, concurrency, length) * self.residual(server, concurrency)
+        return (self._raw(shape, concurrency, length) * self.occupancy(shape, concurrency)
+                * self.residual(server, concurrency))
 
     def error(self) -> float:
         """The prediction error to allow: the margin, or the largest miss of the latest
