@@ -69,6 +69,7 @@ and never exceeds ``num_steps + 1``.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable
@@ -246,6 +247,33 @@ class ModelCost:
         n = max(int(prompt_tokens), 1)
         compute = n * self.flops_per_token_per_gpu / interp_log(self.hw.gemm_flops_table, n)
         return blend(self.mem_s(n), compute, self.hw.blend_p) + self.fixed_s
+
+    def prefill_at(self) -> Callable[[int], float]:
+        """``prefill_s`` with what does not depend on the prompt tokens worked out once (the
+        GEMM table's segments, a dense model's weight streaming), the same floats: a
+        compile's estimate prices 10^4s of distinct prompt-token counts."""
+        flops, p, fixed = self.flops_per_token_per_gpu, self.hw.blend_p, self.fixed_s
+        table = self.hw.gemm_flops_table
+        x_first, y_first, y_last = table[0][0], table[0][1], table[-1][1]
+        ends = [x1 for x1, _ in table[1:]]   # interp_log's segment: the first x <= x1
+        segments = [(x0, y0, math.log(x1 / x0), y1 - y0)
+                    for (x0, y0), (x1, y1) in zip(table, table[1:])]
+        mem_s = self.mem_s
+        dense_mem = None if self.experts_total else mem_s(1)   # no experts: the same at any n
+
+        def at(prompt_tokens: int) -> float:
+            n = max(int(prompt_tokens), 1)
+            if n <= x_first:
+                rate = y_first
+            else:
+                k = bisect.bisect_left(ends, n)
+                if k == len(ends):
+                    rate = y_last
+                else:
+                    x0, y0, span, rise = segments[k]
+                    rate = y0 + math.log(n / x0) / span * rise
+            return blend(mem_s(n) if dense_mem is None else dense_mem, n * flops / rate, p) + fixed
+        return at
 
 
 #: Kimi-K2.5 facts (moonshotai/Kimi-K2.5's config.json, its text_config, + specc extras).
