@@ -304,8 +304,11 @@ def test_a_point_without_a_largest_is_checked_one_by_one(compose):
     points = _client_points(cfg, [("benchmark.concurrency", [1, 4000])])
     assert points.largest(("concurrency", "input_len")) == {"concurrency": 4000,
                                                             "input_len": cfg["benchmark"]["input_len"]}
-    points.columns["concurrency"] = [1, True]
-    assert points.largest(("concurrency",)) is None
+    points = _client_points(cfg, [("benchmark.concurrency", [1, True])])
+    assert points.largest(("concurrency", "input_len")) is None
+    points = _client_points(cfg, [("benchmark.concurrency", [1, 4000])])
+    points.columns["concurrency"] = [1, 2.5]
+    assert points.largest(("input_len", "concurrency")) is None
     assert points.largest(("no_such_key",)) is None
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 
 from specc.compile.matrix import canonical
 from specc.compile.spec import ServerSpec
@@ -53,10 +52,11 @@ def _points_seconds(shapes: Counter, target_values: dict, tp: int, gpu, speculat
 
     Each part of the model runs once per distinct value of what it reads: the prefill once
     per prompt-token count (ModelCost.prefill_at), the decode rate's context-free part once
-    per batch size (10^5 points on two swept axes are 10^5 shapes, but a few thousand of
-    each); a wave is `prefill + output_len / rate(mean KV length decoding)`, written out in
-    the loop (a call per point was a tenth of the estimate). arrival_s is called only where
-    a rate or a trace paces the point (it is 0.0 elsewhere)."""
+    per batch size (perf.per_stream_terms; 10^5 points on two swept axes are 10^5 shapes,
+    but a few thousand of each). A wave is `prefill + output_len / rate(mean KV length
+    decoding)`, the rate written out here as tokens_per_s_per_stream_at computes it, the
+    same floats (calls per point were half the estimate). arrival_s is called only where a
+    rate or a trace paces the point (it is 0.0 elsewhere)."""
     from specc.perf import model as perf
 
     target = perf.model_cost(target_values, tp=tp, gpu=gpu)
@@ -64,25 +64,33 @@ def _points_seconds(shapes: Counter, target_values: dict, tp: int, gpu, speculat
     draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if speculation and draft_values else None
     prefill_at = target.prefill_at()
     prefill: dict[int, float] = {}
-    rates: dict[int, Callable[[float | None], float]] = {}
+    per_batch: dict[int, tuple] = {}
     ceil = math.ceil
     terms = []   # each shape's term, then summed: the same sum as over a generator
     for (n, conc, input_len, output_len, repeats, rate, ramp_s, dataset, path), count \
             in shapes.items():
-        running = min(n, conc)
-        per_stream = rates.get(running)
-        if per_stream is None:
-            per_stream = rates[running] = perf.tokens_per_s_per_stream_at(
-                target, running, spec_cfg, draft)
+        running = conc if conc < n else n   # min(n, conc)
+        got = per_batch.get(running)
+        if got is None:
+            got = per_batch[running] = perf.per_stream_terms(target, running, spec_cfg, draft)
+        tok, fv, kv, wv, tv, passes, fd, kd, wd, td, overhead = got
         tokens = running * input_len
         first = prefill.get(tokens)
         if first is None:
             first = prefill[tokens] = prefill_at(tokens)
+        ctx = input_len + output_len / 2   # the mean KV length decoding, as max(float(.), 0.0)
+        if ctx < 0.0:
+            ctx = 0.0
+        per_stream = (tok / (fv + kv * ctx / wv + tv) if passes is None else
+                      tok / (passes * (fd + kd * ctx / wd + td) + (fv + kv * ctx / wv + tv)
+                             + overhead))
         # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
-        waves = ceil(n / conc) * (first + output_len / per_stream(input_len + output_len / 2))
-        terms.append(count * repeats * (max(waves, arrival_s(n, rate, ramp_s, dataset, path)
-                                            if rate or dataset == "trace" else 0.0)
-                                        + POINT_OVERHEAD_S))
+        busy = ceil(n / conc) * (first + output_len / per_stream)
+        if rate or dataset == "trace":
+            busy = max(busy, arrival_s(n, rate, ramp_s, dataset, path))
+        elif busy < 0.0:   # max(busy, 0.0)
+            busy = 0.0
+        terms.append(count * repeats * (busy + POINT_OVERHEAD_S))
     return sum(terms)
 
 

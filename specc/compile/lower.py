@@ -107,29 +107,19 @@ def _lengthen_repeats(ids: list[str], long_id) -> list[str]:
 
 def _benchmark_ids(sids: list[str], points: ClientPoints) -> list[list[str]]:
     """Each server's benchmark ids, point by point: `{sid}-c{concurrency}-{hash}`, the hash
-    `_hash([sid, canonical(point)])`, in C. One server (10^5 points on it): each point's
-    whole text, the server's part in it, is written a column at a time and hashed as it is
-    made, in one pass. More: each point's text is written once for all of them, and hashed
-    per server behind its part."""
+    `_hash([sid, canonical(point)])`. Each point's text is written once for all servers
+    (a column at a time) and hashed per server in C (10^5 points on one server)."""
     prefixes = [f"[{json.dumps(sid)},".encode() for sid in sids]
     out: list[list[str]] = [[] for _ in sids]
+    texts = map(str.encode, points.canonical_texts(quoted=True, around=('"', '"]')))
+    concs = iter(points.values("concurrency"))
     hexdigest, short = operator.methodcaller("hexdigest"), operator.itemgetter(slice(SHORT_HASH))
-    if len(sids) == 1:
-        texts = map(str.encode, points.canonical_texts(
-            quoted=True, around=(prefixes[0].decode() + '"', '"]')))
-        out[0] = list(map("".join, zip(
-            itertools.repeat(f"{sids[0]}-c"), map(str, points.values("concurrency")),
-            itertools.repeat("-"), map(short, map(hexdigest, map(hashlib.sha256, texts))))))
-    else:
-        texts = map(str.encode, points.canonical_texts(quoted=True, around=('"', '"]')))
-        concs = iter(points.values("concurrency"))
-        while tails := list(itertools.islice(texts, 4096)):
-            conc = list(map(str, itertools.islice(concs, len(tails))))
-            for sid, prefix, ids in zip(sids, prefixes, out):
-                digests = map(short, map(hexdigest, map(hashlib.sha256,
-                                                        map(prefix.__add__, tails))))
-                ids += map("".join, zip(itertools.repeat(f"{sid}-c"), conc,
-                                        itertools.repeat("-"), digests))
+    while tails := list(itertools.islice(texts, 4096)):
+        conc = list(map(str, itertools.islice(concs, len(tails))))
+        for sid, prefix, ids in zip(sids, prefixes, out):
+            digests = map(short, map(hexdigest, map(hashlib.sha256, map(prefix.__add__, tails))))
+            ids += map("".join, zip(itertools.repeat(f"{sid}-c"), conc, itertools.repeat("-"),
+                                    digests))
     if all(len(set(ids)) == len(ids) for ids in out):
         return out
     all_tails = [t.encode() for t in points.canonical_texts(quoted=True, around=('"', '"]'))]

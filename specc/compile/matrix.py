@@ -208,7 +208,7 @@ class ClientPoints(Sequence):
         self._count = count
         self._firsts: dict[tuple, list[int]] = {}
         self._distinct: dict[tuple, list[dict]] = {}
-        self._largest: dict[tuple, dict | None] = {}
+        self._largest: dict[str, int | None] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -290,19 +290,17 @@ class ClientPoints(Sequence):
         largest concurrency and the longest input may be at different points), or None
         unless every point holds a whole number >= 0 for each. A rule whose findings only
         grow with what it reads (rules.GROWING) that finds nothing there finds nothing at
-        any point. Kept: each of 12,000 servers asks again."""
-        keys = tuple(keys)
-        if keys in self._largest:
-            return self._largest[keys]
-        out: dict | None = {}
+        any point. Kept per key: each of 12,000 servers asks again."""
+        out = {}
         for k in keys:
-            col = self.columns.get(k)
-            values = None if col is None else [col.value] if type(col) is Same else col
-            if not values or set(map(type, values)) != {int} or min(values) < 0:
-                out = None   # bool is not int here: type() is exact
-                break
-            out[k] = max(values)   # type: ignore[index]
-        self._largest[keys] = out
+            if k not in self._largest:
+                col = self.columns.get(k)
+                values = None if col is None else [col.value] if type(col) is Same else col
+                self._largest[k] = max(values) if values and set(map(type, values)) == {int} \
+                    and min(values) >= 0 else None   # bool is not int here: type() is exact
+            out[k] = self._largest[k]
+            if out[k] is None:
+                return None
         return out
 
     def canonical_texts(self, quoted: bool = False, around: tuple[str, str] = ("", "")

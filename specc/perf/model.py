@@ -591,21 +591,33 @@ def tokens_per_s_per_stream(target: ModelCost, b: int, spec: SpecConfig | None =
     return tokens_per_s_per_stream_at(target, b, spec, draft)(context)
 
 
-def tokens_per_s_per_stream_at(target: ModelCost, b: int, spec: SpecConfig | None = None,
-                               draft: ModelCost | None = None) -> Callable[[float | None], float]:
-    """``tokens_per_s_per_stream`` at one batch size as a function of the context."""
+def per_stream_terms(target: ModelCost, b: int, spec: SpecConfig | None = None,
+                     draft: ModelCost | None = None) -> tuple:
+    """What ``tokens_per_s_per_stream`` at one batch size needs besides the context ``ctx``:
+    ``(tok, fv, kv, wv, tv, passes, fd, kd, wd, td, overhead)``; the rate is
+    ``tok / (fv + kv * ctx / wv + tv)`` without speculation (``passes`` None), else
+    ``tok / (passes * (fd + kd * ctx / wd + td) + (fv + kv * ctx / wv + tv) + overhead)``
+    (decode_step_at's steps inlined, the same floats: a compile's estimate asks 10^5 times,
+    writing it out per point)."""
     tok = 1.0 if spec is None else expected_accept_length(
         spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)
     b = max(int(b), 1)
-    # decode_step_at's steps inlined, the same floats (a compile's estimate asks 10^5 times)
     fv, kv, wv, tv = target.step_terms(b if spec is None else b * spec.num_draft_tokens, b)
     if spec is None:
+        return tok, fv, kv, wv, tv, None, 0.0, 0.0, 1.0, 0.0, 0.0
+    fd, kd, wd, td = (draft or target).step_terms(b * spec.topk, b)
+    return tok, fv, kv, wv, tv, spec.num_steps + 1, fd, kd, wd, td, spec_overhead_s(spec, draft)
+
+
+def tokens_per_s_per_stream_at(target: ModelCost, b: int, spec: SpecConfig | None = None,
+                               draft: ModelCost | None = None) -> Callable[[float | None], float]:
+    """``tokens_per_s_per_stream`` at one batch size as a function of the context."""
+    tok, fv, kv, wv, tv, passes, fd, kd, wd, td, overhead = per_stream_terms(target, b, spec, draft)
+    if passes is None:
         def plain(context: float | None) -> float:
             ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
             return tok / (fv + kv * ctx / wv + tv)
         return plain
-    fd, kd, wd, td = (draft or target).step_terms(b * spec.topk, b)
-    passes, overhead = spec.num_steps + 1, spec_overhead_s(spec, draft)
 
     def speculative(context: float | None) -> float:
         ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
