@@ -192,6 +192,8 @@ PLANS = [
      "benchmark.categories:[[coding],null]}"],
     ["+experiment=eagle3_sweep", "benchmark.driver=bench_serving", "benchmark.dataset=random"],
     ["+experiment=eagle3_sweep", "engine=vllm"],
+    ["+experiment=llama3_tune", "engine=sim", "search=grid",
+     "engine.sim.time_dilation=3"],   # points slowed down: their time_dilation written
 ]
 
 

@@ -220,12 +220,15 @@ def _benchmark_entries(benchmarks, params: columns.RecordColumns) -> columns.Obj
     count = len(benchmarks)
     params_text = columns.Objects(params.per_entry(), count, encode=_ENCODE,
                                   encode_str=_ENCODE_STR, omit=_PARAMS_OMITTED)
+    own = params.entries.columns if params.entries is not None and \
+        params.entries.of is benchmarks else {}   # as the compile built them
     entry: list[tuple[str, columns.Column | columns.Encoded]] = []
     for f in fields(Benchmark):
         if f.name == "params":
             entry.append(("params", columns.Encoded(params_text)))
         else:
-            entry.append((f.name, list(map(operator.attrgetter(f.name), benchmarks))))
+            entry.append((f.name, own[f.name] if f.name in own
+                          else list(map(operator.attrgetter(f.name), benchmarks))))
     return columns.Objects(entry, count, encode=_ENCODE, encode_str=_ENCODE_STR,
                            omit=_BENCHMARK_OMITTED)
 

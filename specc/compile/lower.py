@@ -30,6 +30,9 @@ from specc.plan import (BenchParams, Benchmark, Estimates, Plan, Readiness, Serv
                         launches_with)
 
 
+_BENCHMARK_DEFAULTS = {f.name: f.default for f in fields(Benchmark)}
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
@@ -191,6 +194,9 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
+    #: the benchmarks' own fields but params, a column each, as built (for emit)
+    own: dict[str, list] = {"id": [], "server": [], "baseline": [], "argv": [],
+                            "time_dilation": []}
     benchmarks: list[Benchmark] = []
     baseline_ids: dict[str, list[str]] = {}   # baseline server key -> its points' ids
     estimates: dict[str, float] = {}
@@ -242,13 +248,17 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
             built = [b if f == 1 else replace(b, time_dilation=f) for b, f in zip(built, (
                 engine.point_time_dilation(spec, c, i, o, n) for c, i, o, n in points.rows(
                     ("concurrency", "input_len", "output_len", "num_prompts"))))]
+            varying["time_dilation"] = list(map(operator.attrgetter("time_dilation"), built))
         benchmarks += built
+        for name, column in own.items():
+            column += varying[name] if name in varying else \
+                [shared[name] if name in shared else _BENCHMARK_DEFAULTS[name]] * len(points)
         estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)
     if has_errors(diags):
         return None, diags, None
-    if not any(b.baseline for b in benchmarks) and any(not s.baseline for s in plan_servers):
+    if not any(own["baseline"]) and any(not s.baseline for s in plan_servers):
         diags.append(info("NO_BASELINE", "baseline",
                           "no matched baseline points: speedups will not be computed",
                           "set baseline=true"))
@@ -257,7 +267,8 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     params = None
     if len(param_columns) == 1:   # each server's points: the one model's records, in order
         params = RecordColumns(next(iter(param_columns.values())), None if len(plan_servers) == 1
-                               else list(range(len(points))) * len(plan_servers), of=all_benchmarks)
+                               else list(range(len(points))) * len(plan_servers), of=all_benchmarks,
+                               entries=RecordColumns(dict(own), None, of=all_benchmarks))
     plan = Plan(
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
         benchmarks=all_benchmarks, diagnostics=tuple(diags),
