@@ -194,6 +194,11 @@ PLANS = [
     ["+experiment=eagle3_sweep", "engine=vllm"],
     ["+experiment=llama3_tune", "engine=sim", "search=grid",
      "engine.sim.time_dilation=3"],   # points slowed down: their time_dilation written
+    ["+experiment=llama3_eagle3_pack", "baseline=false",   # one server: its points' own columns
+     "++sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],"
+     "benchmark.concurrency:[1,2,3],benchmark.input_len:[4,8]}"],
+    ["+experiment=llama3_eagle3_pack", "engine=sim", "engine.sim.time_dilation=3", "baseline=false",
+     "++sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,2,3]}"],
 ]
 
 
@@ -244,6 +249,11 @@ def test_the_params_the_compile_hands_emit_are_the_plans(compose, overrides, tmp
         return {k: [(type(v), v) for v in ([c.value] * n if type(c) is Same else c)]
                 for k, c in columns.per_entry()}
     assert each(given) == each(read)
+    if len(plan.servers) == 1:   # and the benchmarks' own fields, as lowering built them
+        assert given.entries is not None and given.entries.of is plan.benchmarks
+        own = RecordColumns.read(plan.benchmarks, [f.name for f in dataclasses.fields(Benchmark)
+                                                   if f.name != "params"])
+        assert each(given.entries) == each(own)
     emit.write_outputs(tmp_path / "a", plan, result.diagnostics, title="t", params=given)
     emit.write_outputs(tmp_path / "b", plan, result.diagnostics, title="t")
     for name in ("plan.json", "plan.sh", "review.md"):

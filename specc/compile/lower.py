@@ -194,9 +194,8 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
-    #: the benchmarks' own fields but params, a column each, as built (for emit)
-    own: dict[str, list] = {"id": [], "server": [], "baseline": [], "argv": [],
-                            "time_dilation": []}
+    own: dict[str, Any] = {}   # the last server's benchmarks' own fields, a column each
+    matched = False   # whether any point has a baseline point
     benchmarks: list[Benchmark] = []
     baseline_ids: dict[str, list[str]] = {}   # baseline server key -> its points' ids
     estimates: dict[str, float] = {}
@@ -250,15 +249,16 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
                     ("concurrency", "input_len", "output_len", "num_prompts"))))]
             varying["time_dilation"] = list(map(operator.attrgetter("time_dilation"), built))
         benchmarks += built
-        for name, column in own.items():
-            column += varying[name] if name in varying else \
-                [shared[name] if name in shared else _BENCHMARK_DEFAULTS[name]] * len(points)
+        own = {name: varying[name] if name in varying else
+               Same(shared[name] if name in shared else default)
+               for name, default in _BENCHMARK_DEFAULTS.items() if name != "params"}
+        matched = matched or any(varying.get("baseline") or ())
         estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)
     if has_errors(diags):
         return None, diags, None
-    if not any(own["baseline"]) and any(not s.baseline for s in plan_servers):
+    if not matched and any(not s.baseline for s in plan_servers):
         diags.append(info("NO_BASELINE", "baseline",
                           "no matched baseline points: speedups will not be computed",
                           "set baseline=true"))
@@ -268,7 +268,10 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     if len(param_columns) == 1:   # each server's points: the one model's records, in order
         params = RecordColumns(next(iter(param_columns.values())), None if len(plan_servers) == 1
                                else list(range(len(points))) * len(plan_servers), of=all_benchmarks,
-                               entries=RecordColumns(dict(own), None, of=all_benchmarks))
+                               # one server's (10^5 points): emit need not read them back
+                               # from the records (more servers' would cost memory to join)
+                               entries=RecordColumns(own, None, of=all_benchmarks)
+                               if len(plan_servers) == 1 else None)
     plan = Plan(
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
         benchmarks=all_benchmarks, diagnostics=tuple(diags),
