@@ -20,7 +20,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from specc.compile import estimate, placement, rules
-from specc.compile.columns import ABSENT, RecordColumns, Same
+from specc.compile.columns import ABSENT, Column, RecordColumns, Same
 from specc.compile.matrix import NEUTRAL_WORKLOAD, ClientPoints, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
@@ -194,7 +194,7 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
-    own: dict[str, Any] = {}   # the last server's benchmarks' own fields, a column each
+    own: dict[str, Column] = {}   # the last server's benchmarks' fields holding one value each
     matched = False   # whether any point has a baseline point
     benchmarks: list[Benchmark] = []
     baseline_ids: dict[str, list[str]] = {}   # baseline server key -> its points' ids
@@ -247,11 +247,10 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
             built = [b if f == 1 else replace(b, time_dilation=f) for b, f in zip(built, (
                 engine.point_time_dilation(spec, c, i, o, n) for c, i, o, n in points.rows(
                     ("concurrency", "input_len", "output_len", "num_prompts"))))]
-            varying["time_dilation"] = list(map(operator.attrgetter("time_dilation"), built))
         benchmarks += built
-        own = {name: varying[name] if name in varying else
-               Same(shared[name] if name in shared else default)
-               for name, default in _BENCHMARK_DEFAULTS.items() if name != "params"}
+        own = {name: Same(shared[name] if name in shared else default)
+               for name, default in _BENCHMARK_DEFAULTS.items() if name not in varying
+               and not (name == "time_dilation" and dilation is not None)}
         matched = matched or any(varying.get("baseline") or ())
         estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
@@ -268,8 +267,10 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     if len(param_columns) == 1:   # each server's points: the one model's records, in order
         params = RecordColumns(next(iter(param_columns.values())), None if len(plan_servers) == 1
                                else list(range(len(points))) * len(plan_servers), of=all_benchmarks,
-                               # one server's (10^5 points): emit need not read them back
-                               # from the records (more servers' would cost memory to join)
+                               # one server's fields that hold one value (10^5 points):
+                               # emit need not read them back from the records (the rest it
+                               # does: a list kept from here would keep freed memory from
+                               # going back to the system)
                                entries=RecordColumns(own, None, of=all_benchmarks)
                                if len(plan_servers) == 1 else None)
     plan = Plan(
