@@ -18,13 +18,17 @@ from specc import exits
 
 def job(config: dict, run_dir: Path, hydra_info: dict) -> int:
     """One Hydra job: compile, write the run dir, print the review, execute if asked."""
+    collecting = gc.isenabled()   # off already while Hydra composes (compose._composed_once)
     gc.disable()   # compiling makes 10^5s of records and no garbage cycles: scans of a heap
     try:           # that only grows were a tenth of a large compile (on again to execute)
         return _job(config, run_dir, hydra_info)
     except Exception as exc:  # noqa: BLE001 - a bug of specc's, never the user's config
         return _crashed(exc, run_dir)
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
+        else:
+            gc.disable()
 
 
 def _crashed(exc: Exception, run_dir: Path) -> int:
@@ -86,8 +90,9 @@ def _compile_and_run(result, config: dict, run_dir: Path, hydra_info: dict) -> i
     gc.enable()
     if not result.ok:   # a multirun's job: the sweep's combined review names it invalid
         return _invalid(result, None, f"review: {run_dir / 'review.md'}")
-    if not hydra_info.get("multirun"):
-        print(text)
+    if not hydra_info.get("multirun"):   # as it is: print() would hand on a copy, scrubbed again
+        sys.stdout.write(text)
+        sys.stdout.write("\n")
     print(f"plan: {run_dir / 'plan.json'}  script: {run_dir / 'plan.sh'}  "
           f"review: {run_dir / 'review.md'}")
     if not hydra_info.get("multirun") and config.get("resume") is not False:

@@ -11,31 +11,37 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 
 def atomic_write(path: Path | str, data: str | bytes | Iterable[str], *,
-                 mode: int | None = None) -> None:
+                 mode: int | None = None, written: Callable[[BinaryIO], None] | None = None
+                 ) -> None:
     """Write to a temp file beside `path`, fsync it, then rename over `path`: a reader sees
     the old file or the new one, never half of one, even after a crash or a full disk.
 
     `data` may be an iterable of str chunks (a plan of 10^5 points is written as it is
-    encoded, never held whole in memory)."""
+    encoded, never held whole in memory). `written`: called with the file, open for
+    reading too, once it is in place (plan.json's reviewed copy is copied from it, not
+    written a second time)."""
     from specc.secrets import scrub
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     chunks = [data] if isinstance(data, (str, bytes)) else data
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "w+b") as f:
             for chunk in chunks:
                 f.write(scrub(chunk).encode("utf-8") if isinstance(chunk, str) else chunk)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, path)
+            if written is not None:
+                written(f)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -192,6 +192,13 @@ PLANS = [
      "benchmark.categories:[[coding],null]}"],
     ["+experiment=eagle3_sweep", "benchmark.driver=bench_serving", "benchmark.dataset=random"],
     ["+experiment=eagle3_sweep", "engine=vllm"],
+    ["+experiment=llama3_tune", "engine=sim", "search=grid",
+     "engine.sim.time_dilation=3"],   # points slowed down: their time_dilation written
+    ["+experiment=llama3_eagle3_pack", "baseline=false",   # one server: its points' own columns
+     "++sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],"
+     "benchmark.concurrency:[1,2,3],benchmark.input_len:[4,8]}"],
+    ["+experiment=llama3_eagle3_pack", "engine=sim", "engine.sim.time_dilation=3", "baseline=false",
+     "++sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,2,3]}"],
 ]
 
 
@@ -242,7 +249,115 @@ def test_the_params_the_compile_hands_emit_are_the_plans(compose, overrides, tmp
         return {k: [(type(v), v) for v in ([c.value] * n if type(c) is Same else c)]
                 for k, c in columns.per_entry()}
     assert each(given) == each(read)
+    if len(plan.servers) == 1:   # and the benchmarks' fields that hold one value each
+        assert given.entries is not None and given.entries.of is plan.benchmarks
+        names = list(given.entries.columns)
+        assert {"server", "baseline", "argv"} <= set(names) and "id" not in names
+        assert each(given.entries) == each(RecordColumns.read(plan.benchmarks, names))
     emit.write_outputs(tmp_path / "a", plan, result.diagnostics, title="t", params=given)
     emit.write_outputs(tmp_path / "b", plan, result.diagnostics, title="t")
     for name in ("plan.json", "plan.sh", "review.md"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+#: Axes over which the rules that grow with what they read (rules.GROWING) say something of
+#: some points and nothing of others: KV cache over concurrency x lengths, a point's tokens
+#: over prompts x lengths; zipped, where each key's largest value is at a different point.
+GROWING_AXES = [
+    [("benchmark.concurrency", [1, 64, 2000, 4000]), ("benchmark.input_len", [100, 1900]),
+     ("benchmark.output_len", [8, 100])],
+    [("benchmark.num_prompts", [10, 60_000]), ("benchmark.input_len", [100, 1800]),
+     ("benchmark.seed", [0, 1])],
+    [("benchmark", [{"concurrency": 4000, "input_len": 16, "output_len": 8},
+                    {"concurrency": 1, "input_len": 1900, "output_len": 100},
+                    {"concurrency": 4000, "input_len": 1900, "output_len": 100,
+                     "num_prompts": 100_000}])],
+    [("benchmark", [{"concurrency": 4000, "input_len": 16, "output_len": 8},   # none says
+                    {"concurrency": 1, "input_len": 1900, "output_len": 100}])],
+]
+
+
+@pytest.mark.parametrize("axes", GROWING_AXES)
+def test_growing_rules_say_what_each_point_says_in_its_order(compose, axes):
+    """MEMORY_KV and BENCH_TOO_LARGE are checked first at the largest values (not always one
+    point's); where they say something there, the compile says what a point-by-point pass
+    says, line for line and in its order."""
+    from specc.compile.matrix import spec_for
+    from specc.diagnostics import unique
+
+    cfg = compose(LLAMA)
+    engine = get_engine("sglang")
+    points = _client_points(cfg, axes)
+    each = _points_one_by_one(cfg["benchmark"], axes)
+    spec = spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "server",
+                                         "speculation", "readiness")})
+    checks = [rule(spec, engine) for rule in rules.POINT_RULES]
+    got = unique(rules.check_points(spec, engine, points))
+    assert got == unique([d for b in each for check in checks for d in check(b)])
+    clients = unique(rules.check_clients(engine, points))
+    assert clients == unique([d for rule in rules.CLIENT_RULES for b in each
+                              for d in rule(None, engine, b)])
+    codes = {d.code for d in got + clients}
+    if axes is GROWING_AXES[-1]:   # the largest of each key together: no point has them
+        largest = points.largest(("concurrency", "input_len", "output_len"))
+        assert largest == {"concurrency": 4000, "input_len": 1900, "output_len": 100}
+        assert list(rules.memory_kv(spec, engine)(largest))   # said there: checked one by one
+        assert not codes & {"MEMORY_KV", "BENCH_TOO_LARGE"}
+    else:
+        assert codes & {"MEMORY_KV", "BENCH_TOO_LARGE"}
+        said = [d for d in got + clients if d.code in ("MEMORY_KV", "BENCH_TOO_LARGE")]
+        assert len(said) < len(each)   # some points pass
+
+
+def test_a_point_without_a_largest_is_checked_one_by_one(compose):
+    """Values that are not whole numbers >= 0 have no largest for a growing rule to be
+    checked at: every distinct point is checked (and says the same)."""
+    cfg = compose(LLAMA)
+    points = _client_points(cfg, [("benchmark.concurrency", [1, 4000])])
+    assert points.largest(("concurrency", "input_len")) == {"concurrency": 4000,
+                                                            "input_len": cfg["benchmark"]["input_len"]}
+    points = _client_points(cfg, [("benchmark.concurrency", [1, True])])
+    assert points.largest(("concurrency", "input_len")) is None
+    points = _client_points(cfg, [("benchmark.concurrency", [1, 4000])])
+    points.columns["concurrency"] = [1, 2.5]
+    assert points.largest(("input_len", "concurrency")) is None
+    assert points.largest(("no_such_key",)) is None
+
+
+def test_the_estimate_written_out_per_point_is_the_models(compose):
+    """The estimate's loop (a wave: prefill + output / rate, written out per point) sums
+    exactly what the model's own functions give, point by point in the shapes' order."""
+    import math
+    from collections import Counter
+
+    from specc.compile import estimate
+    from specc.compile.matrix import spec_for
+    from specc.perf import model as perf
+
+    cfg = compose(LLAMA + ["benchmark.request_rate=4"])
+    engine = get_engine("sglang")
+    axes = [("benchmark.concurrency", [1, 3, 64, 100]), ("benchmark.input_len", [4, 100, 1000]),
+            ("benchmark.num_prompts", [None, 50, 200]), ("benchmark.request_rate", [None, 4])]
+    points = _client_points(cfg, axes)
+    shapes = Counter(points.rows(estimate.SHAPE_KEYS))
+    for speculative in (False, True):
+        sections = {k: cfg[k] for k in ("model_pair", "hardware", "engine", "server",
+                                         "speculation", "readiness")}
+        if not speculative:
+            sections["speculation"] = {k: None for k in sections["speculation"]}
+            sections["model_pair"] = {**sections["model_pair"], "draft": None}
+        spec = spec_for(sections)
+        assert spec.speculative == speculative
+        values, tp, gpu, speculation, draft_values = estimate._model_inputs(spec, engine)
+        target = perf.model_cost(values, tp=tp, gpu=gpu)
+        spec_cfg = perf.SpecConfig(*speculation) if speculation else None
+        draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if draft_values else None
+        terms = []
+        for (n, conc, i, o, repeats, rate, ramp_s, dataset, path), count in shapes.items():
+            running = min(n, conc)
+            wave = target.prefill_s(running * i) + o / perf.tokens_per_s_per_stream(
+                target, running, spec_cfg, draft, i + o / 2)
+            paced = estimate.arrival_s(n, rate, ramp_s, dataset, path)
+            terms.append(count * repeats * (max(math.ceil(n / conc) * wave, paced)
+                                            + estimate.POINT_OVERHEAD_S))
+        assert estimate._points_seconds(shapes, *estimate._model_inputs(spec, engine)) == sum(terms)

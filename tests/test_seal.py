@@ -173,8 +173,12 @@ def test_reviewed_copies_are_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(seal, "KEEP_COPIES", 3)
     for k in range(5):
         s = seal.Sealer(seal.key(create=True))
-        s.update(b'{"version":2,"k":%d' % k)
-        s.keep(f"sha256:{k:064x}", tmp_path / f"run{k}")
+        body = b'{"version":2,"k":%d' % k
+        s.update(body)
+        with open(tmp_path / "plan.json", "w+b") as written:
+            written.write(body + b',\n"digest":"..."}\n')
+            written.flush()
+            s.keep(f"sha256:{k:064x}", tmp_path / f"run{k}", written)
         os.utime(seal.reviewed_dir() / f"{k:064x}.json", (k, k))
     kept = sorted(p.name for p in seal.reviewed_dir().iterdir())
     assert kept == sorted(f"{k:064x}{ext}" for k in (2, 3, 4) for ext in (".dir", ".json"))
@@ -182,6 +186,36 @@ def test_reviewed_copies_are_bounded(tmp_path, monkeypatch):
     assert found == {"version": 2, "k": 3} and which.endswith(f"{3:064x}.json)")
     found, which = seal.reviewed_copy(f"sha256:{4:064x}", tmp_path / "elsewhere")   # its digest
     assert found == {"version": 2, "k": 4}
+
+
+def test_the_reviewed_copy_is_copied_from_plan_json_once_per_plan(tmp_path):
+    """The reviewed copy is plan.json's sealed bytes closed as JSON, copied from the file
+    written (not written twice); the same plan compiled again renews the copy kept already
+    (its date, the run dir it names) and leaves its bytes; another plan gets its own."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    reviewed = tmp_path / "state" / "specc" / "reviewed"
+
+    def compile_once(run, *extra):
+        code, _, err = specc("+experiment=eagle3_sweep", *extra, f"hydra.run.dir={run}", env=env)
+        assert code == 0, err
+        raw = (run / "plan.json").read_bytes()
+        name = json.loads(raw)["digest"].removeprefix("sha256:")
+        return raw, reviewed / f"{name}.json", reviewed / f"{name}.dir"
+
+    raw, copy, note = compile_once(tmp_path / "a")
+    assert copy.read_bytes() == raw[:raw.rindex(b',\n"digest":')] + b"}\n"
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o600
+    assert note.read_text() == f"{(tmp_path / 'a').resolve()}\n"
+    first = copy.stat()
+    os.utime(copy, (1, 1))
+    again, copy2, _ = compile_once(tmp_path / "b")
+    assert again == raw and copy2 == copy
+    assert copy.stat().st_ino == first.st_ino and copy.stat().st_mtime > 1   # renewed, kept
+    assert note.read_text() == f"{(tmp_path / 'b').resolve()}\n"
+    other, copy3, _ = compile_once(tmp_path / "c", "benchmark.seed=7")
+    assert copy3 != copy and copy3.read_bytes() == other[:other.rindex(b',\n"digest":')] + b"}\n"
+    assert sorted(p.name for p in reviewed.iterdir()) == sorted(
+        p.name for c in (copy, copy3) for p in (c, c.with_suffix(".dir")))
 
 
 @pytest.mark.parametrize("pin,refused", [(None, False), ("same", False), ("other", True)])
@@ -234,3 +268,24 @@ def test_a_batch_script_edited_after_review_is_not_submitted(tmp_path):
     scripts[1].write_text(reviewed)
     _, _, err = specc("run", "--plan", run / "plan.json", env=no_slurm)
     assert "PLAN_EDITED" not in err and "SLURM_UNAVAILABLE" in err, err
+
+
+@pytest.mark.parametrize("where", ["same", "shm"])
+def test_the_sealed_bytes_are_copied_whole_across_file_systems(tmp_path, where):
+    """The copy takes the first `size` bytes of the file, whether the kernel copies them
+    (copy_file_range) or, across file systems where it cannot, they are read and written."""
+    from specc import seal
+
+    folder = tmp_path if where == "same" else Path("/dev/shm")
+    if not folder.is_dir():
+        pytest.skip("no /dev/shm here")
+    data = os.urandom(3 << 20) + b"tail not copied"
+    src = folder / f"specc-seal-src-{os.getpid()}"
+    src.write_bytes(data)
+    try:
+        with open(src, "rb") as f, open(tmp_path / "copy", "wb") as out:
+            seal._copy_start(f.fileno(), out.fileno(), 3 << 20)
+            os.write(out.fileno(), b"}\n")
+    finally:
+        src.unlink()
+    assert (tmp_path / "copy").read_bytes() == data[:3 << 20] + b"}\n"

@@ -225,10 +225,12 @@ class RecordColumns:
     once (a point's params, shared by its servers, is read once); each field Same(value) or
     a list over the distinct records, first seen first; `index`: each entry's record among
     them (None: every entry its own, in order); `of`: the entries these describe (a
-    reader checks it is given the same object)."""
+    reader checks it is given the same object); `entries`: some of the entries' own fields
+    the same way (a benchmark's server...: reading them back from 10^5 records costs)."""
 
-    def __init__(self, columns: dict[str, Column], index: list[int] | None, of=None):
-        self.columns, self.index, self.of = columns, index, of
+    def __init__(self, columns: dict[str, Column], index: list[int] | None, of=None,
+                 entries: RecordColumns | None = None):
+        self.columns, self.index, self.of, self.entries = columns, index, of, entries
 
     @classmethod
     def read(cls, records: Sequence, names: Sequence[str], of=None) -> RecordColumns:

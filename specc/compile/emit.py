@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import operator
@@ -9,7 +10,7 @@ import os
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import final
@@ -21,7 +22,7 @@ from specc.compile.markdown import one_line, seconds as _fmt_s, table as _table
 from specc.diagnostics import Diagnostic
 from specc.facts import ModelFacts, defaulted
 from specc.files import atomic_write
-from specc.secrets import REDACT_VALUES_ENV, REF, Clean, referenced, untouched
+from specc.secrets import REDACT_VALUES_ENV, REF, Clean, referenced, scrubbed_once, untouched
 from specc.plan import BenchParams, Benchmark, Params, Plan, Record
 
 
@@ -219,12 +220,15 @@ def _benchmark_entries(benchmarks, params: columns.RecordColumns) -> columns.Obj
     count = len(benchmarks)
     params_text = columns.Objects(params.per_entry(), count, encode=_ENCODE,
                                   encode_str=_ENCODE_STR, omit=_PARAMS_OMITTED)
+    own = params.entries.columns if params.entries is not None and \
+        params.entries.of is benchmarks else {}   # as the compile built them
     entry: list[tuple[str, columns.Column | columns.Encoded]] = []
     for f in fields(Benchmark):
         if f.name == "params":
             entry.append(("params", columns.Encoded(params_text)))
         else:
-            entry.append((f.name, list(map(operator.attrgetter(f.name), benchmarks))))
+            entry.append((f.name, own[f.name] if f.name in own
+                          else list(map(operator.attrgetter(f.name), benchmarks))))
     return columns.Objects(entry, count, encode=_ENCODE, encode_str=_ENCODE_STR,
                            omit=_BENCHMARK_OMITTED)
 
@@ -412,8 +416,12 @@ def _param_values(plan: Plan, params: columns.RecordColumns | None = None) -> di
     for k, column in _param_columns(plan, params).columns.items():
         if k == "model":
             continue
-        firsts = ([(type(column.value), column.value)] if type(column) is columns.Same
-                  else dict.fromkeys(zip(map(type, column), column)))   # True and 1 kept apart
+        if type(column) is columns.Same:
+            firsts: Iterable = [(type(column.value), column.value)]
+        elif len(kinds := set(map(type, column))) == 1:   # one type (10^5 ints): by value
+            firsts = zip(itertools.repeat(kinds.pop()), dict.fromkeys(column))
+        else:
+            firsts = dict.fromkeys(zip(map(type, column), column))   # True and 1 kept apart
         # shown as plan.json writes them (a list, an object), in first-seen order
         seen[k] = {(t, hash(v), v): _as_json(v) for t, v in firsts}
     return {k: seen[k] for k in sorted(seen)}
@@ -589,14 +597,15 @@ def write_outputs(run_dir: Path, plan: Plan | None, diagnostics, *, title: str,
     params = _param_columns(plan, params) if plan is not None else None
     if valid and plan is not None:   # first: the review names the digest of the plan.json it describes
         digest = _Digest()
-        atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)))
-        digest.keep(run_dir)
+        atomic_write(run_dir / "plan.json", digest.sealed(_plan_json_parts(plan, params)),
+                     written=functools.partial(digest.keep, run_dir))
     text = review(plan, diagnostics, title=title, digest=digest and digest.value, params=params)
     del params
     if plan is not None and plan.search:
         text += "\n" + search.review_section(plan)
     if plan is not None and plan.cluster:
         text += "\n" + sbatch.review_section(plan)
+    text = scrubbed_once(text)   # for review.md and for the terminal
     atomic_write(run_dir / "review.md", text)
     if valid and plan is not None:
         atomic_write(run_dir / "plan.sh", _blocks(plan_sh_chunks(plan)), mode=0o755)
@@ -622,10 +631,11 @@ class _Digest:
         if warning:
             print(warning, file=sys.stderr)
 
-    def keep(self, run_dir: Path) -> None:
-        """Keep the sealed plan as the reviewed copy `specc run` diffs an edited one against."""
+    def keep(self, run_dir: Path, written) -> None:
+        """Keep the sealed plan as the reviewed copy `specc run` diffs an edited one against,
+        copied from plan.json as `written` (the file, open) holds it."""
         if self._seal is not None and self.value:
-            self._seal.keep(self.value, run_dir)
+            self._seal.keep(self.value, run_dir, written)
 
     def sealed(self, parts):
         """plan.json's parts ((text, clean): _plan_json_parts) scrubbed unless clean, and

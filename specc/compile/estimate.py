@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 
 from specc.compile.matrix import canonical
 from specc.compile.spec import ServerSpec
@@ -45,32 +44,54 @@ def _model_inputs(spec: ServerSpec, engine: Engine) -> tuple:
     return spec.target.values, tp, gpu, speculation, draft
 
 
-def _wave_estimator(target_values: dict, tp: int, gpu, speculation, draft_values):
-    """(running, input_len, output_len) -> seconds of one wave of requests on this server.
+def _points_seconds(shapes: Counter, target_values: dict, tp: int, gpu, speculation,
+                    draft_values) -> float:
+    """The points' total seconds on one server: per shape (a Counter of SHAPE_KEYS rows),
+    count x repeats x (its waves of requests, or its arrival schedule if longer, + the
+    per-point overhead), summed in the shapes' order.
 
     Each part of the model runs once per distinct value of what it reads: the prefill once
-    per prompt-token count, the decode rate's context-free part once per batch size (10^5
-    points on two swept axes are 10^5 shapes, but a few thousand of each)."""
+    per prompt-token count (ModelCost.prefill_at), the decode rate's context-free part once
+    per batch size (perf.per_stream_terms; 10^5 points on two swept axes are 10^5 shapes,
+    but a few thousand of each). A wave is `prefill + output_len / rate(mean KV length
+    decoding)`, the rate written out here as tokens_per_s_per_stream_at computes it, the
+    same floats (calls per point were half the estimate). arrival_s is called only where a
+    rate or a trace paces the point (it is 0.0 elsewhere)."""
     from specc.perf import model as perf
 
     target = perf.model_cost(target_values, tp=tp, gpu=gpu)
     spec_cfg = perf.SpecConfig(*speculation) if speculation else None
     draft = perf.draft_cost(draft_values, tp=tp, gpu=gpu) if speculation and draft_values else None
+    prefill_at = target.prefill_at()
     prefill: dict[int, float] = {}
-    rates: dict[int, Callable[[float | None], float]] = {}
-    prefill_s = target.prefill_s
-
-    def wave_s(running: int, input_len: int, output_len: int) -> float:
-        rate = rates.get(running)
-        if rate is None:
-            rate = rates[running] = perf.tokens_per_s_per_stream_at(target, running, spec_cfg, draft)
+    per_batch: dict[int, tuple] = {}
+    ceil = math.ceil
+    terms = []   # each shape's term, then summed: the same sum as over a generator
+    for (n, conc, input_len, output_len, repeats, rate, ramp_s, dataset, path), count \
+            in shapes.items():
+        running = conc if conc < n else n   # min(n, conc)
+        got = per_batch.get(running)
+        if got is None:
+            got = per_batch[running] = perf.per_stream_terms(target, running, spec_cfg, draft)
+        tok, fv, kv, wv, tv, passes, fd, kd, wd, td, overhead = got
         tokens = running * input_len
         first = prefill.get(tokens)
         if first is None:
-            first = prefill[tokens] = prefill_s(tokens)
-        return first + output_len / rate(input_len + output_len / 2)   # mean KV length decoding
-
-    return wave_s
+            first = prefill[tokens] = prefill_at(tokens)
+        ctx = input_len + output_len / 2   # the mean KV length decoding, as max(float(.), 0.0)
+        if ctx < 0.0:
+            ctx = 0.0
+        per_stream = (tok / (fv + kv * ctx / wv + tv) if passes is None else
+                      tok / (passes * (fd + kd * ctx / wd + td) + (fv + kv * ctx / wv + tv)
+                             + overhead))
+        # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
+        busy = ceil(n / conc) * (first + output_len / per_stream)
+        if rate or dataset == "trace":
+            busy = max(busy, arrival_s(n, rate, ramp_s, dataset, path))
+        elif busy < 0.0:   # max(busy, 0.0)
+            busy = 0.0
+        terms.append(count * repeats * (busy + POINT_OVERHEAD_S))
+    return sum(terms)
 
 
 #: What the estimate reads of a client point.
@@ -111,18 +132,7 @@ class ServerTimes:
         inputs = _model_inputs(spec, self.engine)
         key = canonical(inputs)
         if key not in self._points_s:
-            wave_s = _wave_estimator(*inputs)
-            # adaptive stopping (target_ci) may send more, up to max_requests: the least is shown
-            # each shape's term in a list, then summed (the same sum as over a generator);
-            # arrival_s is 0.0 unless a rate or a trace paces the point
-            self._points_s[key] = sum([
-                count * repeats * (max(math.ceil(n / conc) * wave_s(min(n, conc), input_len,
-                                                                    output_len),
-                                       arrival_s(n, rate, ramp_s, dataset, path)
-                                       if rate or dataset == "trace" else 0.0)
-                                   + POINT_OVERHEAD_S)
-                for (n, conc, input_len, output_len, repeats, rate, ramp_s, dataset, path), count
-                in self.shapes.items()])
+            self._points_s[key] = _points_seconds(self.shapes, *inputs)
         return round(start_s + self._points_s[key], 1)
 
 

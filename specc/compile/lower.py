@@ -20,7 +20,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from specc.compile import estimate, placement, rules
-from specc.compile.columns import ABSENT, RecordColumns, Same
+from specc.compile.columns import ABSENT, Column, RecordColumns, Same
 from specc.compile.matrix import NEUTRAL_WORKLOAD, ClientPoints, expand, short_hash as _hash
 from specc.compile.spec import ServerSpec
 from specc.diagnostics import Diagnostic, error, has_errors, info, unique
@@ -28,6 +28,9 @@ from specc.engines import get_engine
 from specc.compile.build import build_many
 from specc.plan import (BenchParams, Benchmark, Estimates, Plan, Readiness, Server, ServerParams,
                         launches_with)
+
+
+_BENCHMARK_DEFAULTS = {f.name: f.default for f in fields(Benchmark)}
 
 
 def _slug(text: str) -> str:
@@ -191,6 +194,8 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     readiness_plans: dict[str, Readiness] = {}   # equal readiness plans: one object, shared likewise
 
     plan_servers: list[Server] = []
+    own: dict[str, Column] = {}   # the last server's benchmarks' fields holding one value each
+    matched = False   # whether any point has a baseline point
     benchmarks: list[Benchmark] = []
     baseline_ids: dict[str, list[str]] = {}   # baseline server key -> its points' ids
     estimates: dict[str, float] = {}
@@ -243,12 +248,16 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
                 engine.point_time_dilation(spec, c, i, o, n) for c, i, o, n in points.rows(
                     ("concurrency", "input_len", "output_len", "num_prompts"))))]
         benchmarks += built
+        own = {name: Same(shared[name] if name in shared else default)
+               for name, default in _BENCHMARK_DEFAULTS.items() if name not in varying
+               and not (name == "time_dilation" and dilation is not None)}
+        matched = matched or any(varying.get("baseline") or ())
         estimates[sid] = server_times.seconds(spec, readiness.estimated_start_s)
 
     diags = unique(diags)
     if has_errors(diags):
         return None, diags, None
-    if not any(b.baseline for b in benchmarks) and any(not s.baseline for s in plan_servers):
+    if not matched and any(not s.baseline for s in plan_servers):
         diags.append(info("NO_BASELINE", "baseline",
                           "no matched baseline points: speedups will not be computed",
                           "set baseline=true"))
@@ -257,7 +266,13 @@ def lower_columns(cfg: dict) -> tuple[Plan | None, list[Diagnostic], RecordColum
     params = None
     if len(param_columns) == 1:   # each server's points: the one model's records, in order
         params = RecordColumns(next(iter(param_columns.values())), None if len(plan_servers) == 1
-                               else list(range(len(points))) * len(plan_servers), of=all_benchmarks)
+                               else list(range(len(points))) * len(plan_servers), of=all_benchmarks,
+                               # one server's fields that hold one value (10^5 points):
+                               # emit need not read them back from the records (the rest it
+                               # does: a list kept from here would keep freed memory from
+                               # going back to the system)
+                               entries=RecordColumns(own, None, of=all_benchmarks)
+                               if len(plan_servers) == 1 else None)
     plan = Plan(
         experiment=cfg["experiment"], engine=engine.name, servers=tuple(plan_servers),
         benchmarks=all_benchmarks, diagnostics=tuple(diags),

@@ -69,6 +69,7 @@ and never exceeds ``num_steps + 1``.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable
@@ -246,6 +247,33 @@ class ModelCost:
         n = max(int(prompt_tokens), 1)
         compute = n * self.flops_per_token_per_gpu / interp_log(self.hw.gemm_flops_table, n)
         return blend(self.mem_s(n), compute, self.hw.blend_p) + self.fixed_s
+
+    def prefill_at(self) -> Callable[[int], float]:
+        """``prefill_s`` with what does not depend on the prompt tokens worked out once (the
+        GEMM table's segments, a dense model's weight streaming), the same floats: a
+        compile's estimate prices 10^4s of distinct prompt-token counts."""
+        flops, p, fixed = self.flops_per_token_per_gpu, self.hw.blend_p, self.fixed_s
+        table = self.hw.gemm_flops_table
+        x_first, y_first, y_last = table[0][0], table[0][1], table[-1][1]
+        ends = [x1 for x1, _ in table[1:]]   # interp_log's segment: the first x <= x1
+        segments = [(x0, y0, math.log(x1 / x0), y1 - y0)
+                    for (x0, y0), (x1, y1) in zip(table, table[1:])]
+        mem_s = self.mem_s
+        dense_mem = None if self.experts_total else mem_s(1)   # no experts: the same at any n
+
+        def at(prompt_tokens: int) -> float:
+            n = max(int(prompt_tokens), 1)
+            if n <= x_first:
+                rate = y_first
+            else:
+                k = bisect.bisect_left(ends, n)
+                if k == len(ends):
+                    rate = y_last
+                else:
+                    x0, y0, span, rise = segments[k]
+                    rate = y0 + math.log(n / x0) / span * rise
+            return blend(mem_s(n) if dense_mem is None else dense_mem, n * flops / rate, p) + fixed
+        return at
 
 
 #: Kimi-K2.5 facts (moonshotai/Kimi-K2.5's config.json, its text_config, + specc extras).
@@ -563,21 +591,33 @@ def tokens_per_s_per_stream(target: ModelCost, b: int, spec: SpecConfig | None =
     return tokens_per_s_per_stream_at(target, b, spec, draft)(context)
 
 
-def tokens_per_s_per_stream_at(target: ModelCost, b: int, spec: SpecConfig | None = None,
-                               draft: ModelCost | None = None) -> Callable[[float | None], float]:
-    """``tokens_per_s_per_stream`` at one batch size as a function of the context."""
+def per_stream_terms(target: ModelCost, b: int, spec: SpecConfig | None = None,
+                     draft: ModelCost | None = None) -> tuple:
+    """What ``tokens_per_s_per_stream`` at one batch size needs besides the context ``ctx``:
+    ``(tok, fv, kv, wv, tv, passes, fd, kd, wd, td, overhead)``; the rate is
+    ``tok / (fv + kv * ctx / wv + tv)`` without speculation (``passes`` None), else
+    ``tok / (passes * (fd + kd * ctx / wd + td) + (fv + kv * ctx / wv + tv) + overhead)``
+    (decode_step_at's steps inlined, the same floats: a compile's estimate asks 10^5 times,
+    writing it out per point)."""
     tok = 1.0 if spec is None else expected_accept_length(
         spec.acceptance, spec.num_steps, spec.topk, spec.num_draft_tokens)
     b = max(int(b), 1)
-    # decode_step_at's steps inlined, the same floats (a compile's estimate asks 10^5 times)
     fv, kv, wv, tv = target.step_terms(b if spec is None else b * spec.num_draft_tokens, b)
     if spec is None:
+        return tok, fv, kv, wv, tv, None, 0.0, 0.0, 1.0, 0.0, 0.0
+    fd, kd, wd, td = (draft or target).step_terms(b * spec.topk, b)
+    return tok, fv, kv, wv, tv, spec.num_steps + 1, fd, kd, wd, td, spec_overhead_s(spec, draft)
+
+
+def tokens_per_s_per_stream_at(target: ModelCost, b: int, spec: SpecConfig | None = None,
+                               draft: ModelCost | None = None) -> Callable[[float | None], float]:
+    """``tokens_per_s_per_stream`` at one batch size as a function of the context."""
+    tok, fv, kv, wv, tv, passes, fd, kd, wd, td, overhead = per_stream_terms(target, b, spec, draft)
+    if passes is None:
         def plain(context: float | None) -> float:
             ctx = REF_CONTEXT if context is None else max(float(context), 0.0)
             return tok / (fv + kv * ctx / wv + tv)
         return plain
-    fd, kd, wd, td = (draft or target).step_terms(b * spec.topk, b)
-    passes, overhead = spec.num_steps + 1, spec_overhead_s(spec, draft)
 
     def speculative(context: float | None) -> float:
         ctx = REF_CONTEXT if context is None else max(float(context), 0.0)

@@ -332,3 +332,17 @@ def test_the_per_stream_rate_is_accept_length_over_the_decode_step_to_the_last_b
         step = perf.decode_step_at(t, b, spec, d)
         for ctx in [None, -5, 0, 1, 2.5, 4096, *(rng.uniform(0, 3e5) for _ in range(50))]:
             assert rate(ctx) == tok / step(ctx), (b, ctx)
+
+
+@pytest.mark.parametrize("facts,tp,gpu", [(LLAMA8, 1, "H100"), (LLAMA8, 2, "H200"),
+                                         (perf.KIMI_FACTS, 8, "H200"), (LLAMA8_EAGLE3, 1, None)])
+def test_the_prefill_worked_out_once_is_prefill_s_to_the_last_bit(facts, tp, gpu):
+    """ModelCost.prefill_at (a compile's estimate prices 10^4s of prompt-token counts) gives
+    prefill_s's floats, dense and MoE, below, inside and past the GEMM table."""
+    cost = perf.model_cost(facts, tp=tp, gpu=gpu)
+    at = cost.prefill_at()
+    table = cost.hw.gemm_flops_table
+    edges = [x for x, _ in table] + [x + d for x, _ in table for d in (-1, 1)]
+    rng = random.Random(3)
+    for n in [0, -3, 1, 2, 7, 2.9, *edges, *(rng.randint(1, 2_000_000) for _ in range(2000))]:
+        assert at(n) == cost.prefill_s(n), n
