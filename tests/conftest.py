@@ -37,6 +37,11 @@ os.environ["SPECC_SIM_TIME_DILATION"] = "1"
 # The load generator's own turnaround: the same (specc/run/loadgen/turnaround.py, 10 ms
 # floor); tests/test_turnaround.py checks the real bound.
 os.environ["SPECC_CLIENT_TURNAROUND_FLOOR_S"] = "60"
+# A simulator's health check answers once its 1-token generation is out, looked for once a
+# second as SGLang does (specc/sim/http.py): each of the suite's server starts waited that
+# second to be found ready. It looks every 20 ms here; tests/sim/test_endpoints.py checks
+# the knob, and a simulator outside the suite keeps SGLang's second.
+os.environ["SPECC_SIM_HEALTH_POLL_S"] = "0.02"
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"

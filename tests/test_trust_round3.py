@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from executor_helpers import PY, REPO
+from specc.files import PLAN_BYTES
+from specc.manifest import MANIFEST_BYTES
 from test_compare import _write_run
 
 
@@ -232,6 +234,24 @@ def test_an_edited_source_with_its_old_mtime_put_back_makes_the_copy_stale(tmp_p
     req.write_bytes(req.read_bytes())   # same bytes, same size, the mtime put back
     os.utime(req, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert columns.listing_digest(a)[0] != digest   # its ctime moved
+
+
+
+@pytest.mark.parametrize("name, cap", [("plan.json", PLAN_BYTES), ("report.json", PLAN_BYTES),
+                                       ("manifest.json", MANIFEST_BYTES)])
+def test_the_copys_fingerprint_reads_nothing_of_a_file_its_reader_refuses(tmp_path, name, cap):
+    """A source over its own reader's cap (plan.json and report.json 1 GiB, manifest.json
+    64 MiB) is "unreadable" to the fingerprint too, not hashed up to the 2 GiB of the
+    request files (a second of sha256 per GiB that compare then refuses anyway)."""
+    from specc.report import columns
+
+    a, _ = _pair(tmp_path)
+    with open(a / name, "wb") as f:
+        f.truncate(cap + 1)   # sparse
+    digest, _ = columns.listing_digest(a)
+    (a / name).unlink()
+    os.mkfifo(a / name)   # "unreadable" too: the same digest, so nothing of the file was read
+    assert columns.listing_digest(a)[0] == digest
 
 
 def test_a_crafted_column_of_a_trillion_elements_allocates_nothing(tmp_path):

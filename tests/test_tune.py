@@ -16,7 +16,9 @@ SMALL = ["sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
          "{num_steps:3,topk:1,num_draft_tokens:4},{num_steps:3,topk:4,num_draft_tokens:8},"
          "{num_steps:7,topk:8,num_draft_tokens:64}],benchmark.concurrency:[1,8]}",
          "benchmark.min_requests=8", "benchmark.output_len=32", "search.max_starts=3",
-         "+search.slo.p99_ttft_ms=500"]
+         # an SLO's capacity is bracketed the same way at any quantile: a p90 needs 53
+         # requests a probe to be bounded, a p99 563 (specc.tune.bracket.min_requests)
+         "+search.slo.p90_ttft_ms=500"]
 
 BAD = {
     "one_candidate": (["sweep={speculation:[{num_steps:3,topk:1,num_draft_tokens:4}],"
@@ -155,7 +157,7 @@ def test_tune_runs_on_the_simulator_and_resumes_without_starting_again(tmp_path,
         assert entry.get("baseline") or {"num_steps", "topk", "num_draft_tokens", "speedup",
                                          "interval", "ties"} <= set(entry)
     assert set(tune["crossover"]) >= {"concurrency", "between"}
-    assert tune["slo"]["p99_ttft_ms"]["baseline"]["concurrency"] in (None, 1, 8)
+    assert tune["slo"]["p90_ttft_ms"]["baseline"]["concurrency"] in (None, 1, 8)
     measured = [c for c in tune["candidates"] if c["started"]]
     assert all(c["measured"] for c in measured)
     assert all(c["predicted"] for c in measured if c["server"] != plan["search"]["probe"])

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from specc import requestlog as reqlog
-from specc.files import RECORDS_BYTES, UnreadableFile, atomic_write, read_bounded
+from specc.files import PLAN_BYTES, RECORDS_BYTES, UnreadableFile, atomic_write, read_bounded
+from specc.manifest import MANIFEST_BYTES
 
 FILE = "compare.npz"
 #: Part of the digest: a copy written in another layout is stale, never misread.
@@ -160,15 +161,18 @@ class Columns:
                                   self.ttft[lo:hi].tolist())))
 
 
-#: The run's own files compare reads beside requests/: a change to one makes the copy stale.
-SOURCES = ("plan.json", "results.jsonl", "report.json", "manifest.json")
+#: The run's own files compare reads beside requests/ (a change to one makes the copy
+#: stale), each with the cap of its own reader (specc.rundir, specc.results, specc.manifest).
+SOURCES = {"plan.json": PLAN_BYTES, "results.jsonl": RECORDS_BYTES, "report.json": PLAN_BYTES,
+           "manifest.json": MANIFEST_BYTES}
 
 
-def _content(path: str) -> str | None:
-    """A source file's sha256 (read by the bounded reader: a FIFO or /dev/zero is
-    "unreadable", never read); None when there is none."""
+def _content(path: str, limit: int) -> str | None:
+    """A source file's sha256 (read by the bounded reader, up to its own reader's cap: a
+    file that reader refuses is "unreadable" without reading a byte of it, as is a FIFO or
+    /dev/zero); None when there is none."""
     try:
-        return hashlib.sha256(read_bounded(path, RECORDS_BYTES)).hexdigest()
+        return hashlib.sha256(read_bounded(path, limit)).hexdigest()
     except FileNotFoundError:
         return None
     except UnreadableFile:
@@ -190,7 +194,7 @@ def listing_digest(run_dir: Path) -> tuple[str, list[str]]:
     except OSError:
         pass
     entries.sort()
-    files = [[name, _content(os.path.join(run_dir, name))] for name in SOURCES]
+    files = [[name, _content(os.path.join(run_dir, name), limit)] for name, limit in SOURCES.items()]
     h = hashlib.sha256(json.dumps([FORMAT, files, entries]).encode()).hexdigest()
     return h, [name[:-len(".jsonl")] for name, *_ in entries]
 

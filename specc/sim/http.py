@@ -27,6 +27,12 @@ from .truth import started_epoch
 HEALTH_CHECK_TIMEOUT_ENV = "SGLANG_HEALTH_CHECK_TIMEOUT"
 #: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION (srt/environ.py, default true): /health too generates
 HEALTH_GENERATION_ENV = "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"
+#: How often the health check looks for its generation's output: once a second in 0.5.23
+#: (health_generate's `await asyncio.sleep(1)`), so a check answers after >= 1 s.
+HEALTH_POLL_S = 1.0
+#: Seconds replacing HEALTH_POLL_S (the simulator's own): the test suite starts hundreds
+#: of servers, each of which waited that second to be found ready (tests/conftest.py).
+HEALTH_POLL_ENV = "SPECC_SIM_HEALTH_POLL_S"
 
 
 def _env_true(name: str, default: bool) -> bool:
@@ -34,6 +40,15 @@ def _env_true(name: str, default: bool) -> bool:
     if value is None:
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def health_poll_s() -> float:
+    """$SPECC_SIM_HEALTH_POLL_S when it is a number in (0, HEALTH_POLL_S], else 0.5.23's."""
+    try:
+        value = float(os.environ.get(HEALTH_POLL_ENV, HEALTH_POLL_S))
+    except ValueError:
+        return HEALTH_POLL_S
+    return value if 0 < value <= HEALTH_POLL_S else HEALTH_POLL_S
 
 
 #: Paths SGLang 0.5.23 leaves open with --api-key (srt/utils/auth.py, decide_request_auth:
@@ -112,8 +127,9 @@ class App:
     # -- readiness ------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         """0.5.23 ``health_generate`` (both paths): 503 while starting; else a
-        1-token generation, polled once a second: 200 as soon as the scheduler
-        produced any output since the check began (so >= 1 s), 503 after
+        1-token generation, polled once a second ($SPECC_SIM_HEALTH_POLL_S: more
+        often): 200 as soon as the scheduler produced any output since the check
+        began (so >= 1 s), 503 after
         $SGLANG_HEALTH_CHECK_TIMEOUT (20 s) without any.  ``/health`` answers at
         once only with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false."""
         f = self.sim.fault
@@ -137,10 +153,11 @@ class App:
             return Response(status_code=200)
         timeout = float(os.environ.get(HEALTH_CHECK_TIMEOUT_ENV, "20"))
         tic_wall, tic = time.time(), time.monotonic()
+        poll = health_poll_s()
         r = self.sched.submit("health", 1, 1, True, False, health=True)
         try:
             while time.monotonic() < tic + timeout:
-                await asyncio.sleep(1)
+                await asyncio.sleep(poll)
                 if self.sched.last_output_mono > tic:
                     return Response(status_code=200)
         finally:

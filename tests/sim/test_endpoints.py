@@ -280,3 +280,17 @@ def test_health_generate_runs_a_generation(shared_sim, tmp_path):
     assert shared_sim.log().count("Prefill batch, ") == n + 1
     assert _counters(shared_sim.url).get("sglang:num_requests_total") == before.get(
         "sglang:num_requests_total")
+
+
+def test_the_health_poll_is_sglangs_second_unless_shortened(monkeypatch):
+    """0.5.23 looks for the check's output once a second; $SPECC_SIM_HEALTH_POLL_S (set by
+    tests/conftest.py for the suite's servers) looks more often, never less often, and a
+    value that is not a number in (0, 1] leaves SGLang's second."""
+    from specc.sim import http
+
+    monkeypatch.delenv(http.HEALTH_POLL_ENV, raising=False)
+    assert http.health_poll_s() == http.HEALTH_POLL_S == 1.0
+    for value, want in [("0.02", 0.02), ("1", 1.0), ("5", 1.0), ("0", 1.0), ("-0.5", 1.0),
+                        ("nan", 1.0), ("inf", 1.0), ("abc", 1.0), ("", 1.0)]:
+        monkeypatch.setenv(http.HEALTH_POLL_ENV, value)
+        assert http.health_poll_s() == want, value
