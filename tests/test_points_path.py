@@ -311,17 +311,27 @@ def test_growing_rules_say_what_each_point_says_in_its_order(compose, axes):
 
 def test_a_point_without_a_largest_is_checked_one_by_one(compose):
     """Values that are not whole numbers >= 0 have no largest for a growing rule to be
-    checked at: every distinct point is checked (and says the same)."""
-    cfg = compose(LLAMA)
+    checked at: every distinct point is checked, and says what it says alone."""
+    from specc.compile.matrix import spec_for
+    from specc.diagnostics import unique
+
+    cfg = compose(LLAMA + ["benchmark.input_len=1900", "benchmark.output_len=100"])
     points = _client_points(cfg, [("benchmark.concurrency", [1, 4000])])
     assert points.largest(("concurrency", "input_len")) == {"concurrency": 4000,
-                                                            "input_len": cfg["benchmark"]["input_len"]}
-    points = _client_points(cfg, [("benchmark.concurrency", [1, True])])
-    assert points.largest(("concurrency", "input_len")) is None
+                                                            "input_len": 1900}
+    assert _client_points(cfg, [("benchmark.concurrency", [1, True])]).largest(
+        ("concurrency", "input_len")) is None
     points = _client_points(cfg, [("benchmark.concurrency", [1, 4000])])
-    points.columns["concurrency"] = [1, 2.5]
+    points.columns["concurrency"] = [1, 4000.0]   # as no config gives it: a float
     assert points.largest(("input_len", "concurrency")) is None
-    assert points.largest(("no_such_key",)) is None
+    spec = spec_for({k: cfg[k] for k in ("model_pair", "hardware", "engine", "server",
+                                         "speculation", "readiness")})
+    engine = get_engine("sglang")
+    said = unique(rules.check_points(spec, engine, points))
+    checks = [rule(spec, engine) for rule in rules.POINT_RULES]
+    assert said == unique([d for b in points for check in checks for d in check(b)])
+    kv = [d for d in said if d.code == "MEMORY_KV"]
+    assert len(kv) == 1 and "concurrency 4000.0 x 2000" in kv[0].message
 
 
 def test_the_estimate_written_out_per_point_is_the_models(compose):
