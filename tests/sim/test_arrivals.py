@@ -56,6 +56,10 @@ def _run_wave(start_sim, tmp_path, fault: str | None) -> tuple[list[dict], float
                       json={"factor": DILATION}).status_code == 200
     assert _wave(sim.port, WAVE) == [b"HTTP/1.1 200 OK"] * WAVE
     metrics = httpx.get(sim.url + "/metrics").text
+    # SIGTERM, not the fixture's SIGKILL: the truth log is flushed every 100 ms and on exit,
+    # and the wave's last steps are within the last 100 ms
+    sim.proc.terminate()
+    sim.proc.wait(10)
     sim.stop()
     worst = next(float(line.split()[-1]) for line in metrics.splitlines()
                  if line.startswith("specc_sim:step_lateness_max_seconds{"))
