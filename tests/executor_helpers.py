@@ -47,11 +47,25 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives an outgoing connection (Linux's ip_local_port_range;
+    32768, its default, where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_block(n: int = 1) -> int:
-    """A base port with n consecutive free ports after it (for engine.base_port)."""
+    """A base port with n consecutive free ports after it (for engine.base_port), below the
+    ports the kernel gives outgoing connections: one of those could be taken by any client
+    (a load generator, squeue) between this check and the server's bind, and a Slurm job's
+    preflight failed so ("port ... is already in use by another process", 2 suites of 5)."""
     rng = random.Random(os.getpid() ^ time.time_ns())
+    top = _ephemeral_low()
+    top = top if top - n > 21000 else 60000   # a range that starts low: as before
     for _ in range(200):
-        base = rng.randrange(20000, 60000 - n)
+        base = rng.randrange(20000, top - n)
         if all(_free(base + i) for i in range(n)):
             return base
     raise RuntimeError("no block of free ports found")
