@@ -179,7 +179,9 @@ def test_sim_tokens_without_text_are_counted(textless_sim, api):
     for r in res.records:
         assert r.chunk_tokens and min(r.chunk_tokens) >= 1
         assert sum(r.chunk_tokens) <= r.output_tokens
-        assert r.tpot is not None and r.tpot > 0
+        # computed over the full count; 0 where a starved simulator's late steps reached the
+        # client in one segment (one kernel stamp: measured, not missing)
+        assert r.tpot is not None and r.tpot >= 0
 
 
 @pytest.mark.timeout(90)
