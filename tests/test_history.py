@@ -117,6 +117,35 @@ def test_runs_indexed_at_once_all_get_in(tmp_path):
     assert f"between-run noise floor: {100 * h['floor']:.1f}%" in table
 
 
+def test_a_twin_creating_the_index_between_two_reads_is_not_another_program(tmp_path,
+                                                                            monkeypatch):
+    """The race behind a failure under load: a second `specc index` read the schema version
+    (0) before its twin's creating commit and the tables after it, and refused the index as
+    "an SQLite database of another program". The three are read in one snapshot."""
+    import sqlite3
+
+    from specc.report import index
+
+    db = tmp_path / "index.sqlite"
+    twin = sqlite3.connect(db, isolation_level=None)
+    twin.execute("PRAGMA journal_mode = WAL")   # the twin has opened it, not yet created it
+    real, commits = index._application_id, []
+
+    def twin_commits_between(conn):
+        app = real(conn)
+        if not commits:   # after the id is read, before the tables are
+            commits.append(twin.executescript(
+                f"BEGIN IMMEDIATE;{index._TABLES}PRAGMA application_id = "
+                f"{index.APPLICATION_ID};PRAGMA user_version = {index.SCHEMA};COMMIT;"))
+        return app
+
+    monkeypatch.setattr(index, "_application_id", twin_commits_between)
+    conn = index.connect(db)
+    assert commits and conn.execute("PRAGMA user_version").fetchone()[0] == index.SCHEMA
+    conn.close()
+    twin.close()
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     old, new = _two_runs(tmp_path)
     db = tmp_path / "index.sqlite"

@@ -91,9 +91,9 @@ def connect(db: Path):
                            f"path with --db or ${ENV}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(_TRY_S * 1000)}")
-        version = _waiting(db, lambda: conn.execute("PRAGMA user_version").fetchone()[0])
+        version, app, tables = _waiting(db, lambda: _snapshot(conn))
         if existing:   # read before a byte is written (even WAL's header)
-            _check_ours(conn, db, version)
+            _check_ours(db, version, app, tables)
         _waiting(db, lambda: conn.execute("PRAGMA journal_mode = WAL"))
         conn.execute("PRAGMA foreign_keys = ON")
         if version == 0:   # new: made in one transaction (IF NOT EXISTS: a racing twin)
@@ -103,7 +103,7 @@ def connect(db: Path):
         elif version != SCHEMA:
             raise IndexDbError(f"{db}: a results index of schema {version}, this specc reads "
                                f"{SCHEMA}; {_rebuild_hint(db)}")
-        elif existing and _application_id(conn) != APPLICATION_ID:   # made before the id
+        elif existing and app != APPLICATION_ID:   # made before the id
             _waiting(db, lambda: conn.execute(f"PRAGMA application_id = {APPLICATION_ID}"))
         conn.execute("SELECT 1 FROM runs, points, figures, configs LIMIT 1").fetchall()
     except sqlite3.Error as e:
@@ -174,14 +174,27 @@ def check_index_file(db: Path) -> int | None:
                      f"{app:#x}), not a results index; {refuse}")
 
 
-def _check_ours(conn, db: Path, version: int) -> None:
+def _snapshot(conn) -> tuple[int, int, set[str]]:
+    """The schema version, application_id and tables, read in one transaction: read
+    apart, a twin process's creating commit could fall between them (version 0 read
+    before it, its tables after: an index taken for another program's database)."""
+    conn.execute("BEGIN")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app = _application_id(conn)
+        tables = {r[0] for r in
+                  conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        conn.execute("ROLLBACK")   # it only read
+    return version, app, tables
+
+
+def _check_ours(db: Path, version: int, app: int, tables: set[str]) -> None:
     """NotAnIndex unless the open database is one specc made: its application_id, or (an
     index made before the id) its schema version and tables, or nothing at all yet (a
     twin process is creating it)."""
-    app = _application_id(conn)
     if app == APPLICATION_ID:
         return
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if app == 0 and (not tables and version == 0
                      or version == SCHEMA and {"runs", "points", "figures", "configs"} <= tables):
         return
