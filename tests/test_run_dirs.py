@@ -88,3 +88,27 @@ def test_a_refused_experiment_name_writes_nothing_anywhere(tmp_path):
     assert not list(tmp_path.parent.glob("escaped*")) and not list(tmp_path.rglob("escaped*"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "work"]
     assert list(cwd.iterdir()) == []   # Hydra's run dir and the folders it made, removed
+
+
+def test_two_compiles_in_one_second_get_two_run_dirs(tmp_path):
+    """The default run dir is stamped to the second: a script that compiles, then compiles
+    again (or runs) within it wrote the second plan and Hydra's config over the first. The
+    dirs of the next seconds are taken here, so the compile lands in one of them whatever
+    second it starts in, and must take the name beside it."""
+    import time
+
+    stamps = [time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(time.time() + s))
+              for s in range(30)]
+    for stamp in stamps:
+        taken = tmp_path / "outputs" / "eagle3_sweep" / stamp
+        taken.mkdir(parents=True)
+        (taken / "plan.json").write_text("the earlier compile's\n")
+    code, out, err = specc("+experiment=eagle3_sweep", cwd=tmp_path)
+    assert code == 0, err
+    made = [p for p in (tmp_path / "outputs" / "eagle3_sweep").iterdir()
+            if p.name not in stamps]
+    assert len(made) == 1 and made[0].name[:-2] in stamps and made[0].name.endswith("_2")
+    assert (made[0] / "plan.json").is_file() and (made[0] / ".hydra").is_dir()
+    assert all((tmp_path / "outputs" / "eagle3_sweep" / s / "plan.json").read_text()
+               == "the earlier compile's\n" for s in stamps)
+    assert f"outputs/eagle3_sweep/{made[0].name}/plan.json" in out

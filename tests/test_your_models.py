@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from executor_helpers import free_port_block
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "your-models.md"
 REPO = DOC.parent.parent
 
@@ -78,7 +80,8 @@ def test_the_walk_through_runs_as_documented(tmp_path):
     assert "`my-org/llama-3.1-8b-support-ft` (hub id: not checked" in facts
     assert "config group" in facts and "config.json at" not in facts
 
-    res = _specc(run_sim, tmp_path)
+    # the doc's command on ports of its own: 31000 may be another suite's (or a user's run)
+    res = _specc([*run_sim, f"engine.base_port={free_port_block(3)}"], tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     (ran,) = set(out.iterdir()) - {local, hub}
     rows = [json.loads(line) for line in (ran / "results.jsonl").read_text().splitlines()]

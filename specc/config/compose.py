@@ -370,12 +370,39 @@ def dir_name(name) -> str:
     return re.sub(r"[^A-Za-z0-9_.=+-]", "_", str(name)).lstrip(".") or "_"
 
 
+_new_dirs: dict[str, str] = {}
+
+
+def new_run_dir(path) -> str:
+    """The default run dir, made here: ``path`` (outputs/<experiment>/<stamp>), or
+    ``path_2``, ``path_3``... when another compile of the same second has it -- two
+    commands a second apart wrote one plan over the other, and Hydra's saved config with
+    it. Made with mkdir, so two processes racing for a name cannot both get it; once per
+    process (Hydra may resolve hydra.run.dir more than once)."""
+    path = str(path)
+    if path not in _new_dirs:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 10_000):
+            name = path if n == 1 else f"{path}_{n}"
+            try:
+                os.mkdir(name)
+            except FileExistsError:
+                continue
+            _new_dirs[path] = name
+            break
+        else:   # ten thousand compiles in one second: let Hydra share the last one
+            _new_dirs[path] = path
+    return _new_dirs[path]
+
+
 def _run(argv: list[str], job, finish_sweep, hidden: set[str]) -> int:
     import hydra
     from omegaconf import OmegaConf
 
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let errors reach us; we print them our way
     OmegaConf.register_new_resolver("specc_dir_name", dir_name, replace=True)
+    OmegaConf.register_new_resolver("specc_new_run_dir", new_run_dir, replace=True)
+    _new_dirs.clear()
     codes: list[int] = []
     sweep: dict = {}
     seen = set(hidden)   # every secret value met, for the sweep's multirun.yaml
