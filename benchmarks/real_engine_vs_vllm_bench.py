@@ -28,16 +28,23 @@ import agreement  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=agreement.NUM_PROMPTS,
+                    help="prompts per round, each side (default %(default)s)")
+    ap.add_argument("--alternate", action="store_true",
+                    help="alternate which side goes first, as the test does")
     ap.add_argument("--keep", type=Path, help="keep the work dir here (default: a temp dir)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="specc-vs-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
-    served = agreement.Served.start(work)
+    served = agreement.Served.start(work, rounds_prompts=args.prompts)
     rounds = []
     try:
         for k in range(args.rounds):
-            s, b = served.specc_point(k), served.vllm_bench(k)
+            if args.alternate and k % 2:
+                b, s = served.vllm_bench(k), served.specc_point(k)
+            else:
+                s, b = served.specc_point(k), served.vllm_bench(k)
             rounds.append((s, b))
             print(f"round {k}: specc {s['output_throughput']:7.1f} tok/s  TTFT median "
                   f"{s['median_ttft_ms']:6.1f} mean {s['mean_ttft_ms']:6.1f} ms  accept "

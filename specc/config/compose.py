@@ -381,17 +381,19 @@ def new_run_dir(path) -> str:
     process (Hydra may resolve hydra.run.dir more than once)."""
     path = str(path)
     if path not in _new_dirs:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        for n in range(1, 10_000):
-            name = path if n == 1 else f"{path}_{n}"
-            try:
-                os.mkdir(name)
-            except FileExistsError:
-                continue
-            _new_dirs[path] = name
-            break
-        else:   # ten thousand compiles in one second: let Hydra share the last one
-            _new_dirs[path] = path
+        _new_dirs[path] = path   # unless made below: Hydra makes it, and reports its error
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            for n in range(1, 10_000):
+                name = path if n == 1 else f"{path}_{n}"
+                try:
+                    os.mkdir(name)
+                except FileExistsError:
+                    continue
+                _new_dirs[path] = name
+                break
+        except OSError:   # a name too long, a folder not writable: Hydra's own error line
+            pass
     return _new_dirs[path]
 
 

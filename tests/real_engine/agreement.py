@@ -38,12 +38,12 @@ ASKS = ("How does {} work?", "Why does {} matter to the people near it?",
         "What would change if {} disappeared?", "Who first studied {}?")
 
 
-def prompts() -> list[dict]:
-    """NUM_PROMPTS questions, each ending in "?" (specc's prompt-file format)."""
+def prompts(n: int = NUM_PROMPTS) -> list[dict]:
+    """n questions, each ending in "?" (specc's prompt-file format)."""
     out = []
-    for i in range(NUM_PROMPTS):
+    for i in range(n):
         q = ASKS[i % len(ASKS)].format(SUBJECTS[i // len(ASKS) % len(SUBJECTS)])
-        out.append({"category": "question", "id": f"q-{i:02d}", "prompt": q[0].upper() + q[1:]})
+        out.append({"category": "question", "id": f"q-{i:03d}", "prompt": q[0].upper() + q[1:]})
     return out
 
 
@@ -69,6 +69,8 @@ class Served:
     bench_id: str
     proc: subprocess.Popen
     log: Path
+    #: prompts per round, both sides
+    num_prompts: int = NUM_PROMPTS
     #: (specc's figures, bench's) per round measured so far on this server
     pairs: list = field(default_factory=list)
 
@@ -77,7 +79,7 @@ class Served:
               ready_timeout_s: float = 900) -> Served:
         """Compile the plan (EAGLE-3 with 3 tokens, completions, concurrency 4), start its
         server as specc would (argv, env), wait for /health 200."""
-        rows = prompts()[:rounds_prompts]
+        rows = prompts(rounds_prompts)
         (work / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (work / "sharegpt.json").write_text(json.dumps([
             {"id": r["id"], "conversations": [{"from": "human", "value": r["prompt"]},
@@ -103,7 +105,7 @@ class Served:
         with open(log, "wb") as out:
             p = subprocess.Popen(server["argv"], env=env, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
-        self = cls(work, plan_dir, server, bench["id"], p, log)
+        self = cls(work, plan_dir, server, bench["id"], p, log, rounds_prompts)
         end = time.monotonic() + ready_timeout_s
         while _get(self.url("/health")) != 200:
             if p.poll() is not None or time.monotonic() > end:
@@ -156,7 +158,7 @@ class Served:
              "--endpoint", "/v1/completions", "--model", model,
              "--dataset-name", "sharegpt", "--dataset-path", str(self.work / "sharegpt.json"),
              "--disable-shuffle", "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos",
-             "--num-prompts", str(NUM_PROMPTS), "--max-concurrency", str(CONCURRENCY),
+             "--num-prompts", str(self.num_prompts), "--max-concurrency", str(CONCURRENCY),
              "--temperature", "0", "--save-result", "--result-dir", str(self.work),
              "--result-filename", name, "--percentile-metrics", "ttft,tpot,itl,e2el"],
             capture_output=True, text=True, timeout=900,
