@@ -40,6 +40,7 @@ def main() -> int:
     served = agreement.Served.start(work, rounds_prompts=args.prompts)
     rounds = []
     try:
+        served.warm()
         for k in range(args.rounds):
             if args.alternate and k % 2:
                 b, s = served.vllm_bench(k), served.specc_point(k)

@@ -38,6 +38,24 @@ ASKS = ("How does {} work?", "Why does {} matter to the people near it?",
         "What would change if {} disappeared?", "Who first studied {}?")
 
 
+#: `vllm bench serve` for as many rounds as lines on stdin (each line: the result file's
+#: name): its own parser and `main`, vLLM imported once; "ok" on stdout after each.
+BENCH_DRIVER = """
+import contextlib, sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+out = sys.stdout
+for line in sys.stdin:
+    args = parser.parse_args(sys.argv[1:])   # afresh: main() rewrites some of them
+    args.result_filename = line.strip()
+    with contextlib.redirect_stdout(sys.stderr):
+        main(args)
+    print("ok", file=out, flush=True)
+"""
+
+
 def prompts(n: int = NUM_PROMPTS) -> list[dict]:
     """n questions, each ending in "?" (specc's prompt-file format)."""
     out = []
@@ -73,6 +91,9 @@ class Served:
     num_prompts: int = NUM_PROMPTS
     #: (specc's figures, bench's) per round measured so far on this server
     pairs: list = field(default_factory=list)
+    #: the process running `vllm bench serve` rounds (BENCH_DRIVER), once started
+    bench: subprocess.Popen | None = None
+    warmed: bool = False
 
     @classmethod
     def start(cls, work: Path, *, rounds_prompts: int = NUM_PROMPTS,
@@ -119,6 +140,9 @@ class Served:
         return f"http://{self.server['host']}:{self.server['port']}{path}"
 
     def stop(self) -> None:
+        if self.bench is not None and self.bench.poll() is None:
+            self.bench.kill()
+            self.bench.wait(30)
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -130,7 +154,7 @@ class Served:
                     pass
                 self.proc.wait(30)
 
-    def specc_point(self, k: int) -> dict:
+    def specc_point(self, k: int | str) -> dict:
         """specc's own client: `python -m specc.run.point` on a fresh copy of the plan
         (it flushes the prefix cache first); its row's metrics and per-position rates."""
         d = self.work / f"specc-{k}"
@@ -145,25 +169,45 @@ class Served:
         row = json.loads((d / "results.jsonl").read_text().splitlines()[-1])
         return {**row["metrics"], "accept_per_position": row.get("accept_per_position")}
 
-    def vllm_bench(self, k: int) -> dict:
-        """`vllm bench serve` 0.32.0 (the server's own venv): the same prompts, lengths,
-        concurrency, greedy, the prefix cache flushed first as specc does."""
+    def warm(self) -> None:
+        """One run of each side, not kept: the first requests after a start are slower
+        (measured: the first round's side 22% below its pair), and the bench process
+        imports vLLM once here."""
+        if not self.warmed:
+            self.vllm_bench("warm")
+            self.specc_point("warm")
+            self.warmed = True
+
+    def bench_argv(self) -> list[str]:
+        """`vllm bench serve`'s arguments: the same prompts, lengths, concurrency, greedy."""
+        return ["--backend", "vllm", "--base-url", self.url(""),
+                "--endpoint", "/v1/completions", "--model", self.server["argv"][2],
+                "--dataset-name", "sharegpt", "--dataset-path", str(self.work / "sharegpt.json"),
+                "--disable-shuffle", "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos",
+                "--num-prompts", str(self.num_prompts), "--max-concurrency", str(CONCURRENCY),
+                "--temperature", "0", "--save-result", "--result-dir", str(self.work),
+                "--percentile-metrics", "ttft,tpot,itl,e2el"]
+
+    def vllm_bench(self, k: int | str) -> dict:
+        """One run of `vllm bench serve` 0.32.0 (the server's own venv), the prefix cache
+        flushed first as specc does. The runs go through one process that imported vLLM
+        once (BENCH_DRIVER: `vllm bench serve`'s own parser and `main`): a fresh `vllm
+        bench serve` spends ~10 s importing per round, so rounds were few and long, and
+        the machine drifted between a pair's two sides."""
         req = urllib.request.Request(self.url("/reset_prefix_cache"), method="POST")
         urllib.request.urlopen(req, timeout=30).close()
-        vllm = self.server["argv"][0]
+        if self.bench is None or self.bench.poll() is not None:
+            self.bench = subprocess.Popen(
+                [str(Path(self.server["argv"][0]).with_name("python")), "-c", BENCH_DRIVER,
+                 *self.bench_argv()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=open(self.work / "bench.log", "ab"), text=True,
+                env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
         name = f"bench-{k}.json"
-        model = self.server["argv"][2]
-        proc = subprocess.run(
-            [vllm, "bench", "serve", "--backend", "vllm", "--base-url", self.url(""),
-             "--endpoint", "/v1/completions", "--model", model,
-             "--dataset-name", "sharegpt", "--dataset-path", str(self.work / "sharegpt.json"),
-             "--disable-shuffle", "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos",
-             "--num-prompts", str(self.num_prompts), "--max-concurrency", str(CONCURRENCY),
-             "--temperature", "0", "--save-result", "--result-dir", str(self.work),
-             "--result-filename", name, "--percentile-metrics", "ttft,tpot,itl,e2el"],
-            capture_output=True, text=True, timeout=900,
-            env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
-        if proc.returncode:
-            raise RuntimeError(f"vllm bench serve failed ({proc.returncode}): "
-                               f"{(proc.stdout + proc.stderr)[-2000:]}")
+        assert self.bench.stdin and self.bench.stdout
+        self.bench.stdin.write(name + "\n")
+        self.bench.stdin.flush()
+        said = self.bench.stdout.readline().strip()
+        if said != "ok":
+            log = (self.work / "bench.log").read_text(errors="replace")
+            raise RuntimeError(f"vllm bench serve failed ({said or 'exited'}): {log[-2000:]}")
         return json.loads((self.work / name).read_text())

@@ -1,7 +1,8 @@
 """specc's client against vLLM's own, `vllm bench serve` 0.32.0, on one running real server.
 
 One vLLM CPU server (EAGLE-3, 3 tokens, --enforce-eager) started once for the module from
-the launch command specc compiled; then ROUNDS rounds, alternating which side goes first
+the launch command specc compiled; one round of each side not kept (a warm server, and
+bench's one process has imported vLLM); then ROUNDS rounds, alternating which side goes first
 (specc, bench | bench, specc | specc, bench ...: neither is always measured first, on a
 server that just flushed its cache or just ran the other), the same prompts (one file,
 read by both: specc's `dataset_path`, bench's ShareGPT file) at the same concurrency with
@@ -26,13 +27,13 @@ sys.path.pop(0)
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
-ROUNDS = 5
+ROUNDS = 9
 #: Tolerance on the median over rounds of specc / bench (output throughput, TTFT). The
-#: issue asks 5%, which holds on a quiet machine (docs/real-engine.md: medians 0.979 and
-#: 1.018 over 5 rounds, benchmarks/real_engine_vs_vllm_bench.py prints the figures against
-#: it); this test runs in CI on a shared 2-core machine, where at load 18 the rounds
-#: measured specc/bench 0.61-0.91 (throughput) and 1.12-1.24 (median TTFT), medians 0.82
-#: and 1.21: what holds there is the median within 30%.
+#: issue asks 5%; on the 2-core machine the medians of 9-12 rounds landed 0.92-1.05
+#: (throughput) and 0.87-0.99 (TTFT) on a quiet machine, single rounds +-20-30%: each
+#: client's own CPU slows the server it measures (docs/real-engine.md). Beside two busy
+#: loops bench's client read answers in one piece (TTFT ~ its end-to-end latency) and
+#: the test fails, as it should: the two no longer measure the same thing.
 TOLERANCE = 0.30
 
 
@@ -54,6 +55,7 @@ def served(tmp_path_factory):
 def _pairs(served, n: int) -> list[tuple[dict, dict]]:
     """The first `n` pairs (specc's figures, bench's), measured once each and kept on the
     server: the side going first alternates by round."""
+    served.warm()
     pairs = served.pairs
     while len(pairs) < n:
         k = len(pairs)
