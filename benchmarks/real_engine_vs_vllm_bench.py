@@ -1,6 +1,7 @@
 """specc's client against `vllm bench serve` 0.32.0 on one running real vLLM (CPU build).
 
-    .venv/bin/python benchmarks/real_engine_vs_vllm_bench.py [--rounds 5] [--keep DIR]
+    .venv/bin/python benchmarks/real_engine_vs_vllm_bench.py [--rounds 5] [--prompts 48]
+                                                             [--alternate] [--keep DIR]
 
 Needs `specc cpu-engine` and `specc tiny-models` (cached). Starts one server from the plan
 specc compiles (tiny pair, EAGLE-3 with 3 tokens, --enforce-eager, completions,
