@@ -93,8 +93,25 @@ def test_output_throughput_and_ttft_agree_with_vllm_bench_serve(rounds):
         assert s["total_output_tokens"] == b["total_output_tokens"], (s, b)
     tput = statistics.median(s["output_throughput"] / b["output_throughput"] for s, b in rounds)
     ttft = statistics.median(s["median_ttft_ms"] / b["median_ttft_ms"] for s, b in rounds)
-    assert abs(tput - 1) <= TOLERANCE, f"output throughput specc/bench = {tput:.3f}: {rounds}"
-    assert abs(ttft - 1) <= TOLERANCE, f"median TTFT specc/bench = {ttft:.3f}: {rounds}"
+    why = _late_reference(rounds)
+    assert abs(tput - 1) <= TOLERANCE, f"output throughput specc/bench = {tput:.3f}{why}"
+    assert abs(ttft - 1) <= TOLERANCE, f"median TTFT specc/bench = {ttft:.3f}{why}"
+
+
+def _late_reference(rounds) -> str:
+    """Each round's figures, and the rounds where bench's client read its answers in one
+    piece (its median TTFT within 15% of its median end-to-end latency; specc's was not):
+    on a busy machine bench's event loop is late, and its TTFT is its own lateness."""
+    late = [k for k, (s, b) in enumerate(rounds)
+            if b["median_ttft_ms"] >= 0.85 * b["median_e2el_ms"]
+            and s["median_ttft_ms"] < 0.85 * s["median_e2e_latency_ms"]]
+    lines = [f"round {k}: specc {s['output_throughput']:.0f} tok/s, TTFT {s['median_ttft_ms']:.1f}"
+             f" ms | bench {b['output_throughput']:.0f} tok/s, TTFT {b['median_ttft_ms']:.1f} ms"
+             f" (e2e {b['median_e2el_ms']:.1f} ms)" for k, (s, b) in enumerate(rounds)]
+    note = (f"; in {len(late)} of {len(rounds)} rounds ({', '.join(map(str, late))}) "
+            "`vllm bench serve` read its answers in one piece (its TTFT within 15% of its "
+            "end-to-end latency): its client was late on a busy machine" if late else "")
+    return note + "\n" + "\n".join(lines)
 
 
 def test_acceptance_agrees_with_what_vllm_bench_serve_reports(first_round):
