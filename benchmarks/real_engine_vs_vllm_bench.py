@@ -38,7 +38,7 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="specc-vs-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
-    served = agreement.Served.start(work, rounds_prompts=args.prompts)
+    served = agreement.Served.start(work, num_prompts=args.prompts)
     rounds = []
     try:
         served.warm()

@@ -96,11 +96,11 @@ class Served:
     warmed: bool = False
 
     @classmethod
-    def start(cls, work: Path, *, rounds_prompts: int = NUM_PROMPTS,
+    def start(cls, work: Path, *, num_prompts: int = NUM_PROMPTS,
               ready_timeout_s: float = 900) -> Served:
         """Compile the plan (EAGLE-3 with 3 tokens, completions, concurrency 4), start its
         server as specc would (argv, env), wait for /health 200."""
-        rows = prompts(rounds_prompts)
+        rows = prompts(num_prompts)
         (work / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         (work / "sharegpt.json").write_text(json.dumps([
             {"id": r["id"], "conversations": [{"from": "human", "value": r["prompt"]},
@@ -113,7 +113,7 @@ class Served:
                 "sweep=null", "baseline=false", f"benchmark.concurrency={CONCURRENCY}",
                 "benchmark.api=completions", "benchmark.dataset=specc",
                 f"benchmark.dataset_path={work / 'prompts.jsonl'}",
-                f"benchmark.num_prompts={rounds_prompts}", f"benchmark.min_requests={rounds_prompts}",
+                f"benchmark.num_prompts={num_prompts}", f"benchmark.min_requests={num_prompts}",
                 "benchmark.warmup_requests=0", f"benchmark.output_len={OUTPUT_LEN}",
                 f"engine.base_port={port}", f"hydra.run.dir={plan_dir}"]
         proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -126,7 +126,7 @@ class Served:
         with open(log, "wb") as out:
             p = subprocess.Popen(server["argv"], env=env, stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
-        self = cls(work, plan_dir, server, bench["id"], p, log, rounds_prompts)
+        self = cls(work, plan_dir, server, bench["id"], p, log, num_prompts)
         end = time.monotonic() + ready_timeout_s
         while _get(self.url("/health")) != 200:
             if p.poll() is not None or time.monotonic() > end:
@@ -197,11 +197,11 @@ class Served:
         req = urllib.request.Request(self.url("/reset_prefix_cache"), method="POST")
         urllib.request.urlopen(req, timeout=30).close()
         if self.bench is None or self.bench.poll() is not None:
-            self.bench = subprocess.Popen(
-                [str(Path(self.server["argv"][0]).with_name("python")), "-c", BENCH_DRIVER,
-                 *self.bench_argv()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=open(self.work / "bench.log", "ab"), text=True,
-                env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+            with open(self.work / "bench.log", "ab") as log:
+                self.bench = subprocess.Popen(
+                    [str(Path(self.server["argv"][0]).with_name("python")), "-c", BENCH_DRIVER,
+                     *self.bench_argv()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=log, text=True, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
         name = f"bench-{k}.json"
         assert self.bench.stdin and self.bench.stdout
         self.bench.stdin.write(name + "\n")

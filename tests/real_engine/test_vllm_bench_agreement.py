@@ -45,7 +45,7 @@ def served(tmp_path_factory):
     py = engine_venv.ensure(log=lambda m: print(m, file=sys.stderr))
     models.ensure(py)
     work = tmp_path_factory.mktemp("bench")
-    server = agreement.Served.start(work, rounds_prompts=agreement.NUM_PROMPTS)
+    server = agreement.Served.start(work)
     try:
         yield server
     finally:
