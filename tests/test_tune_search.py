@@ -307,6 +307,44 @@ def test_occupancy_of_a_wave_is_set_by_its_slowest_request():
         == pytest.approx(6 / 4 / (1.0 + 2 * 0.5))
 
 
+def test_a_request_takes_whole_verify_passes():
+    """64 tokens at 8 a pass (a 7-step tree accepting every position): exactly 8 passes;
+    a chain that sometimes stops short needs a ninth now and then, never 8.1."""
+    assert predict.pass_counts(64, 1.0, (7, 8, 32)) == ((8, 1.0),)
+    dist = dict(predict.pass_counts(64, 0.9, (7, 1, 8)))
+    assert set(dist) <= set(range(8, 65)) and sum(dist.values()) == pytest.approx(1.0)
+    assert dist[8] < 0.5 and sum(q for n, q in dist.items() if n >= 9) > 0.5
+
+
+def test_a_wave_of_whole_passes_matches_the_simulators_own_draws():
+    """Issue 31: at concurrency 8 (16 prompts of 64 tokens, two waves), the closed loop
+    of whole verify passes, each pass drawn as the simulator draws it
+    (`perf.sample_accept`), lasts as long as each wave's request that needed the most
+    passes. The whole-pass occupancy predicts it within 1.5%; fractional passes (64 /
+    accept length) miss it by more than 4%, the size of the regret it caused."""
+    import random
+
+    from specc.perf import model as perf
+
+    rates = [0.55 + 0.4 * i / 15 for i in range(16)]
+    for shape in ((7, 4, 32), (7, 1, 8)):
+        mean = [64 / predict.accept_length([a], shape) for a in rates]
+        rng, seconds = random.Random(7), []
+        for _ in range(300):
+            passes = []
+            for a in rates:
+                depth, p = perf.effective_depth_and_accept(a, *shape)
+                got = n = 0
+                while got < 64:
+                    got, n = got + perf.sample_accept(rng, p, depth), n + 1
+                passes.append(n)
+            seconds.append(predict._closed_loop_seconds(passes, 8, lambda b: 1.0))
+        truth = sum(mean) / 8 / (sum(seconds) / len(seconds))
+        whole = predict.whole_pass_occupancy([(64, a) for a in rates], shape, 8)
+        assert whole == pytest.approx(truth, rel=0.015), shape
+        assert predict.occupancy(mean, 8) > truth * 1.04, shape
+
+
 class Prompts(World):
     """Acceptance that differs between prompts; a point is a closed loop of 64-token
     prompts: 16 one after another at concurrency 1, else one wave of as many as its

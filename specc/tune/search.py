@@ -14,7 +14,8 @@ Prediction of an unstarted candidate x at concurrency c::
 calibrated model's step costs; ``overhead``: the baseline's measured minus model step
 time at c (a per-step cost the model lacks, such as the scheduler's, adds to every
 step); ``occ``: the share of the c streams busy until the slowest request finishes
-(``predict.occupancy``: per-request acceptance from concurrency 1's decode times);
+(``predict.whole_pass_occupancy``: per-request acceptance from concurrency 1's decode
+times, each request a whole number of verify passes);
 ``r``: measured / this formula for the measured candidate nearest to x in draft
 tokens per step, at its own measured accept length (what the model misses for shapes
 like x's). A measured step time is the accept length over the tokens per second one
@@ -221,9 +222,9 @@ class Search:
         n = n or concurrency
         base_s = self.measured_step(None, concurrency)
         overhead = 0.0 if base_s is None else base_s - self.step_s(None, concurrency)
-        return predict.occupancy([t / predict.accept_length([a], shape)
-                                  for t, a in (spread[i % len(spread)] for i in range(n))],
-                                 concurrency, lambda b: self.step_s(shape, b) + overhead)
+        return predict.whole_pass_occupancy(
+            [spread[i % len(spread)] for i in range(n)], shape, concurrency,
+            lambda b: self.step_s(shape, b) + overhead)
 
     def predict(self, server: str, concurrency: int) -> float | None:
         key = ("predict", server, concurrency)
