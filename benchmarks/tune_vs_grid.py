@@ -1,6 +1,6 @@
 """search=tune against the exhaustive grid, on the simulator: starts, wall time, regret.
 
-    .venv/bin/python benchmarks/tune_vs_grid.py [--acceptance 0.7 0.45] [--keep DIR]
+    .venv/bin/python benchmarks/tune_vs_grid.py [--acceptance 0.7 0.45] [--chains] [--keep DIR]
 
 For each per-position acceptance of the simulator (``engine.sim.acceptance``), runs the
 `llama3_tune` experiment (Llama-3.1-8B at TP 1, 12 EAGLE-3 candidates from a 1-step chain
@@ -15,6 +15,11 @@ in the grid's tie set) and the crossover of each; then the deployed schedule
 tune's envelope and the grid's. The bar: regret <= 3% or tied at every concurrency,
 crossover within one ladder step, the deployed gap within 5% (or 5% inside its interval)
 at every concurrency, and all starts, the verification included, <= grid / 3 + 1.
+
+`--chains` keeps only the experiment's five topk-1 chains (6 servers with the baseline):
+a decision SGLang's adaptive mode can run in every band (a chain's num_steps, 0 for the
+baseline), so the deployed schedule itself is measured against the envelope, where the
+12 candidates' trees leave it a static setting.
 
 The simulator runs in real time on this machine's CPU: at concurrency 128 its own
 Python work slows every server, on a busy machine more, so the grid's figures
@@ -44,15 +49,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(search: str, acceptance: float, out: Path, port: int) -> float:
+#: `--chains`: the experiment's topk-1 chains only (sweep.speculation as a Hydra override).
+CHAINS = "sweep.speculation=[" + ",".join(
+    f"{{num_steps:{s},topk:1,num_draft_tokens:{s + 1}}}" for s in (1, 2, 3, 5, 7)) + "]"
+
+
+def run(search: str, acceptance: float, out: Path, port: int, chains: bool = False) -> float:
     """One run through the CLI; `port` is the same for tune and grid (server ids hash the
     engine section, base port included: the two runs must name their servers alike)."""
-    run_dir = out / f"{search}-a{acceptance:g}"
+    run_dir = out / f"{search}-a{acceptance:g}{'-chains' if chains else ''}"
     t0 = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "specc", "+experiment=llama3_tune", "engine=sim",
          f"search={search}", f"engine.sim.acceptance={acceptance}", "execute=true",
-         f"engine.base_port={port}",
+         f"engine.base_port={port}", *([CHAINS] if chains else []),
          f"hydra.run.dir={run_dir}"], cwd=out, capture_output=True, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.monotonic() - t0
@@ -149,6 +159,8 @@ def _within(gap: float | None, interval) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--acceptance", type=float, nargs="+", default=[0.7, 0.45, 0.85])
+    ap.add_argument("--chains", action="store_true",
+                    help="the five topk-1 chains only: a schedule SGLang can run in every band")
     ap.add_argument("--keep", type=Path, default=None, help="run dirs go here (kept)")
     args = ap.parse_args()
     out = args.keep or Path(tempfile.mkdtemp(prefix="tune_vs_grid-"))
@@ -156,9 +168,10 @@ def main() -> int:
     ok = True
     for a in args.acceptance:
         port = free_port()
-        wall_tune = run("tune", a, out, port)
-        wall_grid = run("grid", a, out, port)
-        r = compare(out / f"tune-a{a:g}", out / f"grid-a{a:g}")
+        wall_tune = run("tune", a, out, port, args.chains)
+        wall_grid = run("grid", a, out, port, args.chains)
+        tail = "-chains" if args.chains else ""
+        r = compare(out / f"tune-a{a:g}{tail}", out / f"grid-a{a:g}{tail}")
         print(f"\n== per-position acceptance {a:g} ==")
         print(f"server starts: tune {r['tune_starts']}, grid {r['grid_starts']} "
               f"({r['tune_starts'] / r['grid_starts']:.0%}); wall: tune {wall_tune:.0f} s, "
