@@ -35,6 +35,10 @@ BAD = {
         ["TUNE_DEPLOY_SCHEDULE", "search.deploy", "topk-1 chain", "search.deploy=auto"]),
     "verify_with_grid": (["search=grid", "+search.verify=false"],
                          ["TUNE_VERIFY_GRID", "search.verify", "search=tune"]),
+    # without "+": grid's config has no such key; named as tune's, not as a misspelling
+    "verify_key_with_grid": (["search=grid", "search.verify=true"],
+                             ["CONFIG_UNKNOWN_KEY", "search.verify is a setting of search=tune "
+                              "only (this run: search=grid)", "add search=tune"]),
 }
 
 

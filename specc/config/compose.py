@@ -58,6 +58,9 @@ def _hydra_error_line(exc: BaseException, argv=()) -> str:
             if key.startswith("engine.") and key.count(".") == 1 else None
         if other is not None:
             return other.line()
+        owned = _key_of_other_option(key, argv)
+        if owned is not None:
+            return owned
         return (f"error CONFIG_UNKNOWN_KEY at {key}: no such config key (fix: "
                 f"{schema.unknown_key_hint(key) or 'check the spelling: `specc --cfg job` shows every key'})")
     if "Could not find" in msg or "Could not load" in msg:
@@ -331,6 +334,38 @@ def _composed_once(argv: list[str]) -> Iterator[None]:
             gc.enable()
         Hydra.get_mode = get_mode  # type: ignore[method-assign]
         HydraOverrideVisitor.visitListContainer = visit_list  # type: ignore[method-assign]
+
+
+def _key_of_other_option(key: str, argv) -> str | None:
+    """`search.verify` with `search=grid`: a key that only other options of its config
+    group have (conf/<group>/*.yaml) is named with them, not called a misspelling."""
+    import yaml
+
+    group, _, rest = key.partition(".")
+    if not rest or not (CONF_DIR / group).is_dir():
+        return None
+    chosen = next((a.split("=", 1)[1] for a in reversed(list(argv))
+                   if "=" in a and a.split("=", 1)[0].lstrip("+~") == group), None)
+    if chosen is None:   # config.yaml's default for the group
+        defaults = (yaml.safe_load((CONF_DIR / "config.yaml").read_text()) or {}).get("defaults")
+        chosen = next((d[group] for d in defaults or [] if isinstance(d, dict) and group in d),
+                      None)
+    owners = []
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        node: Any = yaml.safe_load(path.read_text())
+        for part in rest.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, dict) else _ABSENT
+        if node is not _ABSENT:
+            owners.append(path.stem)
+    if not owners or chosen in owners:
+        return None
+    run = f" (this run: {group}={chosen})" if chosen else ""
+    return (f"error CONFIG_UNKNOWN_KEY at {key}: {key} is a setting of "
+            f"{' or '.join(f'{group}={o}' for o in owners)} only{run} (fix: add "
+            f"{group}={owners[0]}, or drop {key})")
+
+
+_ABSENT = object()
 
 
 def _available(group: str) -> str:
