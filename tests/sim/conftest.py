@@ -66,9 +66,16 @@ class SimProc:
         raise AssertionError(f"{text!r} not in log:\n{self.log()}")
 
     def stop(self) -> None:
+        """SIGTERM, as a runner stops a server: the simulator writes out its truth log's
+        last events (buffered up to 0.1 s) and exits. A SIGKILL lost them on a busy
+        machine: a test reading the log after stop() missed the last decode step."""
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
         self.logf.close()
 
 
