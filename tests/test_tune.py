@@ -49,6 +49,10 @@ def compiled(tmp_path_factory):
     jobs["single_concurrency"] = TUNE + [
         "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
         "{num_steps:3,topk:4,num_draft_tokens:8}],benchmark.concurrency:[8]}"]
+    jobs["no_race"] = TUNE + [
+        "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
+        "{num_steps:3,topk:1,num_draft_tokens:4},{num_steps:7,topk:1,num_draft_tokens:8}],"
+        "benchmark.concurrency:[1,8]}"]
     jobs["vllm_032"] = ["+experiment=llama3_tune", "engine=vllm", "engine.version=0.32.0",
                         "sweep={speculation:[{num_steps:1,topk:1,num_draft_tokens:2},"
                         "{num_steps:3,topk:1,num_draft_tokens:4}],benchmark.concurrency:[1,8]}"]
@@ -68,6 +72,18 @@ def test_bad_input_is_one_line_and_exit_2(compiled, name):
     for text in BAD[name][1]:
         assert text in errors[0]
     assert not (run_dir / "plan.json").exists()
+
+
+def test_a_budget_of_baseline_and_probe_alone_is_said_before_anything_runs(compiled):
+    """3 candidates: a third of the grid's 4 starts is 2, the baseline and the probe; the
+    other two can never start. Said at compile time, with the budget that would race."""
+    code, out, err, run_dir = compiled["no_race"]
+    assert code == 0, err
+    line = next(x for x in (out + err).splitlines() if "TUNE_NO_RACE" in x)
+    assert "at search.max_starts" in line and "a budget of 2 starts" in line
+    assert "set search.max_starts=4 or more, or use search=grid" in line
+    assert "TUNE_NO_RACE" in (run_dir / "review.md").read_text()
+    assert "TUNE_NO_RACE" not in "".join(compiled["ok"][1:3])   # 12 candidates: 4 starts
 
 
 def test_the_review_shows_the_search_before_anything_runs(compiled):
