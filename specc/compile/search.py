@@ -107,11 +107,12 @@ def attach_search(config: dict, plan: Plan) -> tuple[Plan | None, list[Diagnosti
                                tp=candidates[0].params.tp)
     probe = predict.choose_probe(cands, prior, margin, model, ladder)
     record = dataclasses.replace(record, probe=probe.server)
-    return dataclasses.replace(plan, search=record), _no_race(record, grid_starts)
+    return dataclasses.replace(plan, search=record), (
+        [] if search.get("max_starts") else _no_race(record, grid_starts))
 
 
 def _no_race(record: Search, grid_starts: int) -> list[Diagnostic]:
-    """A budget of the baseline and the probe alone decides between those two: on the
+    """A default budget of the baseline and the probe alone decides between those two: on the
     simulator, 5 chains (6 servers, 2 starts) lost up to 12.7% against the grid where the
     probe was not the best."""
     if record.max_starts > 2 or record.max_starts >= grid_starts:
