@@ -12,7 +12,7 @@ import dataclasses
 import re
 
 from specc import facts
-from specc.diagnostics import Diagnostic, error
+from specc.diagnostics import Diagnostic, error, warning
 from specc.plan import Candidate, Plan, Search, ServerParams
 from specc.tune import bracket
 
@@ -117,8 +117,6 @@ def _no_race(record: Search, grid_starts: int) -> list[Diagnostic]:
     probe was not the best."""
     if record.max_starts > 2 or record.max_starts >= grid_starts:
         return []
-    from specc.diagnostics import warning
-
     return [warning("TUNE_NO_RACE", "search.max_starts",
                     f"a budget of {record.max_starts} starts (a third of the grid's "
                     f"{grid_starts}) is the baseline and the probe: no other candidate can "
