@@ -298,13 +298,14 @@ def test_sensitivity_at_the_ends_of_acceptance(a):
         assert s == s and s >= 0 and s != float("inf"), (shape, a, s)
 
 
-def test_occupancy_of_a_wave_is_set_by_its_slowest_request():
-    assert predict.occupancy([5.0] * 8, 8) == pytest.approx(1.0)
+def test_a_wave_is_set_by_its_slowest_request():
+    one = lambda b: 1.0   # noqa: E731
+    assert predict.closed_loop_seconds([5.0] * 8, 8, one) == pytest.approx(5.0)
     # four slots, one request three times as long: half the slot-steps are idle
-    assert predict.occupancy([1.0, 1.0, 1.0, 3.0], 4) == pytest.approx(0.5)
+    assert predict.closed_loop_seconds([1.0, 1.0, 1.0, 3.0], 4, one) == pytest.approx(3.0)
     # the emptier tail steps are cheaper: a step of one request costs half of four's
-    assert predict.occupancy([1.0, 1.0, 1.0, 3.0], 4, lambda b: 1.0 if b == 4 else 0.5) \
-        == pytest.approx(6 / 4 / (1.0 + 2 * 0.5))
+    assert predict.closed_loop_seconds([1.0, 1.0, 1.0, 3.0], 4,
+                                       lambda b: 1.0 if b == 4 else 0.5) == pytest.approx(2.0)
 
 
 def test_a_request_takes_whole_verify_passes():
@@ -338,11 +339,12 @@ def test_a_wave_of_whole_passes_matches_the_simulators_own_draws():
                 while got < 64:
                     got, n = got + perf.sample_accept(rng, p, depth), n + 1
                 passes.append(n)
-            seconds.append(predict._closed_loop_seconds(passes, 8, lambda b: 1.0))
+            seconds.append(predict.closed_loop_seconds(passes, 8, lambda b: 1.0))
         truth = sum(mean) / 8 / (sum(seconds) / len(seconds))
         whole = predict.whole_pass_occupancy([(64, a) for a in rates], shape, 8)
         assert whole == pytest.approx(truth, rel=0.015), shape
-        assert predict.occupancy(mean, 8) > truth * 1.04, shape
+        fractional = sum(mean) / 8 / predict.closed_loop_seconds(mean, 8, lambda b: 1.0)
+        assert fractional > truth * 1.04, shape
 
 
 class Prompts(World):

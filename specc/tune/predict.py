@@ -130,27 +130,13 @@ def _pass_variance(a: float, shape) -> float:
     return max(0.0, second - first * first)
 
 
-def occupancy(passes, concurrency: int, step_s=None) -> float:
-    """Throughput of a closed loop running requests of these verify passes (in order, each
-    to the first free slot) until the last finishes, over that of `concurrency` streams
-    always busy; `step_s(batch)` is a step's seconds with `batch` requests in flight
-    (constant if None: then it is the mean share of busy slots).
-
-    A benchmark of a few waves (num_prompts = concurrency, all outputs of one length)
+def closed_loop_seconds(passes, slots: int, cost) -> float:
+    """Seconds until the last of `passes` (verify passes per request, in order) finishes,
+    each request started on the first free of `slots`, a pass costing cost(requests in
+    flight). A benchmark of a few waves (num_prompts = concurrency, outputs of one length)
     ends with its slowest request: a candidate whose accept length varies much between
     prompts (a chain) leaves slots idle that a wide tree, accepting nearly every
     position, keeps busy; the emptier steps of that tail are cheaper."""
-    passes = [p for p in passes if p > 0]
-    if not passes:
-        return 1.0
-    slots = min(concurrency, len(passes))
-    cost = step_s or (lambda b: 1.0)
-    return sum(passes) / slots * cost(slots) / _closed_loop_seconds(passes, slots, cost)
-
-
-def _closed_loop_seconds(passes, slots: int, cost) -> float:
-    """Seconds until the last of `passes` finishes, each started on the first free of
-    `slots` and a step costing cost(requests in flight)."""
     import heapq
 
     free = [(0.0, i) for i in range(slots)]   # (when the slot frees, slot): first free first
@@ -174,9 +160,10 @@ REPLICATIONS = 32
 
 def whole_pass_occupancy(requests, shape, concurrency: int, step_s=None,
                          replications: int = REPLICATIONS) -> float:
-    """`occupancy` with whole verify passes: each request of (output tokens, per-position
-    acceptance) takes a whole number of passes, drawn from `pass_counts`, the last one cut
-    at its max_tokens; over that of streams always busy at the mean accept length.
+    """Throughput of a closed loop of these requests, each (output tokens, per-position
+    acceptance) taking a whole number of verify passes drawn from `pass_counts` (the last
+    one cut at its max_tokens), over that of `concurrency` streams always busy at their
+    mean accept length (`closed_loop_seconds`; `step_s(batch)`, constant if None).
 
     A wave lasts as long as its request that needed the most passes: at 64 tokens a
     7-step tree accepting every position takes 8 passes for every request, while a
@@ -195,7 +182,7 @@ def whole_pass_occupancy(requests, shape, concurrency: int, step_s=None,
     ideal = sum(mean) / slots * cost(slots)
     dists = [_cdf(pass_counts(t, round(a, 4), tuple(shape))) for t, a in rows]
     rng = random.Random(0)
-    seconds = [_closed_loop_seconds([_draw(rng, d) for d in dists], slots, cost)
+    seconds = [closed_loop_seconds([_draw(rng, d) for d in dists], slots, cost)
                for _ in range(max(1, replications))]
     return ideal / (sum(seconds) / len(seconds))
 

@@ -212,7 +212,7 @@ class Search:
         return self._cache["spread"]
 
     def occupancy(self, shape, concurrency: int) -> float:
-        """predict.occupancy of `shape` at `concurrency` over as many requests as the
+        """predict.whole_pass_occupancy of `shape` at `concurrency` over as many requests as the
         baseline's point there ran, their acceptance cycled from `spread`."""
         spread = self.spread()
         if not spread or concurrency <= 1:
