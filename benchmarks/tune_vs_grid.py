@@ -49,9 +49,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-#: `--chains`: the experiment's topk-1 chains only (sweep.speculation as a Hydra override).
-CHAINS = "sweep.speculation=[" + ",".join(
-    f"{{num_steps:{s},topk:1,num_draft_tokens:{s + 1}}}" for s in (1, 2, 3, 5, 7)) + "]"
+def chains_override() -> str:
+    """`--chains`: the experiment's own topk-1 candidates only, as a sweep.speculation
+    override (read from conf/experiment/llama3_tune.yaml, not copied)."""
+    import yaml
+
+    exp = yaml.safe_load((REPO / "conf" / "experiment" / "llama3_tune.yaml").read_text())
+    keep = [c for c in exp["sweep"]["speculation"] if c["topk"] == 1]
+    return "sweep.speculation=[" + ",".join(
+        "{" + ",".join(f"{k}:{v}" for k, v in c.items()) + "}" for c in keep) + "]"
 
 
 def run(search: str, acceptance: float, out: Path, port: int, chains: bool = False) -> float:
@@ -62,7 +68,7 @@ def run(search: str, acceptance: float, out: Path, port: int, chains: bool = Fal
     proc = subprocess.run(
         [sys.executable, "-m", "specc", "+experiment=llama3_tune", "engine=sim",
          f"search={search}", f"engine.sim.acceptance={acceptance}", "execute=true",
-         f"engine.base_port={port}", *([CHAINS] if chains else []),
+         f"engine.base_port={port}", *([chains_override()] if chains else []),
          f"hydra.run.dir={run_dir}"], cwd=out, capture_output=True, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.monotonic() - t0
